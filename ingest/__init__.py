@@ -1,0 +1,1 @@
+"""hookd receiver, CLI and processing."""

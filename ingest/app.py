@@ -1,0 +1,104 @@
+"""The Starlette application: receiver, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ingest.auth import token_ok
+from ingest.batcher import GroupCommitter
+from ingest.config import Settings, Sources, load_sources
+from ingest.errors import ConfigError
+from ingest.receiver import Receiver
+from store import db, migrate
+from store.crypto import BodyCipher
+
+log = logging.getLogger("hookd.app")
+
+
+def create_app(
+    settings: Settings,
+    sources: Sources,
+    *,
+    engine: AsyncEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Starlette:
+    engine = engine or db.create_engine(settings.database_url)
+    cipher = BodyCipher(settings.encryption_keys)
+    committers = 1 if engine.dialect.name == "sqlite" else 4
+    committer = GroupCommitter(
+        engine,
+        cipher,
+        batch_max=settings.commit_batch_max,
+        window_s=settings.commit_window_ms / 1000,
+        commit_timeout_s=settings.commit_timeout_s,
+        committers=committers,
+    )
+    receiver = Receiver(sources, committer, body_timeout_s=settings.body_timeout_s, clock=clock)
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> Response:
+        try:
+            async with asyncio.timeout(2.0):
+                await db.ping(engine)
+        except Exception as exc:  # any failure means not ready
+            return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        if not token_ok(request, settings.admin_token):
+            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await committer.start()
+        log.info("receiver started", extra={"sources": len(sources)})
+        try:
+            yield
+        finally:
+            await committer.stop()
+            await engine.dispose()
+
+    app = Starlette(
+        routes=[
+            Route("/hooks/{source}", receiver.handle, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics_endpoint, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.committer = committer
+    app.state.engine = engine
+    return app
+
+
+async def check_schema(engine: AsyncEngine, url: str) -> None:
+    """Refuse to serve a database that is not migrated to this version's head."""
+    current = await migrate.current_revision(engine)
+    head = migrate.head_revision(url)
+    if current != head:
+        raise ConfigError(
+            f"database {db.redact(url)} is at schema {current or 'none'}, this hookd needs "
+            f"{head}: run `hookd db upgrade`"
+        )
+
+
+def app_from_env() -> Starlette:
+    """Factory for uvicorn (``--workers`` starts one per process)."""
+    settings = Settings.from_env()
+    sources = load_sources(settings.config)
+    return create_app(settings, sources)

@@ -1,0 +1,224 @@
+"""The ``hookd`` command line (CONTRACT §4)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ingest.config import Settings, Sources, load_sources
+from ingest.errors import ConfigError
+from ingest.logs import configure as configure_logs
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be positive")
+    return value
+
+
+def port_number(raw: str) -> int:
+    value = positive_int(raw)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a TCP port")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the receiver")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=port_number, default=8000)
+    serve.add_argument("--workers", type=positive_int, default=1)
+
+    dbp = sub.add_parser("db", help="database schema")
+    dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    dbsub.add_parser("upgrade", help="apply migrations up to this version's schema")
+
+    events = sub.add_parser("events", help="inspect stored events")
+    evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    ev_list = evsub.add_parser("list", help="newest events first")
+    ev_list.add_argument("--source")
+    ev_list.add_argument("--status", choices=["pending", "processing", "retrying", "processed", "dead"])
+    ev_list.add_argument("--limit", type=positive_int, default=50)
+    ev_list.add_argument("--json", action="store_true")
+    ev_show = evsub.add_parser("show", help="one event")
+    ev_show.add_argument("id")
+    ev_show.add_argument("--json", action="store_true")
+    ev_show.add_argument("--body", action="store_true", help="also print the stored body")
+
+    send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
+    send.add_argument("source")
+    send.add_argument("--count", type=positive_int, default=1)
+    send.add_argument("--url", help="default: http://127.0.0.1:8000/hooks/SOURCE")
+    send.add_argument(
+        "--signing-key",
+        help="for standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        configure_logs(settings.log_level, settings.log_json)
+        return _dispatch(args, settings)
+    except ConfigError as exc:
+        print(f"hookd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "serve":
+        return cmd_serve(args, settings)
+    if args.command == "db":
+        from store import migrate
+
+        migrate.upgrade(settings.database_url)
+        print(f"hookd: database at schema {migrate.head_revision(settings.database_url)}")
+        return EXIT_OK
+    if args.command == "events":
+        return asyncio.run(cmd_events(args, settings))
+    if args.command == "send-test":
+        return cmd_send_test(args, settings, load_sources(settings.config))
+    raise AssertionError(args.command)
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from ingest.app import check_schema
+    from store import db
+
+    load_sources(settings.config)  # fail here, with one line, not in every worker
+
+    async def preflight() -> None:
+        engine = db.create_engine(settings.database_url)
+        try:
+            await check_schema(engine, settings.database_url)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(preflight())
+    except (OSError, ConnectionError) as exc:
+        raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
+    print(f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})", file=sys.stderr)
+    uvicorn.run(
+        "ingest.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+    )
+    return EXIT_OK
+
+
+async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
+    from store import db
+    from store.crypto import BodyCipher
+    from store.events import event_resource, get_event, list_events
+
+    engine = db.create_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            if args.events_command == "list":
+                rows = await list_events(conn, source=args.source, status=args.status, limit=args.limit)
+                resources = [event_resource(r) for r in rows]
+                if args.json:
+                    for res in resources:
+                        print(json.dumps(res))
+                else:
+                    print_table(resources)
+                return EXIT_OK
+            row = await get_event(conn, args.id, with_body=args.body)
+            if row is None:
+                print(f"hookd: no event {args.id}", file=sys.stderr)
+                return EXIT_FAIL
+            res = event_resource(row)
+            res["headers"] = row._mapping["headers"]
+            if args.body:
+                body = BodyCipher(settings.encryption_keys).open(
+                    row._mapping["body"] or b"", row._mapping["body_encrypted"]
+                )
+                res["body"] = body.decode("utf-8", "replace")
+            if args.json:
+                print(json.dumps(res))
+            else:
+                width = max(len(k) for k in res)
+                for key, value in res.items():
+                    shown = json.dumps(value) if isinstance(value, dict) else value
+                    print(f"{key.ljust(width)}  {'' if shown is None else shown}")
+            return EXIT_OK
+    finally:
+        await engine.dispose()
+
+
+def print_table(resources: list[dict[str, Any]]) -> None:
+    columns = ("id", "source", "type", "status", "origin", "attempts", "received_at")
+    rows = [[str(r[c] if r[c] is not None else "-") for c in columns] for r in resources]
+    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    if not rows:
+        print("(no events)")
+
+
+def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
+    from ingest.signing import sample_event
+
+    source = sources.get(args.source)
+    if source is None:
+        known = ", ".join(s.name for s in sources)
+        raise ConfigError(f"{sources.path}: no source named {args.source!r} (known: {known})")
+    secret = source.config.secrets[0]
+    if source.provider == "standard" and secret.startswith("whpk_"):
+        secret = args.signing_key or os.environ.get("HOOKD_SEND_TEST_KEY", "")
+        if not secret:
+            raise ConfigError(
+                f"{sources.path}: source {source.name!r}: key 'secrets.0': a whpk_ public key cannot "
+                "sign; pass --signing-key whsk_… (or set HOOKD_SEND_TEST_KEY)"
+            )
+    url = args.url or f"http://127.0.0.1:8000/hooks/{source.name}"
+    failures = 0
+    with httpx.Client(timeout=10.0) as client:
+        for seq in range(1, args.count + 1):
+            headers, body = sample_event(source.provider, secret, seq)
+            try:
+                response = client.post(url, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                print(f"hookd: cannot reach {url}: {type(exc).__name__}", file=sys.stderr)
+                return EXIT_FAIL
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = {"raw": response.text[:200]}
+            print(f"{response.status_code} {json.dumps(answer)}")
+            if not response.is_success:
+                failures += 1
+    return EXIT_FAIL if failures else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

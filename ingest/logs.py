@@ -1,0 +1,51 @@
+"""Structured logs: a message plus ids as key=value pairs, or one JSON object a line.
+
+Call sites pass ids through ``extra={...}``; payloads and secrets are never
+passed, so they can never be printed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ts = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+        parts = [f"{ts}Z", record.levelname.lower(), record.name, record.getMessage()]
+        parts += [f"{k}={v}" for k, v in _fields(record).items()]
+        if record.exc_info:
+            parts.append(self.formatException(record.exc_info))
+        return " ".join(str(p) for p in parts)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **_fields(record),
+        }
+        if record.exc_info:
+            data["exc"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def configure(level: str = "INFO", json_lines: bool = False) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if json_lines else KeyValueFormatter())
+    root = logging.getLogger("hookd")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False

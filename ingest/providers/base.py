@@ -1,0 +1,221 @@
+"""Shared pieces of the provider adapters: header access, timestamps, HMAC.
+
+Adapters are pure: they take headers, raw body bytes, parsed keys and ``now``
+and return a value or raise ``SignatureError``/``PayloadError``. Nothing here
+logs, reads a clock or touches the network.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ingest.errors import PayloadError, SignatureError
+
+# Lower-case header name -> every value received under it, in order.
+HeaderMap = Mapping[str, Sequence[str]]
+
+MAX_DEDUPE_KEY_CHARS = 255
+# A timestamp is seconds since the epoch; twelve digits reach the year 33658.
+MAX_TIMESTAMP_DIGITS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class HmacKey:
+    """A shared secret, as the bytes the provider feeds to HMAC-SHA256."""
+
+    key: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Ed25519Key:
+    """A Standard Webhooks v1a (``whpk_``) public key."""
+
+    public_key: Ed25519PublicKey = field(repr=False)
+
+
+Key = HmacKey | Ed25519Key
+
+
+@dataclass(frozen=True, slots=True)
+class SignedHeaders:
+    """What the signature headers say, parsed before the body is read."""
+
+    timestamp: int | None
+    # The bytes signed ahead of the raw body (e.g. ``b"1700000000."`` for Stripe).
+    prefix: bytes
+    # (scheme version, signature bytes) pairs, e.g. ("v1", b"...").
+    signatures: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """How a request was verified: kept with the event, never re-checked later."""
+
+    scheme: str
+    key_index: int
+    timestamp: int | None
+
+    def describe(self) -> str:
+        ts = "" if self.timestamp is None else f";t={self.timestamp}"
+        return f"{self.scheme};key={self.key_index}{ts}"
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What the store needs from an authentic request."""
+
+    dedupe_key: str
+    type: str | None
+    occurred_at: datetime | None
+    headers: dict[str, str]
+    # Set when the request is a handshake to answer directly (Slack url_verification).
+    reply: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """The four functions that make a provider; see ``ingest.providers.PROVIDERS``."""
+
+    name: str
+    parse_secret: Callable[[str], Key]
+    check_headers: Callable[[HeaderMap, int, int], SignedHeaders]
+    verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
+    envelope: Callable[[HeaderMap, bytes, Verified], Envelope]
+
+    def verify_request(
+        self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: int, tolerance_s: int
+    ) -> Verified:
+        """Check headers, then the signature over ``body``: the whole verification."""
+        return self.verify(self.check_headers(headers, now, tolerance_s), body, keys)
+
+
+def one_header(headers: HeaderMap, name: str) -> str:
+    """The single non-empty value of a signature header, or a ``SignatureError``."""
+    values = headers.get(name)
+    if not values:
+        raise SignatureError("missing_header", name)
+    if len(values) > 1:
+        raise SignatureError("duplicate_header", name)
+    value = values[0].strip()
+    if not value:
+        raise SignatureError("empty_header", name)
+    return value
+
+
+def optional_header(headers: HeaderMap, name: str) -> str | None:
+    values = headers.get(name)
+    if not values:
+        return None
+    return values[-1]
+
+
+def parse_timestamp(raw: str, now: int, tolerance_s: int) -> int:
+    """Seconds since the epoch, inside ``now ± tolerance_s`` (both edges inclusive)."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_TIMESTAMP_DIGITS:
+        raise SignatureError("malformed_timestamp")
+    ts = int(raw)
+    if ts < now - tolerance_s:
+        raise SignatureError("timestamp_too_old")
+    if ts > now + tolerance_s:
+        raise SignatureError("timestamp_in_future")
+    return ts
+
+
+def parse_hex_digest(raw: str) -> bytes:
+    """A SHA-256 hex digest, or ``malformed_signature``."""
+    if len(raw) != 64 or not raw.isascii():
+        raise SignatureError("malformed_signature")
+    try:
+        return bytes.fromhex(raw)
+    except ValueError:
+        raise SignatureError("malformed_signature") from None
+
+
+def b64decode_strict(raw: str) -> bytes:
+    try:
+        return binascii.a2b_base64(raw.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise SignatureError("malformed_signature") from None
+
+
+def match_hmac(
+    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
+) -> Verified:
+    """Verify any ``version`` signature against any HMAC key, in constant time each."""
+    candidates = [sig for ver, sig in signed.signatures if ver == version]
+    for index, key in enumerate(keys):
+        if not isinstance(key, HmacKey):
+            continue
+        mac = hmac.new(key.key, signed.prefix, hashlib.sha256)
+        mac.update(body)
+        digest = mac.digest()
+        for candidate in candidates:
+            if hmac.compare_digest(digest, candidate):
+                return Verified(scheme, index, signed.timestamp)
+    raise SignatureError("bad_signature")
+
+
+def hmac_hex(key: bytes, *parts: bytes) -> str:
+    mac = hmac.new(key, b"", hashlib.sha256)
+    for part in parts:
+        mac.update(part)
+    return mac.hexdigest()
+
+
+def parse_json_object(raw: bytes | str) -> dict[str, Any]:
+    """A JSON object from UTF-8 bytes, or ``malformed_payload``."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        value = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
+    if not isinstance(value, dict):
+        raise PayloadError("malformed_payload", "body is not a JSON object")
+    return value
+
+
+def checked_key(key: object, what: str) -> str:
+    """A dedupe key: a non-empty printable string of bounded length."""
+    if not isinstance(key, str) or not key or len(key) > MAX_DEDUPE_KEY_CHARS:
+        raise PayloadError("malformed_payload", f"missing or invalid {what}")
+    if not key.isprintable():
+        raise PayloadError("malformed_payload", f"invalid characters in {what}")
+    return key
+
+
+def epoch_to_datetime(value: object) -> datetime | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def select_headers(headers: HeaderMap, names: Sequence[str]) -> dict[str, str]:
+    selected: dict[str, str] = {}
+    for name in names:
+        value = optional_header(headers, name)
+        if value is not None:
+            selected[name] = value
+    return selected
+
+
+def media_type(headers: HeaderMap) -> str:
+    raw = optional_header(headers, "content-type") or ""
+    return raw.split(";", 1)[0].strip().lower()
+
+
+def plain_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("secret is empty")
+    return HmacKey(raw.encode("utf-8"))

@@ -1,0 +1,175 @@
+"""Slack: ``X-Slack-Signature: v0=<hex>`` over ``"v0:{timestamp}:" + body``.
+
+Channel messages are keyed ``msg:{team}:{channel}:{ts}`` so that a message that
+arrives by webhook and the same message found by ``conversations.history``
+collide; every other Events API callback is keyed by its ``event_id``, which
+Slack keeps across its retries (``X-Slack-Retry-Num``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs
+
+from ingest.errors import PayloadError, SignatureError
+from ingest.providers.base import (
+    Envelope,
+    HeaderMap,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    epoch_to_datetime,
+    match_hmac,
+    media_type,
+    one_header,
+    parse_hex_digest,
+    parse_json_object,
+    parse_timestamp,
+    plain_secret,
+    select_headers,
+)
+
+SIGNATURE_HEADER = "x-slack-signature"
+TIMESTAMP_HEADER = "x-slack-request-timestamp"
+KEPT_HEADERS = (
+    "x-slack-request-timestamp",
+    "x-slack-retry-num",
+    "x-slack-retry-reason",
+    "content-type",
+    "user-agent",
+)
+
+# Message subtypes that conversations.history also returns as channel messages.
+# Edits and deletions (message_changed, message_deleted, message_replied) are
+# events about a message, not messages, and keep their event_id key.
+HISTORY_SUBTYPES = frozenset(
+    {
+        "bot_message",
+        "me_message",
+        "file_share",
+        "thread_broadcast",
+        "channel_join",
+        "channel_leave",
+        "channel_topic",
+        "channel_purpose",
+        "channel_name",
+        "channel_archive",
+        "channel_unarchive",
+        "group_join",
+        "group_leave",
+        "group_topic",
+        "group_purpose",
+        "group_name",
+        "group_archive",
+        "group_unarchive",
+        "pinned_item",
+        "unpinned_item",
+        "reminder_add",
+        "tombstone",
+    }
+)
+
+
+def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeaders:
+    raw_ts = one_header(headers, TIMESTAMP_HEADER)
+    raw_sig = one_header(headers, SIGNATURE_HEADER)
+    version, sep, digest = raw_sig.partition("=")
+    if not sep or version != "v0":
+        raise SignatureError("malformed_signature")
+    signature = parse_hex_digest(digest)
+    ts = parse_timestamp(raw_ts, now, tolerance_s)
+    return SignedHeaders(timestamp=ts, prefix=f"v0:{ts}:".encode(), signatures=(("v0", signature),))
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    return match_hmac("slack-v0", signed, body, keys, "v0")
+
+
+def message_key(team: str, channel: str, ts: str) -> str:
+    """The dedupe key of a channel message, shared with reconciliation."""
+    return f"msg:{team}:{channel}:{ts}"
+
+
+def is_history_message(event: dict[str, Any]) -> bool:
+    if event.get("type") != "message":
+        return False
+    subtype = event.get("subtype")
+    return subtype is None or subtype in HISTORY_SUBTYPES
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    kept = select_headers(headers, KEPT_HEADERS)
+    if media_type(headers) == "application/x-www-form-urlencoded":
+        return _form_envelope(body, kept)
+    payload = parse_json_object(body)
+    kind = payload.get("type")
+    if kind == "url_verification":
+        challenge = payload.get("challenge")
+        if not isinstance(challenge, str):
+            raise PayloadError("malformed_payload", "url_verification without a challenge")
+        return Envelope("", "url_verification", None, kept, reply={"challenge": challenge})
+    if kind == "app_rate_limited":
+        team = checked_key(payload.get("team_id"), "team_id")
+        minute = payload.get("minute_rate_limited")
+        return Envelope(
+            checked_key(f"app_rate_limited:{team}:{minute}", "minute_rate_limited"),
+            "app_rate_limited",
+            epoch_to_datetime(minute),
+            kept,
+        )
+    if kind != "event_callback":
+        raise PayloadError("malformed_payload", "unsupported Slack payload type")
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        raise PayloadError("malformed_payload", "event_callback without an event")
+    event_type = event.get("type")
+    if is_history_message(event):
+        team = payload.get("team_id") or event.get("team")
+        channel, ts = event.get("channel"), event.get("ts")
+        if isinstance(team, str) and isinstance(channel, str) and isinstance(ts, str):
+            key = checked_key(message_key(team, channel, ts), "message key")
+        else:
+            key = checked_key(payload.get("event_id"), "event_id")
+    else:
+        key = checked_key(payload.get("event_id"), "event_id")
+    return Envelope(
+        dedupe_key=key,
+        type=event_type if isinstance(event_type, str) else None,
+        occurred_at=epoch_to_datetime(payload.get("event_time")),
+        headers=kept,
+    )
+
+
+def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
+    """Slash commands and interactivity payloads, keyed by their ``trigger_id``."""
+    try:
+        fields = parse_qs(body.decode("utf-8"), strict_parsing=True, errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise PayloadError("malformed_payload", "form body cannot be parsed") from None
+    if "payload" in fields:
+        if len(fields["payload"]) != 1:
+            raise PayloadError("malformed_payload", "form body needs exactly one payload field")
+        payload = parse_json_object(fields["payload"][0])
+        kind = payload.get("type")
+        trigger = payload.get("trigger_id") or payload.get("action_ts")
+    else:
+        kind = "slash_command" if "command" in fields else None
+        trigger = (fields.get("trigger_id") or [None])[0]
+    return Envelope(
+        dedupe_key=checked_key(f"trigger:{trigger}" if trigger else None, "trigger_id"),
+        type=kind if isinstance(kind, str) else None,
+        occurred_at=None,
+        headers=kept,
+    )
+
+
+PROVIDER = Provider(
+    name="slack",
+    parse_secret=plain_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+)

@@ -1,0 +1,1 @@
+"""hookd reconciliation poller (see the reconciliation issue)."""

@@ -1,0 +1,1 @@
+"""hookd storage: schema, migrations and the queries that matter."""

@@ -1,0 +1,175 @@
+"""Event queries. The hot path is one multi-row ``INSERT … ON CONFLICT DO NOTHING``
+per batch, in SQLAlchemy Core; the unique constraint decides what is new."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.crypto import BodyCipher
+from store.ids import new_id
+from store.models import EVENTS
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    source: str
+    provider: str
+    dedupe_key: str
+    type: str | None
+    origin: str
+    received_at: datetime
+    occurred_at: datetime | None
+    verified_with: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    event_id: str
+    created: bool
+
+
+def _insert(conn: AsyncConnection) -> Any:
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(EVENTS)
+    return sqlite.insert(EVENTS)
+
+
+async def insert_events(
+    conn: AsyncConnection, events: Sequence[NewEvent], cipher: BodyCipher
+) -> list[Stored]:
+    """Insert what is new, find what was there; one result per input, in order.
+
+    Runs inside the caller's transaction: nothing is acknowledged until it commits.
+    """
+    now = datetime.now(UTC)
+    first_of: dict[tuple[str, str], int] = {}
+    rows: list[dict[str, Any]] = []
+    ids: list[str] = []
+    for i, ev in enumerate(events):
+        key = (ev.source, ev.dedupe_key)
+        if key in first_of:
+            ids.append(ids[first_of[key]])
+            continue
+        first_of[key] = i
+        event_id = new_id()
+        ids.append(event_id)
+        body, encrypted = cipher.seal(ev.body)
+        rows.append(
+            {
+                "id": event_id,
+                "source": ev.source,
+                "provider": ev.provider,
+                "dedupe_key": ev.dedupe_key,
+                "type": ev.type,
+                "origin": ev.origin,
+                "received_at": ev.received_at,
+                "occurred_at": ev.occurred_at,
+                "verified_with": ev.verified_with,
+                "headers": ev.headers,
+                "body": body,
+                "body_encrypted": encrypted,
+                "status": "pending",
+                "attempts": 0,
+                "next_attempt_at": ev.received_at,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+    stmt = _insert(conn).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
+    result = await conn.execute(stmt.returning(EVENTS.c.id), rows)
+    created = {row[0] for row in result}
+    missing = [(r["source"], r["dedupe_key"]) for r in rows if r["id"] not in created]
+    existing: dict[tuple[str, str], str] = {}
+    if missing:
+        found = await conn.execute(
+            sa.select(EVENTS.c.id, EVENTS.c.source, EVENTS.c.dedupe_key).where(
+                sa.tuple_(EVENTS.c.source, EVENTS.c.dedupe_key).in_(missing)
+            )
+        )
+        existing = {(r.source, r.dedupe_key): r.id for r in found}
+    out: list[Stored] = []
+    for i, ev in enumerate(events):
+        key = (ev.source, ev.dedupe_key)
+        first = first_of[key]
+        if ids[first] in created:
+            out.append(Stored(ids[first], created=first == i))
+        else:
+            # Lost the race to a row committed by another transaction.
+            out.append(Stored(existing[key], created=False))
+    return out
+
+
+EVENT_COLUMNS = [c for c in EVENTS.c if c.name != "body"]
+
+
+async def get_event(conn: AsyncConnection, event_id: str, *, with_body: bool = False) -> sa.Row[Any] | None:
+    cols = list(EVENTS.c) if with_body else EVENT_COLUMNS
+    result = await conn.execute(sa.select(*cols).where(EVENTS.c.id == event_id))
+    return result.first()
+
+
+async def list_events(
+    conn: AsyncConnection,
+    *,
+    source: str | None = None,
+    status: str | None = None,
+    type_: str | None = None,
+    origin: str | None = None,
+    limit: int = 50,
+    before_id: str | None = None,
+) -> list[sa.Row[Any]]:
+    """Newest first, keyset-paged on the time-ordered id."""
+    query = sa.select(*EVENT_COLUMNS).order_by(EVENTS.c.id.desc()).limit(limit)
+    if source is not None:
+        query = query.where(EVENTS.c.source == source)
+    if status is not None:
+        query = query.where(EVENTS.c.status == status)
+    if type_ is not None:
+        query = query.where(EVENTS.c.type == type_)
+    if origin is not None:
+        query = query.where(EVENTS.c.origin == origin)
+    if before_id is not None:
+        query = query.where(EVENTS.c.id < before_id)
+    return list((await conn.execute(query)).all())
+
+
+def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
+    """The operation-shaped resource of CONTRACT §3."""
+    m = row._mapping
+    done = m["status"] in ("processed", "dead")
+    return {
+        "name": f"events/{m['id']}",
+        "id": m["id"],
+        "source": m["source"],
+        "provider": m["provider"],
+        "type": m["type"],
+        "dedupe_key": m["dedupe_key"],
+        "origin": m["origin"],
+        "status": m["status"],
+        "done": done,
+        "attempts": m["attempts"],
+        "received_at": _iso(m["received_at"]),
+        "occurred_at": _iso(m["occurred_at"]),
+        "processed_at": _iso(m["processed_at"]),
+        "verified_with": m["verified_with"],
+        "error": {"message": m["last_error"]} if m["last_error"] and m["status"] == "dead" else None,
+        "poll_after_seconds": None if done else 1,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def headers_json(row: sa.Row[Any]) -> str:
+    return json.dumps(row._mapping["headers"], sort_keys=True)

@@ -1,0 +1,39 @@
+"""Alembic driven from code: ``hookd db upgrade`` and the schema check at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def head_revision(url: str) -> str:
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    assert head is not None
+    return head
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    def read(conn: sa.Connection) -> str | None:
+        return MigrationContext.configure(conn).get_current_revision()
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(read)

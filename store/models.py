@@ -1,0 +1,75 @@
+"""SQLModel tables. Constraint and index names are fixed here and in the
+migrations, because errors are translated by constraint name."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+UQ_EVENTS_SOURCE_KEY = "uq_events_source_dedupe_key"
+
+STATUSES = ("pending", "processing", "retrying", "processed", "dead")
+ORIGINS = ("webhook", "reconcile", "replay")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite keeps no zone)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _utc(nullable: bool = False, **kw: Any) -> Any:
+    return Field(sa_column=sa.Column(UTCDateTime(), nullable=nullable, **kw))
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (
+        sa.UniqueConstraint("source", "dedupe_key", name=UQ_EVENTS_SOURCE_KEY),
+        sa.Index("ix_events_due", "status", "next_attempt_at"),
+        sa.Index("ix_events_source_id", "source", "id"),
+    )
+
+    id: str = Field(primary_key=True, max_length=26)
+    source: str = Field(max_length=64)
+    provider: str = Field(max_length=16)
+    dedupe_key: str = Field(max_length=255)
+    type: str | None = Field(default=None, max_length=255)
+    origin: str = Field(max_length=16)
+    received_at: datetime = _utc()
+    occurred_at: datetime | None = _utc(nullable=True)
+    verified_with: str = Field(max_length=128)
+    headers: dict[str, str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    body: bytes | None = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=True))
+    body_encrypted: bool = Field(default=False)
+    status: str = Field(default="pending", max_length=16)
+    attempts: int = Field(default=0)
+    next_attempt_at: datetime = _utc()
+    lease_owner: str | None = Field(default=None, max_length=64)
+    lease_expires_at: datetime | None = _utc(nullable=True)
+    last_error: str | None = Field(default=None)
+    processed_at: datetime | None = _utc(nullable=True)
+    created_at: datetime = _utc()
+    updated_at: datetime = _utc()
+
+
+EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]

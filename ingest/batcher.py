@@ -58,13 +58,15 @@ class GroupCommitter:
 
     async def start(self) -> None:
         self._tasks = [
-            asyncio.create_task(self._run(), name=f"hookd-committer-{i}") for i in range(self._committers)
+            asyncio.create_task(self._run(), name=f"hookd-committer-{i}")
+            for i in range(self._committers)
         ]
 
     async def stop(self) -> None:
         """Commit what is queued, then stop."""
-        while not self._queue.empty() and self._tasks:
-            await asyncio.sleep(0.01)
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), self._commit_timeout_s)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -112,7 +114,7 @@ class GroupCommitter:
                         future.set_exception(StoreUnavailable("shutting_down"))
                 raise
             except Exception as exc:  # any database failure means: do not acknowledge
-                log.error(
+                log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
                     "commit failed",
                     extra={"batch_size": len(batch), "error": type(exc).__name__},
                 )

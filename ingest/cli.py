@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
     ev_list.add_argument("--source")
-    ev_list.add_argument("--status", choices=["pending", "processing", "retrying", "processed", "dead"])
+    ev_list.add_argument(
+        "--status", choices=["pending", "processing", "retrying", "processed", "dead"]
+    )
     ev_list.add_argument("--limit", type=positive_int, default=50)
     ev_list.add_argument("--json", action="store_true")
     ev_show = evsub.add_parser("show", help="one event")
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--url", help="default: http://127.0.0.1:8000/hooks/SOURCE")
     send.add_argument(
         "--signing-key",
-        help="for standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
+        help="standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
     )
     return parser
 
@@ -120,7 +122,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         asyncio.run(preflight())
     except (OSError, ConnectionError) as exc:
         raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
-    print(f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})", file=sys.stderr)
+    print(
+        f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
+        file=sys.stderr,
+    )
     uvicorn.run(
         "ingest.app:app_from_env",
         factory=True,
@@ -143,7 +148,9 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
     try:
         async with engine.connect() as conn:
             if args.events_command == "list":
-                rows = await list_events(conn, source=args.source, status=args.status, limit=args.limit)
+                rows = await list_events(
+                    conn, source=args.source, status=args.status, limit=args.limit
+                )
                 resources = [event_resource(r) for r in rows]
                 if args.json:
                     for res in resources:
@@ -197,8 +204,8 @@ def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources
         secret = args.signing_key or os.environ.get("HOOKD_SEND_TEST_KEY", "")
         if not secret:
             raise ConfigError(
-                f"{sources.path}: source {source.name!r}: key 'secrets.0': a whpk_ public key cannot "
-                "sign; pass --signing-key whsk_… (or set HOOKD_SEND_TEST_KEY)"
+                f"{sources.path}: source {source.name!r}: key 'secrets.0': a whpk_ public key "
+                "cannot sign; pass --signing-key whsk_… (or set HOOKD_SEND_TEST_KEY)"
             )
     url = args.url or f"http://127.0.0.1:8000/hooks/{source.name}"
     failures = 0

@@ -241,12 +241,16 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         try:
             resolved = interpolate(raw, env, [])
         except _KeyProblem as problem:
-            raise ConfigError(f"{path}: {label}: key {_key_path(problem.where)!r}: {problem.message}") from None
+            raise ConfigError(
+                f"{path}: {label}: key {_key_path(problem.where)!r}: {problem.message}"
+            ) from None
         try:
             config = SourceConfig.model_validate(resolved)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = [p for p in err["loc"] if not isinstance(p, int) or err["type"] != "extra_forbidden"]
+            loc = [
+                p for p in err["loc"] if not isinstance(p, int) or err["type"] != "extra_forbidden"
+            ]
             message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
             raise ConfigError(f"{path}: {label}: key {_key_path(loc)!r}: {message}") from None
         if config.name in by_name:
@@ -285,7 +289,9 @@ def _check_reconcile(path: Path, label: str, config: SourceConfig) -> None:
         if rc.hook is None:
             raise fail("hook", "is required for github")
         if rc.hook == "app" and (rc.app_id is None or not rc.private_key):
-            raise fail("app_id" if rc.app_id is None else "private_key", 'is required with hook = "app"')
+            raise fail(
+                "app_id" if rc.app_id is None else "private_key", 'is required with hook = "app"'
+            )
     if config.provider == "slack" and not rc.channels:
         raise fail("channels", "is required for slack")
 

@@ -15,7 +15,9 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
+    return {
+        k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
+    }
 
 
 class KeyValueFormatter(logging.Formatter):

@@ -63,7 +63,9 @@ def standard_headers(key: str, body: bytes, msg_id: str, now: int) -> dict[str, 
     }
 
 
-def sample_event(provider: str, secret: str, seq: int, now: int | None = None) -> tuple[dict[str, str], bytes]:
+def sample_event(
+    provider: str, secret: str, seq: int, now: int | None = None
+) -> tuple[dict[str, str], bytes]:
     """A realistic, correctly signed sample event: (headers, body)."""
     now = int(time.time()) if now is None else now
     unique = uuid.uuid4()
@@ -85,7 +87,9 @@ def sample_event(provider: str, secret: str, seq: int, now: int | None = None) -
             "type": "payment_intent.succeeded",
             "created": now,
             "livemode": False,
-            "data": {"object": {"id": f"pi_test_{seq}", "object": "payment_intent", "amount": 1000}},
+            "data": {
+                "object": {"id": f"pi_test_{seq}", "object": "payment_intent", "amount": 1000}
+            },
         }
         body = json.dumps(payload).encode()
         return stripe_headers(secret, body, now), body

@@ -26,7 +26,9 @@ def check_url(url: str) -> sa.URL:
     try:
         parsed = make_url(url)
     except sa.exc.ArgumentError:
-        raise ConfigError(f"environment: HOOKD_DATABASE_URL: cannot parse {redact(url)!r}") from None
+        raise ConfigError(
+            f"environment: HOOKD_DATABASE_URL: cannot parse {redact(url)!r}"
+        ) from None
     if parsed.drivername not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
         raise ConfigError(
             "environment: HOOKD_DATABASE_URL: use sqlite+aiosqlite:///PATH or "

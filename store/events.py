@@ -85,6 +85,9 @@ async def insert_events(
                 "updated_at": now,
             }
         )
+    # One lock order for every batch: two concurrent batches that share keys
+    # then wait on each other instead of deadlocking (PostgreSQL).
+    rows.sort(key=lambda r: (r["source"], r["dedupe_key"]))
     stmt = _insert(conn).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
     result = await conn.execute(stmt.returning(EVENTS.c.id), rows)
     created = {row[0] for row in result}
@@ -112,7 +115,9 @@ async def insert_events(
 EVENT_COLUMNS = [c for c in EVENTS.c if c.name != "body"]
 
 
-async def get_event(conn: AsyncConnection, event_id: str, *, with_body: bool = False) -> sa.Row[Any] | None:
+async def get_event(
+    conn: AsyncConnection, event_id: str, *, with_body: bool = False
+) -> sa.Row[Any] | None:
     cols = list(EVENTS.c) if with_body else EVENT_COLUMNS
     result = await conn.execute(sa.select(*cols).where(EVENTS.c.id == event_id))
     return result.first()
@@ -162,7 +167,9 @@ def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
         "occurred_at": _iso(m["occurred_at"]),
         "processed_at": _iso(m["processed_at"]),
         "verified_with": m["verified_with"],
-        "error": {"message": m["last_error"]} if m["last_error"] and m["status"] == "dead" else None,
+        "error": {"message": m["last_error"]}
+        if m["last_error"] and m["status"] == "dead"
+        else None,
         "poll_after_seconds": None if done else 1,
     }
 

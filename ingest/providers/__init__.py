@@ -6,6 +6,5 @@ from ingest.providers import github, slack, standard, stripe
 from ingest.providers.base import Provider
 
 PROVIDERS: dict[str, Provider] = {
-    p.name: p
-    for p in (github.PROVIDER, stripe.PROVIDER, slack.PROVIDER, standard.PROVIDER)
+    p.name: p for p in (github.PROVIDER, stripe.PROVIDER, slack.PROVIDER, standard.PROVIDER)
 }

@@ -135,9 +135,13 @@ def parse_hex_digest(raw: str) -> bytes:
     if len(raw) != 64 or not raw.isascii():
         raise SignatureError("malformed_signature")
     try:
-        return bytes.fromhex(raw)
+        digest = bytes.fromhex(raw)
     except ValueError:
         raise SignatureError("malformed_signature") from None
+    # fromhex skips whitespace, so a 64-character string can decode to fewer bytes.
+    if len(digest) != 32:
+        raise SignatureError("malformed_signature")
+    return digest
 
 
 def b64decode_strict(raw: str) -> bytes:

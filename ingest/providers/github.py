@@ -46,7 +46,9 @@ def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeade
     scheme, sep, digest = raw.partition("=")
     if not sep or scheme != "sha256":
         raise SignatureError("malformed_signature")
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("sha256", parse_hex_digest(digest)),))
+    return SignedHeaders(
+        timestamp=None, prefix=b"", signatures=(("sha256", parse_hex_digest(digest)),)
+    )
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:

@@ -97,7 +97,7 @@ def is_history_message(event: dict[str, Any]) -> bool:
     if event.get("type") != "message":
         return False
     subtype = event.get("subtype")
-    return subtype is None or subtype in HISTORY_SUBTYPES
+    return subtype is None or (isinstance(subtype, str) and subtype in HISTORY_SUBTYPES)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -127,10 +127,10 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         raise PayloadError("malformed_payload", "event_callback without an event")
     event_type = event.get("type")
     if is_history_message(event):
-        team = payload.get("team_id") or event.get("team")
+        team_id = payload.get("team_id") or event.get("team")
         channel, ts = event.get("channel"), event.get("ts")
-        if isinstance(team, str) and isinstance(channel, str) and isinstance(ts, str):
-            key = checked_key(message_key(team, channel, ts), "message key")
+        if isinstance(team_id, str) and isinstance(channel, str) and isinstance(ts, str):
+            key = checked_key(message_key(team_id, channel, ts), "message key")
         else:
             key = checked_key(payload.get("event_id"), "event_id")
     else:
@@ -149,6 +149,7 @@ def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
         fields = parse_qs(body.decode("utf-8"), strict_parsing=True, errors="strict")
     except (UnicodeDecodeError, ValueError):
         raise PayloadError("malformed_payload", "form body cannot be parsed") from None
+    trigger: object
     if "payload" in fields:
         if len(fields["payload"]) != 1:
             raise PayloadError("malformed_payload", "form body needs exactly one payload field")
@@ -157,7 +158,8 @@ def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
         trigger = payload.get("trigger_id") or payload.get("action_ts")
     else:
         kind = "slash_command" if "command" in fields else None
-        trigger = (fields.get("trigger_id") or [None])[0]
+        triggers = fields.get("trigger_id", [])
+        trigger = triggers[0] if triggers else None
     return Envelope(
         dedupe_key=checked_key(f"trigger:{trigger}" if trigger else None, "trigger_id"),
         type=kind if isinstance(kind, str) else None,

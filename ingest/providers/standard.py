@@ -74,7 +74,7 @@ def parse_signing_key(raw: str) -> HmacKey | Ed25519PrivateKey:
         return Ed25519PrivateKey.from_private_bytes(key[:32])
     parsed = parse_secret(raw)
     if not isinstance(parsed, HmacKey):
-        raise ValueError("a whpk_ public key cannot sign; give the whsk_ private key")
+        raise ValueError("a whpk_ public key cannot sign; give the whsk_ private key")  # noqa: TRY004
     return parsed
 
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Quickstart command 2: install hookd with its test dependencies into .venv, then
+# lint, type-check and run the whole test suite. Tests that need PostgreSQL
+# (127.0.0.1:5432, or HOOKD_TEST_PG_DSN) skip without it, except under CI=true.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-test.lock
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+
+.venv/bin/ruff check .
+.venv/bin/mypy
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,98 @@
+"""Quickstart command 1, from a fresh copy of the repository, as a new user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fresh_copy(dest: Path) -> Path:
+    """The files a clone would have: tracked ones plus new ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    for name in listed:
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@pytest.mark.timeout(600)
+def test_quickstart_serves_and_send_test_reaches_every_source(tmp_path: Path) -> None:
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to list the repository's files")
+    repo = fresh_copy(tmp_path / "hookd")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOOKD_", "VIRTUAL_ENV"))}
+    env["HOOKD_PORT"] = str(port)
+    log = (tmp_path / "quickstart.log").open("wb")
+    proc = subprocess.Popen(
+        ["bash", "scripts/quickstart.sh"],
+        cwd=repo,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 500
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "quickstart.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        hookd = str(repo / ".venv/bin/hookd")
+        cli_env = {**env, "HOOKD_CONFIG": "examples/hookd.toml"}
+        for line in (repo / "examples/demo.env").read_text().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.split("=", 1)
+                cli_env[name] = value
+        for source in ("github", "stripe", "slack", "standard"):
+            sent = subprocess.run(
+                [hookd, "send-test", source, "--url", f"http://127.0.0.1:{port}/hooks/{source}"],
+                cwd=repo,
+                env=cli_env,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert sent.returncode == 0, sent.stdout + sent.stderr
+            assert sent.stdout.startswith("202 "), sent.stdout
+        listed = subprocess.run(
+            [hookd, "events", "list", "--json"],
+            check=False,
+            cwd=repo,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
+        events = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert sorted(e["source"] for e in events) == ["github", "slack", "standard", "stripe"]
+        assert {e["status"] for e in events} == {"pending"}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()

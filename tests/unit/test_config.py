@@ -1,0 +1,166 @@
+"""Configuration: sources TOML, ${VAR} interpolation, one-line errors."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from ingest.config import Settings, load_sources, parse_sources
+from ingest.errors import ConfigError
+from ingest.providers.base import Ed25519Key, HmacKey
+
+ROOT = Path(__file__).resolve().parents[2]
+P = Path("hookd.toml")
+
+
+def parse(text: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return parse_sources(text, P, env or {})
+
+
+def error_of(text: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text, env)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+GH = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["s"]\n'
+
+
+def test_example_config_parses_with_demo_env() -> None:
+    env = dict(
+        line.split("=", 1)
+        for line in (ROOT / "examples/demo.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    sources = load_sources(ROOT / "examples/hookd.toml", env)
+    assert [s.provider for s in sources] == ["github", "stripe", "slack", "standard"]
+
+
+def test_variables_are_interpolated_anywhere_in_strings() -> None:
+    text = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["a-${X}-b", "${Y}"]\n'
+    source = parse(text, {"X": "1", "Y": "two"}).get("gh")
+    assert source is not None
+    assert source.config.secrets == ("a-1-b", "two")
+    assert source.keys == (HmacKey(b"a-1-b"), HmacKey(b"two"))
+
+
+def test_missing_variable_names_file_source_key_and_variable() -> None:
+    text = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["${GH_SECRET}"]\n'
+    message = error_of(text)
+    assert (
+        message
+        == "hookd.toml: source 'gh': key 'secrets.0': environment variable GH_SECRET is not set"
+    )
+
+
+def test_unknown_provider_is_named() -> None:
+    message = error_of('[[sources]]\nname = "x"\nprovider = "gitlab"\nsecrets = ["s"]\n')
+    assert "source 'x'" in message and "key 'provider'" in message
+
+
+def test_duplicate_name_is_refused() -> None:
+    message = error_of(GH + GH)
+    assert "source 'gh'" in message and "duplicate source name" in message
+
+
+def test_unknown_key_is_refused() -> None:
+    message = error_of(GH + "retries = 3\n")
+    assert message == "hookd.toml: source 'gh': key 'retries': unknown key"
+
+
+def test_unknown_reconcile_key_is_refused() -> None:
+    message = error_of(GH + '[sources.reconcile]\ntoken = "t"\nhook = "app"\nfoo = 1\n')
+    assert "key 'reconcile.foo': unknown key" in message
+
+
+def test_other_providers_reconcile_key_is_refused() -> None:
+    text = GH + '[sources.reconcile]\ntoken = "t"\nhook = "repos/o/r/hooks/1"\nchannels = ["C1"]\n'
+    assert "key 'reconcile.channels': not a github setting" in error_of(text)
+
+
+def test_bad_source_name_is_refused() -> None:
+    assert "key 'name'" in error_of(
+        '[[sources]]\nname = "Git Hub"\nprovider = "github"\nsecrets = ["s"]\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "secret", "expected"),
+    [
+        ("stripe", "sk_test_123", "whsec_"),
+        ("standard", "whsec_***notbase64***", "base64"),
+        ("standard", "whpk_" + base64.b64encode(b"short").decode(), "32-byte"),
+        ("standard", "plain", "whsec_ or whpk_"),
+        ("github", "", "empty"),
+    ],
+)
+def test_bad_secret_format_names_the_secret(provider: str, secret: str, expected: str) -> None:
+    message = error_of(
+        f'[[sources]]\nname = "s"\nprovider = "{provider}"\nsecrets = ["{secret}"]\n'
+    )
+    assert "source 's': key 'secrets.0'" in message
+    assert expected in message
+
+
+def test_whpk_secret_becomes_an_ed25519_key() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    raw = Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    secret = "whpk_" + base64.b64encode(raw).decode()
+    text = f'[[sources]]\nname = "s"\nprovider = "standard"\nsecrets = ["{secret}"]\n'
+    source = parse(text).get("s")
+    assert source is not None and isinstance(source.keys[0], Ed25519Key)
+
+
+def test_no_secrets_is_refused() -> None:
+    assert "key 'secrets'" in error_of(
+        '[[sources]]\nname = "s"\nprovider = "github"\nsecrets = []\n'
+    )
+
+
+def test_invalid_toml_is_one_line() -> None:
+    assert error_of("[[sources]\nname=").startswith("hookd.toml: not valid TOML")
+
+
+def test_no_sources_is_refused() -> None:
+    assert "at least one [[sources]]" in error_of("")
+
+
+def test_reconcile_requires_provider_specific_keys() -> None:
+    slack = '[[sources]]\nname = "sl"\nprovider = "slack"\nsecrets = ["s"]\n'
+    slack += '[sources.reconcile]\ntoken = "t"\n'
+    assert "key 'reconcile.channels': is required for slack" in error_of(slack)
+    app = GH + '[sources.reconcile]\nhook = "app"\n'
+    assert "key 'reconcile.app_id'" in error_of(app)
+    bad_hook = GH + '[sources.reconcile]\ntoken = "t"\nhook = "repos/o/hooks/1"\n'
+    assert "key 'reconcile.hook'" in error_of(bad_hook)
+
+
+def test_reconcile_interval_bounds_are_checked() -> None:
+    text = GH + '[sources.reconcile]\ntoken = "t"\nhook = "orgs/o/hooks/1"\n'
+    text += "every_s = 10\nmin_every_s = 60\n"
+    assert "min_every_s <= every_s <= max_every_s" in error_of(text)
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sources file not found"):
+        load_sources(tmp_path / "nope.toml")
+
+
+def test_settings_read_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOKD_DATABASE_URL", "postgresql+asyncpg://u@h/db")
+    monkeypatch.setenv("HOOKD_COMMIT_BATCH_MAX", "64")
+    settings = Settings.from_env()
+    assert settings.database_url == "postgresql+asyncpg://u@h/db"
+    assert settings.commit_batch_max == 64
+
+
+def test_bad_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOKD_COMMIT_BATCH_MAX", "lots")
+    with pytest.raises(ConfigError, match="HOOKD_COMMIT_BATCH_MAX"):
+        Settings.from_env()

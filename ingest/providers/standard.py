@@ -45,8 +45,10 @@ SIGNATURE_BYTES = {"v1": 32, "v1a": 64}
 
 
 def _b64(raw: str) -> bytes:
+    # Some senders show secrets without base64 padding; the reference SDK accepts that.
+    padded = raw + "=" * (-len(raw) % 4)
     try:
-        return base64.b64decode(raw, validate=True)
+        return base64.b64decode(padded, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("the key after the prefix is not valid base64") from None
 

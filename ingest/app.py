@@ -15,11 +15,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from ingest import api
 from ingest.auth import token_ok
 from ingest.batcher import GroupCommitter
 from ingest.config import Settings, Sources, load_sources
+from ingest.dispatch import ArqWaker, InProcessConsumer
 from ingest.errors import ConfigError
 from ingest.receiver import Receiver
+from ingest.worker import build_runtime
 from store import db, migrate
 from store.crypto import BodyCipher
 
@@ -36,6 +39,11 @@ def create_app(
     engine = engine or db.create_engine(settings.database_url)
     cipher = BodyCipher(settings.encryption_keys)
     committers = 1 if engine.dialect.name == "sqlite" else 4
+    runtime = build_runtime(settings, sources, engine)
+    waker = ArqWaker(settings.redis_url) if settings.redis_url else None
+    consumer = None if waker else InProcessConsumer(runtime.processor, settings.sweep_s)
+    dispatcher = waker or consumer
+    assert dispatcher is not None
     committer = GroupCommitter(
         engine,
         cipher,
@@ -43,6 +51,7 @@ def create_app(
         window_s=settings.commit_window_ms / 1000,
         commit_timeout_s=settings.commit_timeout_s,
         committers=committers,
+        on_commit=dispatcher.on_commit,
     )
     receiver = Receiver(sources, committer, body_timeout_s=settings.body_timeout_s, clock=clock)
 
@@ -55,6 +64,11 @@ def create_app(
                 await db.ping(engine)
         except Exception as exc:  # any failure means not ready
             return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+        if waker is not None:
+            try:
+                await waker.ping()
+            except Exception as exc:  # Redis is configured, so it must answer
+                return JSONResponse({"status": "unavailable", "redis": type(exc).__name__}, 503)
         return JSONResponse({"status": "ok"})
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -65,12 +79,21 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await committer.start()
-        log.info("receiver started", extra={"sources": len(sources)})
+        if consumer is not None:
+            await consumer.start()
+        log.info(
+            "receiver started",
+            extra={"sources": len(sources), "processing": "arq" if waker else "in-process"},
+        )
         try:
             yield
         finally:
             await committer.stop()
-            await engine.dispose()
+            if consumer is not None:
+                await consumer.stop()
+            if waker is not None:
+                await waker.close()
+            await runtime.close()
 
     app = Starlette(
         routes=[
@@ -78,6 +101,7 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
+            *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
         ],
         lifespan=lifespan,
     )

@@ -101,35 +101,42 @@ class GroupCommitter:
     async def _run(self) -> None:
         while True:
             batch = await self._collect()
-            # A request whose client went away still gets committed: the
-            # provider may have seen the bytes leave and will retry; dedupe holds.
-            events = [event for event, _ in batch]
             try:
-                async with asyncio.timeout(self._commit_timeout_s):
-                    async with self._engine.begin() as conn:
-                        results = await insert_events(conn, events, self._cipher)
-            except asyncio.CancelledError:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(StoreUnavailable("shutting_down"))
-                raise
-            except Exception as exc:  # any database failure means: do not acknowledge
-                log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
-                    "commit failed",
-                    extra={"batch_size": len(batch), "error": type(exc).__name__},
-                )
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
-                continue
-            self.batches += 1
-            self.rows += len(batch)
-            for (_, future), stored in zip(batch, results, strict=True):
+                await self._commit(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _commit(self, batch: list[_Item]) -> None:
+        # A request whose client went away still gets committed: the provider
+        # may have seen the bytes leave and will retry; dedupe holds.
+        events = [event for event, _ in batch]
+        try:
+            async with asyncio.timeout(self._commit_timeout_s):
+                async with self._engine.begin() as conn:
+                    results = await insert_events(conn, events, self._cipher)
+        except asyncio.CancelledError:
+            for _, future in batch:
                 if not future.done():
-                    future.set_result(stored)
-            created = [s.event_id for s in results if s.created]
-            if created and self._on_commit is not None:
-                try:
-                    await self._on_commit(created)
-                except Exception as exc:  # dispatch is a hint; the sweep recovers it
-                    log.warning("dispatch after commit failed", extra={"error": type(exc).__name__})
+                    future.set_exception(StoreUnavailable("shutting_down"))
+            raise
+        except Exception as exc:  # any database failure means: do not acknowledge
+            log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
+                "commit failed",
+                extra={"batch_size": len(batch), "error": type(exc).__name__},
+            )
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
+            return
+        self.batches += 1
+        self.rows += len(batch)
+        for (_, future), stored in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(stored)
+        created = [s.event_id for s in results if s.created]
+        if created and self._on_commit is not None:
+            try:
+                await self._on_commit(created)
+            except Exception as exc:  # dispatch is a hint; the sweep recovers it
+                log.warning("dispatch after commit failed", extra={"error": type(exc).__name__})

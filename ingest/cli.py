@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from sqlalchemy import exc as sa_exc
 
 from ingest.config import Settings, Sources, load_sources
 from ingest.errors import ConfigError
@@ -36,6 +39,16 @@ def port_number(raw: str) -> int:
     return value
 
 
+def positive_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be finite and positive")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -44,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--workers", type=positive_int, default=1)
+
+    sub.add_parser("worker", help="run an arq worker: processing and the outbox sweep")
+
+    wait = sub.add_parser("wait", help="wait for an existing event to finish; never resubmits")
+    wait.add_argument("id")
+    wait.add_argument("--timeout", type=positive_seconds, default=60.0)
+    wait.add_argument("--interval", type=positive_seconds, default=1.0)
+
+    replay = sub.add_parser("replay", help="run events' handlers again, on the same rows")
+    replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
+    replay.add_argument("--source")
+    replay.add_argument("--status", choices=["dead"])
 
     dbp = sub.add_parser("db", help="database schema")
     dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -87,9 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911
     if args.command == "serve":
         return cmd_serve(args, settings)
+    if args.command == "worker":
+        return cmd_worker(settings)
+    if args.command in ("wait", "replay", "events"):
+        asyncio.run(preflight(settings))
+    if args.command == "wait":
+        return asyncio.run(cmd_wait(args, settings))
+    if args.command == "replay":
+        return asyncio.run(cmd_replay(args, settings))
     if args.command == "db":
         from store import migrate
 
@@ -106,22 +139,13 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
-    from ingest.app import check_schema
-    from store import db
+    from ingest.handlers import import_handler
 
-    load_sources(settings.config)  # fail here, with one line, not in every worker
-
-    async def preflight() -> None:
-        engine = db.create_engine(settings.database_url)
-        try:
-            await check_schema(engine, settings.database_url)
-        finally:
-            await engine.dispose()
-
-    try:
-        asyncio.run(preflight())
-    except (OSError, ConnectionError) as exc:
-        raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
+    sources = load_sources(settings.config)  # fail here, with one line, not in every worker
+    for source in sources:
+        for ref in source.config.handlers:
+            import_handler(ref)
+    asyncio.run(preflight(settings))
     print(
         f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
         file=sys.stderr,
@@ -137,6 +161,104 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         server_header=False,
     )
     return EXIT_OK
+
+
+async def preflight(settings: Settings) -> None:
+    """The database answers and is at this version's schema, or one clear line."""
+    from ingest.app import check_schema
+    from store import db
+
+    engine = db.create_engine(settings.database_url)
+    try:
+        await check_schema(engine, settings.database_url)
+    except (OSError, ConnectionError) as exc:
+        raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
+    finally:
+        await engine.dispose()
+
+
+def cmd_worker(settings: Settings) -> int:
+    from ingest import worker
+
+    if not settings.redis_url:
+        raise ConfigError(
+            "environment: HOOKD_REDIS_URL: hookd worker needs Redis; without it, "
+            "hookd serve processes events in-process"
+        )
+    sources = load_sources(settings.config)
+    asyncio.run(preflight(settings))
+    asyncio.run(worker.run(settings, sources))
+    return EXIT_OK
+
+
+EXIT_WAIT_DEAD, EXIT_WAIT_TIMEOUT, EXIT_WAIT_UNKNOWN = 1, 3, 4
+
+
+async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
+    """Poll one event read-only until it is done or the monotonic deadline passes."""
+    from store import db
+    from store.events import get_event
+
+    deadline = time.monotonic() + args.timeout
+    engine = db.create_engine(settings.database_url)
+    status = "unknown"
+    try:
+        while True:
+            try:
+                async with engine.connect() as conn:
+                    row = await get_event(conn, args.id)
+            except (OSError, ConnectionError, sa_exc.DBAPIError) as exc:
+                status = f"unknown ({type(exc).__name__})"  # keep waiting: it may come back
+            else:
+                if row is None:
+                    print(f"hookd: no event {args.id}", file=sys.stderr)
+                    return EXIT_WAIT_UNKNOWN
+                status = row.status
+                if status == "processed":
+                    print(f"{args.id} processed")
+                    return EXIT_OK
+                if status == "dead":
+                    print(f"{args.id} dead: {row.last_error or 'no error recorded'}")
+                    return EXIT_WAIT_DEAD
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                print(f"{args.id} {status}: not done after {args.timeout:g}s")
+                return EXIT_WAIT_TIMEOUT
+            await asyncio.sleep(min(args.interval, remaining))
+    finally:
+        await engine.dispose()
+
+
+async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from datetime import UTC, datetime
+
+    from ingest.dispatch import ArqWaker
+    from store import claims, db
+    from store.events import get_event
+
+    if bool(args.ids) == bool(args.source or args.status):
+        raise ConfigError("usage: hookd replay EVENT_ID ... | --source S --status dead")
+    if not args.ids and not (args.source and args.status):
+        raise ConfigError("usage: --source and --status go together")
+    engine = db.create_engine(settings.database_url)
+    try:
+        async with engine.begin() as conn:
+            ids = list(args.ids) or await claims.ids_with_status(conn, args.source, args.status)
+            unknown = [i for i in ids if await get_event(conn, i) is None]
+            replayed = await claims.replay(conn, ids, datetime.now(UTC))
+    finally:
+        await engine.dispose()
+    for event_id in unknown:
+        print(f"hookd: no event {event_id}", file=sys.stderr)
+    for event_id in ids:
+        if event_id not in unknown:
+            state = "replayed" if event_id in replayed else "skipped: being processed now"
+            print(f"{event_id} {state}")
+    if settings.redis_url and replayed:
+        waker = ArqWaker(settings.redis_url)
+        await waker.on_commit(replayed)
+        await waker.close()
+    return EXIT_FAIL if unknown else EXIT_OK
 
 
 async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:

@@ -45,8 +45,24 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # How long a commit may take before the request gets a 503.
     commit_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Processing: a claimed event's lease, each handler's time limit, retries
+    # (full-jitter exponential backoff between base and cap), claim batch size,
+    # events run at once per process, and the outbox sweep's period.
+    lease_s: float = Field(default=120.0, gt=0, le=86_400)
+    handler_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    retry_base_s: float = Field(default=1.0, gt=0, le=3_600)
+    retry_cap_s: float = Field(default=600.0, gt=0, le=86_400)
+    process_batch: int = Field(default=64, ge=1, le=1_000)
+    process_concurrency: int = Field(default=16, ge=1, le=1_000)
+    sweep_s: float = Field(default=2.0, gt=0, le=600)
     log_level: str = "INFO"
     log_json: bool = False
+
+    @model_validator(mode="after")
+    def _lease_covers_handlers(self) -> Settings:
+        if self.lease_s <= self.handler_timeout_s:
+            raise ValueError("lease_s must be longer than handler_timeout_s")
+        return self
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -51,3 +51,8 @@ def configure(level: str = "INFO", json_lines: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+    # arq logs every job at INFO; its warnings and errors are worth seeing.
+    arq = logging.getLogger("arq")
+    arq.handlers[:] = [handler]
+    arq.setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
+    arq.propagate = False

@@ -47,6 +47,7 @@ class Event(SQLModel, table=True):
         sa.UniqueConstraint("source", "dedupe_key", name=UQ_EVENTS_SOURCE_KEY),
         sa.Index("ix_events_due", "status", "next_attempt_at"),
         sa.Index("ix_events_source_id", "source", "id"),
+        sa.Index("ix_events_lease", "status", "lease_expires_at"),
     )
 
     id: str = Field(primary_key=True, max_length=26)
@@ -73,3 +74,20 @@ class Event(SQLModel, table=True):
 
 
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
+
+
+class HandlerRun(SQLModel, table=True):
+    """The ledger: a handler that finished for an event is never run for it again."""
+
+    __tablename__ = "handler_runs"
+
+    event_id: str = Field(
+        sa_column=sa.Column(
+            sa.String(26), sa.ForeignKey("events.id", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    handler: str = Field(primary_key=True, max_length=255)
+    finished_at: datetime = _utc()
+
+
+HANDLER_RUNS: sa.Table = HandlerRun.__table__  # type: ignore[attr-defined]

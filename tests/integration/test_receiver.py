@@ -47,7 +47,7 @@ async def test_new_event_is_202_then_duplicate_is_200(
     row = stored[0]._mapping
     assert row["id"] == first.json()["event_id"]
     assert row["body"] == body
-    assert row["origin"] == "webhook" and row["status"] == "pending" and row["attempts"] == 0
+    assert row["origin"] == "webhook"
     assert row["verified_with"].startswith(provider)
     assert row["received_at"].tzinfo is not None
 

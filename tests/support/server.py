@@ -1,8 +1,10 @@
-"""A real ``hookd serve`` process on loopback, for tests where HTTP and crashes matter."""
+"""Real ``hookd serve`` / ``hookd worker`` processes, and a private Redis, for tests
+where HTTP, processes and crashes matter."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -11,6 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -20,53 +25,37 @@ def free_port() -> int:
         return port
 
 
-class HookdServer:
-    def __init__(self, env: dict[str, str], cwd: Path, *, workers: int = 1) -> None:
-        self.port = free_port()
-        self.env = {**os.environ, **env, "HOOKD_LOG_LEVEL": env.get("HOOKD_LOG_LEVEL", "WARNING")}
+class HookdProcess:
+    """``python -m ingest.cli ARGS`` in its own process group, logging to a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.args = args
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "HOOKD_LOG_LEVEL": "WARNING",
+            **env,
+        }
         self.cwd = cwd
-        self.workers = workers
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = cwd / f"serve-{self.port}.log"
+        self.log_path = cwd / f"{args[0]}-{time.monotonic_ns()}.log"
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 30.0) -> HookdServer:
+    def launch(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ingest.cli",
-                    "serve",
-                    "--port",
-                    str(self.port),
-                    "--workers",
-                    str(self.workers),
-                ],
+                [sys.executable, "-m", "ingest.cli", *self.args],
                 env=self.env,
                 cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"hookd serve exited {self.proc.returncode}: {self.log()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"hookd serve did not start: {self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill9(self) -> None:
         """SIGKILL the whole process group: no shutdown hook, no flush, nothing."""
@@ -84,7 +73,112 @@ class HookdServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+
+class HookdServer(HookdProcess):
+    def __init__(self, env: dict[str, str], cwd: Path, *, workers: int = 1) -> None:
+        self.port = free_port()
+        super().__init__(["serve", "--port", str(self.port), "--workers", str(workers)], env, cwd)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> HookdServer:
+        self.launch()
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hookd serve exited {self.proc.returncode}: {self.log()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"hookd serve did not start: {self.log()}")
+
     def __enter__(self) -> HookdServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+class HookdWorker(HookdProcess):
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        super().__init__(["worker"], env, cwd)
+
+    def start(self) -> HookdWorker:
+        self.launch()
+        return self
+
+    def __enter__(self) -> HookdWorker:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+class RedisServer:
+    """A private, non-persistent redis-server on a free port, to flush and stop at will."""
+
+    def __init__(self, cwd: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail("redis-server is not installed (CI=true: it must be)")
+            pytest.skip("redis-server is not installed")
+        self.binary = binary
+        self.port = free_port()
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.cwd),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def command(self, *words: str) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+            sock.sendall((" ".join(words) + "\r\n").encode())
+            return sock.recv(1024)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *_: object) -> None:

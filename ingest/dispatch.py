@@ -1,0 +1,109 @@
+"""What wakes processing up after a commit.
+
+Without Redis, ``InProcessConsumer`` runs inside ``hookd serve``. With Redis,
+``ArqWaker`` enqueues a wake-up job that a ``hookd worker`` answers by claiming
+due events from the database. Either way the database decides who runs what;
+a lost wake-up only delays an event until the next sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from arq.connections import ArqRedis
+from redis.asyncio import ConnectionPool
+
+from ingest.processing import Processor
+
+log = logging.getLogger("hookd.dispatch")
+
+WAKE_JOB = "hookd_wake"
+# At most this many wake-up jobs per second reach Redis, however busy the receiver.
+WAKES_PER_S = 10
+
+
+class InProcessConsumer:
+    def __init__(self, processor: Processor, sweep_s: float = 1.0) -> None:
+        self._processor = processor
+        self._sweep_s = sweep_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def on_commit(self, _ids: Sequence[str]) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="hookd-consumer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _loop(self) -> None:
+        failures = 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
+            self._wake.clear()
+            try:
+                await self._processor.drain()
+                failures = 0
+            except Exception as exc:  # the database is away: back off, then look again
+                failures += 1
+                log.warning("consumer pass failed", extra={"error": type(exc).__name__})
+                await asyncio.sleep(min(30.0, 0.5 * 2**failures))
+
+
+class ArqWaker:
+    """Enqueues coalesced wake-up jobs; never blocks or fails an acknowledgement."""
+
+    def __init__(self, redis_url: str, timeout_s: float = 0.5) -> None:
+        pool = ConnectionPool.from_url(
+            redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+        self._redis = ArqRedis(pool)
+        self._timeout_s = timeout_s
+        self._pending: asyncio.Task[None] | None = None
+        self._dirty = False
+        self._last_bucket = -1
+
+    async def on_commit(self, _ids: Sequence[str]) -> None:
+        self._dirty = True
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        # Leading edge at once, then at most one more per bucket while commits
+        # keep coming, so the last commit of a burst always gets a wake-up.
+        while self._dirty:
+            self._dirty = False
+            bucket = int(time.time() * WAKES_PER_S)
+            if bucket <= self._last_bucket:
+                await asyncio.sleep(max(0.0, (self._last_bucket + 1) / WAKES_PER_S - time.time()))
+                bucket = max(int(time.time() * WAKES_PER_S), self._last_bucket + 1)
+            self._last_bucket = bucket
+            await self._enqueue(bucket)
+
+    async def _enqueue(self, bucket: int) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._redis.enqueue_job(WAKE_JOB, _job_id=f"{WAKE_JOB}:{bucket}")
+        except Exception as exc:  # Redis down: the worker's sweep finds the event
+            log.warning("wake-up not enqueued", extra={"error": type(exc).__name__})
+
+    async def ping(self) -> bool:
+        async with asyncio.timeout(self._timeout_s):
+            return bool(await self._redis.ping())
+
+    async def close(self) -> None:
+        if self._pending is not None:
+            with contextlib.suppress(Exception):
+                await self._pending
+        await self._redis.aclose()

@@ -1,0 +1,213 @@
+"""Turning stored events into effects: claim, run handlers, record, retry or bury.
+
+The same ``Processor`` runs inside ``hookd serve`` (no Redis) and inside
+``hookd worker`` (arq); what differs is only what wakes it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from prometheus_client import Counter, Histogram
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ingest.config import Sources
+from ingest.handlers import Event, Handler, PermanentError, idempotency_key
+from store import claims
+from store.crypto import BodyCipher
+
+log = logging.getLogger("hookd.processing")
+
+EVENTS_PROCESSED = Counter(
+    "hookd_events_processed_total",
+    "Processing outcomes per attempt (processed, retry, dead).",
+    ["source", "outcome"],
+)
+PROCESSING_SECONDS = Histogram(
+    "hookd_processing_seconds",
+    "Time to run an event's handlers, per attempt.",
+    ["source"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter: uniform(0, min(cap, base · 2^(n-1)))."""
+
+    base_s: float = 1.0
+    cap_s: float = 600.0
+
+    def delay_s(self, attempt: int, rng: random.Random) -> float:
+        ceiling = min(self.cap_s, self.base_s * 2 ** min(max(attempt - 1, 0), 60))
+        return rng.uniform(0, ceiling)
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Processor:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sources: Sources,
+        handlers: Mapping[str, list[tuple[str, Handler]]],
+        cipher: BodyCipher,
+        *,
+        lease_s: float = 120.0,
+        handler_timeout_s: float = 30.0,
+        retry: RetryPolicy | None = None,
+        batch_size: int = 64,
+        concurrency: int = 16,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._engine = engine
+        self._sources = sources
+        self._handlers = handlers
+        self._cipher = cipher
+        self._lease_s = lease_s
+        self._handler_timeout_s = handler_timeout_s
+        self._retry = retry or RetryPolicy()
+        self._batch_size = batch_size
+        self._semaphore = asyncio.Semaphore(concurrency)
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
+        self.owner = worker_id()
+
+    async def run_once(self) -> int:
+        """Claim one batch of due events and process them; the number claimed."""
+        now = datetime.now(UTC)
+        async with self._engine.begin() as conn:
+            rows = await claims.claim_due(conn, self.owner, self._lease_s, self._batch_size, now)
+        if not rows:
+            return 0
+        started = time.perf_counter()
+        try:
+            done = await asyncio.gather(*(self._guarded(row) for row in rows))
+        except asyncio.CancelledError:
+            # Shutting down: hand the claims back now instead of leaving them
+            # to wait out their lease. Finished handlers stay in the ledger.
+            await asyncio.shield(self._release([r.id for r in rows]))
+            raise
+        finished = [row for row, ok in zip(rows, done, strict=True) if ok]
+        if finished:
+            # One transaction marks the whole batch: a crash before it only means
+            # the leases expire and the ledger makes the re-run a no-op.
+            async with self._engine.begin() as conn:
+                owned = await claims.mark_processed(
+                    conn, [r.id for r in finished], self.owner, datetime.now(UTC)
+                )
+            elapsed = time.perf_counter() - started
+            for row in finished:
+                if row.id in owned:
+                    EVENTS_PROCESSED.labels(row.source, "processed").inc()
+                    PROCESSING_SECONDS.labels(row.source).observe(elapsed)
+                else:
+                    log.warning("lease lost before completion", extra={"event_id": row.id})
+        return len(rows)
+
+    async def _release(self, event_ids: list[str]) -> None:
+        try:
+            async with self._engine.begin() as conn:
+                await claims.release(conn, event_ids, self.owner, datetime.now(UTC))
+        except Exception as exc:  # the lease expiry recovers them anyway
+            log.warning("could not release claims", extra={"error": type(exc).__name__})
+
+    async def drain(self, max_s: float = 30.0) -> int:
+        """Process until nothing is due (or ``max_s`` passed): the number processed."""
+        deadline = time.monotonic() + max_s
+        total = 0
+        while time.monotonic() < deadline:
+            count = await self.run_once()
+            total += count
+            if count == 0:
+                break
+        return total
+
+    async def _guarded(self, row: sa.Row[Any]) -> bool:
+        async with self._semaphore:
+            try:
+                return await self._process(row)
+            except Exception as exc:  # a store failure: the lease expires and it is retried
+                log.error(  # noqa: TRY400 - no traceback: it may quote SQL parameters
+                    "processing failed",
+                    extra={"event_id": row.id, "source": row.source, "error": type(exc).__name__},
+                )
+                return False
+
+    async def _process(self, row: sa.Row[Any]) -> bool:
+        """Run the handlers not yet in the ledger; True when all have finished."""
+        chain = self._handlers.get(row.source, [])
+        source = self._sources.get(row.source)
+        if source is None:
+            await self._fail(row, "source is no longer configured", permanent=True)
+            return False
+        if not chain:
+            return True
+        async with self._engine.connect() as conn:
+            finished = await claims.finished_handlers(conn, row.id)
+            body_row = await conn.execute(
+                sa.text("SELECT body FROM events WHERE id = :id"), {"id": row.id}
+            )
+            body = body_row.scalar() or b""
+        event = Event(
+            id=row.id,
+            source=row.source,
+            provider=row.provider,
+            type=row.type,
+            dedupe_key=row.dedupe_key,
+            origin=row.origin,
+            received_at=row.received_at,
+            headers=dict(row.headers),
+            body=self._cipher.open(body, row.body_encrypted),
+        )
+        for name, handler in chain:
+            if name in finished:
+                continue
+            try:
+                async with asyncio.timeout(self._handler_timeout_s):
+                    await handler(replace(event, idempotency_key=idempotency_key(row.id, name)))
+            except PermanentError as exc:
+                await self._fail(row, f"{name}: {exc}", permanent=True)
+                return False
+            except Exception as exc:  # any handler failure is retried
+                await self._fail(row, f"{name}: {type(exc).__name__}: {exc}", permanent=False)
+                return False
+            async with self._engine.begin() as conn:
+                await claims.record_handler(conn, row.id, name, datetime.now(UTC))
+        return True
+
+    async def _fail(self, row: sa.Row[Any], error: str, *, permanent: bool) -> None:
+        source = self._sources.get(row.source)
+        max_attempts = source.config.max_attempts if source else 1
+        now = datetime.now(UTC)
+        retry_at = None
+        if not permanent and row.attempts < max_attempts:
+            retry_at = now + timedelta(seconds=self._retry.delay_s(row.attempts, self._rng))
+        async with self._engine.begin() as conn:
+            owned = await claims.mark_failed(
+                conn, row.id, owner=self.owner, error=error, now=now, retry_at=retry_at
+            )
+        outcome = "dead" if retry_at is None else "retry"
+        if owned:
+            EVENTS_PROCESSED.labels(row.source, outcome).inc()
+        log.warning(
+            "handler failed",
+            extra={
+                "event_id": row.id,
+                "source": row.source,
+                "attempt": row.attempts,
+                "outcome": outcome,
+            },
+        )

@@ -1,0 +1,199 @@
+"""Claiming events for processing, the handler ledger, and the state changes after.
+
+A claim is one atomic ``UPDATE … RETURNING``: on PostgreSQL over rows picked
+with ``FOR UPDATE SKIP LOCKED``, on SQLite under its single writer. Every later
+state change is fenced on ``lease_owner``, so a worker whose lease was taken
+over cannot overwrite the new owner's outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.models import EVENTS, HANDLER_RUNS
+
+RUNNABLE = ("pending", "retrying")
+DONE = ("processed", "dead")
+
+
+def due_condition(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(
+        sa.and_(EVENTS.c.status.in_(RUNNABLE), EVENTS.c.next_attempt_at <= now),
+        sa.and_(EVENTS.c.status == "processing", EVENTS.c.lease_expires_at < now),
+    )
+
+
+async def claim_due(
+    conn: AsyncConnection, owner: str, lease_s: float, limit: int, now: datetime
+) -> list[sa.Row[Any]]:
+    """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1."""
+    pick = (
+        sa.select(EVENTS.c.id)
+        .where(due_condition(now))
+        .order_by(EVENTS.c.next_attempt_at)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        pick = pick.with_for_update(skip_locked=True)
+    stmt = (
+        sa.update(EVENTS)
+        .where(EVENTS.c.id.in_(pick.scalar_subquery()))
+        .values(
+            status="processing",
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            attempts=EVENTS.c.attempts + 1,
+            updated_at=now,
+        )
+        .returning(*EVENTS.c)
+    )
+    return list((await conn.execute(stmt)).all())
+
+
+async def finished_handlers(conn: AsyncConnection, event_id: str) -> set[str]:
+    result = await conn.execute(
+        sa.select(HANDLER_RUNS.c.handler).where(HANDLER_RUNS.c.event_id == event_id)
+    )
+    return {row[0] for row in result}
+
+
+async def record_handler(conn: AsyncConnection, event_id: str, handler: str, now: datetime) -> None:
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    await conn.execute(
+        insert(HANDLER_RUNS)
+        .values(event_id=event_id, handler=handler, finished_at=now)
+        .on_conflict_do_nothing(index_elements=["event_id", "handler"])
+    )
+
+
+def _fenced(event_id: str, owner: str) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        EVENTS.c.id == event_id, EVENTS.c.lease_owner == owner, EVENTS.c.status == "processing"
+    )
+
+
+async def mark_processed(
+    conn: AsyncConnection, event_ids: Sequence[str], owner: str, now: datetime
+) -> set[str]:
+    """Mark events processed where ``owner`` still holds the lease; the ids it did."""
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(
+            EVENTS.c.id.in_(list(event_ids)),
+            EVENTS.c.lease_owner == owner,
+            EVENTS.c.status == "processing",
+        )
+        .values(
+            status="processed",
+            processed_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            last_error=None,
+            updated_at=now,
+        )
+        .returning(EVENTS.c.id)
+    )
+    return {row[0] for row in result}
+
+
+async def release(
+    conn: AsyncConnection, event_ids: Sequence[str], owner: str, now: datetime
+) -> None:
+    """Give back claims still held by ``owner``, due at once (a clean shutdown)."""
+    await conn.execute(
+        sa.update(EVENTS)
+        .where(
+            EVENTS.c.id.in_(list(event_ids)),
+            EVENTS.c.lease_owner == owner,
+            EVENTS.c.status == "processing",
+        )
+        .values(
+            status="retrying",
+            next_attempt_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+    )
+
+
+async def mark_failed(
+    conn: AsyncConnection,
+    event_id: str,
+    *,
+    owner: str,
+    error: str,
+    now: datetime,
+    retry_at: datetime | None,
+) -> bool:
+    """``retrying`` until ``retry_at``, or ``dead`` when there is no retry left."""
+    values: dict[str, Any] = {
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "last_error": error[:2000],
+        "updated_at": now,
+    }
+    if retry_at is None:
+        values["status"] = "dead"
+    else:
+        values |= {"status": "retrying", "next_attempt_at": retry_at}
+    result = await conn.execute(sa.update(EVENTS).where(_fenced(event_id, owner)).values(values))
+    return bool(result.rowcount)
+
+
+async def replay(conn: AsyncConnection, event_ids: Sequence[str], now: datetime) -> list[str]:
+    """Make events runnable again on the same row: pending, attempts reset.
+
+    The ledger is kept for handlers of an unfinished event (a fixed handler
+    runs, the ones that already succeeded do not); a processed event is
+    replayed whole, so its ledger is cleared.
+    """
+    if not event_ids:
+        return []
+    rows = (
+        await conn.execute(
+            sa.select(EVENTS.c.id, EVENTS.c.status).where(EVENTS.c.id.in_(list(event_ids)))
+        )
+    ).all()
+    ids = [r.id for r in rows if r.status != "processing"]
+    processed = [r.id for r in rows if r.status == "processed"]
+    if processed:
+        await conn.execute(sa.delete(HANDLER_RUNS).where(HANDLER_RUNS.c.event_id.in_(processed)))
+    if ids:
+        await conn.execute(
+            sa.update(EVENTS)
+            .where(EVENTS.c.id.in_(ids), EVENTS.c.status != "processing")
+            .values(
+                status="pending",
+                attempts=0,
+                next_attempt_at=now,
+                last_error=None,
+                processed_at=None,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=now,
+            )
+        )
+    return ids
+
+
+async def ids_with_status(conn: AsyncConnection, source: str, status: str) -> list[str]:
+    result = await conn.execute(
+        sa.select(EVENTS.c.id).where(EVENTS.c.source == source, EVENTS.c.status == status)
+    )
+    return [row[0] for row in result]
+
+
+async def next_due_at(conn: AsyncConnection) -> datetime | None:
+    """When the earliest runnable event becomes due (for the in-process consumer's sleep)."""
+    result = await conn.execute(
+        sa.select(sa.func.min(EVENTS.c.next_attempt_at)).where(EVENTS.c.status.in_(RUNNABLE))
+    )
+    value: datetime | None = result.scalar()
+    return value

@@ -1,0 +1,199 @@
+"""End to end through real processes: ``hookd serve`` → PostgreSQL → Redis → ``hookd worker``
+→ handlers; and the same without Redis on SQLite. Crashes are real ``kill -9``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from ingest.signing import sample_event
+from store import db
+from tests.conftest import SECRETS
+from tests.support import handlers
+from tests.support.server import HookdServer, HookdWorker, RedisServer
+
+pytestmark = pytest.mark.anyio
+
+Request = tuple[dict[str, str], bytes]
+
+
+def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
+    path = tmp_path / "pipeline.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["tests.support.handlers:{handler}"]
+max_attempts = {max_attempts}
+"""
+    )
+    return path
+
+
+async def prepare(url: str) -> None:
+    engine = db.create_engine(url)
+    try:
+        await handlers.create_tables(engine)
+    finally:
+        await engine.dispose()
+
+
+async def scalar(url: str, sql: str) -> int:
+    engine = db.create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(sa.text(sql))).scalar() or 0)
+    finally:
+        await engine.dispose()
+
+
+async def send(base_url: str, requests: list[Request], concurrency: int = 32) -> list[int]:
+    queue = list(requests)
+    statuses: list[int] = []
+
+    async def sender(client: httpx.AsyncClient) -> None:
+        while queue:
+            headers, body = queue.pop()
+            response = await client.post("/hooks/github", content=body, headers=headers)
+            statuses.append(response.status_code)
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
+        await asyncio.gather(*(sender(client) for _ in range(concurrency)))
+    return statuses
+
+
+async def wait_processed(url: str, expected: int, timeout_s: float = 90) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if await scalar(url, "SELECT count(*) FROM events WHERE status = 'processed'") >= expected:
+            return time.monotonic() - started
+        await asyncio.sleep(0.2)
+    states = await scalar(url, "SELECT count(*) FROM events WHERE status <> 'processed'")
+    raise AssertionError(f"{states} events not processed after {timeout_s}s")
+
+
+def github_requests(count: int, duplicates: int) -> list[Request]:
+    unique = [sample_event("github", SECRETS["github"], i) for i in range(count)]
+    mixed = unique + random.sample(unique, duplicates)
+    random.shuffle(mixed)
+    return mixed
+
+
+async def test_thousand_events_with_duplicates_give_one_effect_each_with_two_workers(
+    tmp_path: Path, pg_url: str
+) -> None:
+    await prepare(pg_url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
+        "HOOKD_DATABASE_URL": pg_url,
+    }
+    with RedisServer(tmp_path) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with (
+            HookdServer(env, tmp_path) as server,
+            HookdWorker(env, tmp_path),
+            HookdWorker(env, tmp_path),
+        ):
+            statuses = await send(server.url, github_requests(1000, 250))
+            assert sorted(statuses) == [200] * 250 + [202] * 1000
+            await wait_processed(pg_url, 1000)
+    assert await scalar(pg_url, "SELECT count(*) FROM events") == 1000
+    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 1000
+    assert await scalar(pg_url, "SELECT count(DISTINCT event_id) FROM effects") == 1000
+    assert await scalar(pg_url, "SELECT count(*) FROM calls") == 1000, "a handler ran twice"
+    assert await scalar(pg_url, "SELECT max(attempts) FROM events") == 1
+
+
+async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect(
+    tmp_path: Path, pg_url: str
+) -> None:
+    await prepare(pg_url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path, "effect_idempotent")),
+        "HOOKD_DATABASE_URL": pg_url,
+        "HOOKD_LEASE_S": "2",
+        "HOOKD_HANDLER_TIMEOUT_S": "1",
+        "HOOKD_RETRY_BASE_S": "0.05",
+        "TEST_HANDLER_SLEEP_S": "0.05",
+    }
+    stuck_at_kill = []
+    with RedisServer(tmp_path) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with HookdServer(env, tmp_path) as server:
+            statuses = await send(server.url, github_requests(400, 0))
+            assert statuses.count(202) == 400
+            processed = "SELECT count(*) FROM events WHERE status = 'processed'"
+            for _ in range(5):
+                before = await scalar(pg_url, processed)
+                worker = HookdWorker(env, tmp_path).start()
+                deadline = time.monotonic() + 30
+                while await scalar(pg_url, processed) < before + 20:
+                    assert time.monotonic() < deadline, worker.log()
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(random.uniform(0, 0.3))
+                worker.kill9()
+                stuck_at_kill.append(
+                    await scalar(pg_url, "SELECT count(*) FROM events WHERE status = 'processing'")
+                )
+            done_before = await scalar(
+                pg_url, "SELECT count(*) FROM events WHERE status = 'processed'"
+            )
+            with HookdWorker(env, tmp_path):
+                recovery_s = await wait_processed(pg_url, 400)
+    assert any(stuck_at_kill), "no kill landed while handlers were running"
+    assert done_before < 400, "the kills came after all the work"
+    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 400
+    assert await scalar(pg_url, "SELECT count(DISTINCT event_id) FROM effects") == 400
+    assert await scalar(pg_url, "SELECT count(*) FROM events WHERE status = 'dead'") == 0
+    assert recovery_s < 60
+
+
+async def test_redis_flushed_and_stopped_while_events_arrive_loses_nothing(
+    tmp_path: Path, pg_url: str
+) -> None:
+    await prepare(pg_url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
+        "HOOKD_DATABASE_URL": pg_url,
+        "HOOKD_SWEEP_S": "1",
+    }
+    requests = github_requests(600, 0)
+    with RedisServer(tmp_path) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with HookdServer(env, tmp_path) as server, HookdWorker(env, tmp_path) as worker:
+            assert (await send(server.url, requests[:200])).count(202) == 200
+            assert redis.command("FLUSHALL").startswith(b"+OK")
+            assert (await send(server.url, requests[200:400])).count(202) == 200
+            redis.stop()
+            statuses = await send(server.url, requests[400:])
+            assert statuses.count(202) == 200, "the receiver must keep acknowledging"
+            assert worker.alive(), worker.log()
+            redis.start()
+            await wait_processed(pg_url, 600)
+    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 600
+    assert await scalar(pg_url, "SELECT count(*) FROM calls") == 600, "a handler ran twice"
+
+
+async def test_without_redis_serve_processes_in_process_on_sqlite(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    await prepare(sqlite_url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
+        "HOOKD_DATABASE_URL": sqlite_url,
+    }
+    with HookdServer(env, tmp_path) as server:
+        statuses = await send(server.url, github_requests(300, 60), concurrency=16)
+        assert sorted(statuses) == [200] * 60 + [202] * 300
+        await wait_processed(sqlite_url, 300)
+    assert await scalar(sqlite_url, "SELECT count(*) FROM effects") == 300
+    assert await scalar(sqlite_url, "SELECT count(*) FROM calls") == 300

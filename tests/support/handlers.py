@@ -1,0 +1,86 @@
+"""Handlers named in test configs as ``tests.support.handlers:NAME``.
+
+They write to tables in the same database hookd uses (``HOOKD_DATABASE_URL``):
+- ``effects``: one row per (event, handler) effect, keyed by the idempotency key;
+  ``effect_strict`` inserts without ON CONFLICT, so a second run of a finished
+  handler raises (and shows as a failure), ``effect_idempotent`` is what a real
+  handler does: it skips a key it has already applied, in the same transaction.
+- ``calls``: every invocation, to count runs.
+- ``switches``: ``broken`` on means ``until_fixed`` raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ingest.handlers import Event
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS effects (idempotency_key VARCHAR(64) PRIMARY KEY, "
+    "event_id VARCHAR(26) NOT NULL, handler VARCHAR(64) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY {auto}, "
+    "event_id VARCHAR(26) NOT NULL, handler VARCHAR(64) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS switches (name VARCHAR(32) PRIMARY KEY, value INTEGER NOT NULL)",
+)
+
+_engines: dict[int, AsyncEngine] = {}
+
+
+def _engine() -> AsyncEngine:
+    loop_id = id(asyncio.get_running_loop())
+    if loop_id not in _engines:
+        url = os.environ["HOOKD_DATABASE_URL"]
+        kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+        _engines[loop_id] = create_async_engine(url, **kwargs)
+    return _engines[loop_id]
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    auto = "" if engine.dialect.name == "sqlite" else "GENERATED ALWAYS AS IDENTITY"
+    async with engine.begin() as conn:
+        for statement in SCHEMA:
+            await conn.execute(sa.text(statement.format(auto=auto)))
+
+
+async def _call(event: Event, handler: str) -> None:
+    async with _engine().begin() as conn:
+        await conn.execute(
+            sa.text("INSERT INTO calls (event_id, handler) VALUES (:e, :h)"),
+            {"e": event.id, "h": handler},
+        )
+
+
+async def effect_strict(event: Event) -> None:
+    await _call(event, "strict")
+    async with _engine().begin() as conn:
+        await conn.execute(
+            sa.text("INSERT INTO effects VALUES (:k, :e, 'strict')"),
+            {"k": event.idempotency_key, "e": event.id},
+        )
+
+
+async def effect_idempotent(event: Event) -> None:
+    await _call(event, "idempotent")
+    await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
+    async with _engine().begin() as conn:
+        seen = await conn.execute(
+            sa.text("SELECT 1 FROM effects WHERE idempotency_key = :k"),
+            {"k": event.idempotency_key},
+        )
+        if seen.first() is None:
+            await conn.execute(
+                sa.text("INSERT INTO effects VALUES (:k, :e, 'idempotent')"),
+                {"k": event.idempotency_key, "e": event.id},
+            )
+
+
+async def until_fixed(event: Event) -> None:
+    await _call(event, "until_fixed")
+    async with _engine().connect() as conn:
+        broken = await conn.execute(sa.text("SELECT value FROM switches WHERE name = 'broken'"))
+        if broken.scalar():
+            raise RuntimeError("the downstream is broken")

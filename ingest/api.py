@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -11,7 +12,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ingest.auth import token_ok
+from ingest.config import Sources
+from reconcile import service
+from reconcile.poller import Reconciler
 from store import claims
+from store import reconcile as rstate
 from store.events import event_resource, get_event, list_events
 from store.ids import is_id
 from store.models import ORIGINS, STATUSES
@@ -98,3 +103,83 @@ def routes(
         Route("/api/events/{id}", protected(token, event_detail), methods=["GET"]),
         Route("/api/events/{id}/replay", protected(token, event_replay), methods=["POST"]),
     ]
+
+
+class SourcesApi:
+    """Sources, reconcile runs and the enable switch; runs started here run in this process."""
+
+    def __init__(self, reconciler: Reconciler, sources: Sources, token: str) -> None:
+        self._reconciler = reconciler
+        self._sources = sources
+        self._token = token
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def sources_index(self, _: Request) -> Response:
+        engine = self._reconciler.engine
+        return JSONResponse({"sources": await service.source_resources(engine, self._sources)})
+
+    async def reconcile_now(self, request: Request) -> Response:
+        source = self._sources.get(request.path_params["name"])
+        if source is None:
+            return problem(404, "not_found")
+        if source.config.reconcile is None:
+            return problem(409, "not_configured", "this source has no [sources.reconcile] table")
+        dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+        run_id = await self._reconciler.create_queued(source, "api", dry_run)
+        task = asyncio.create_task(
+            self._reconciler.run(source, trigger="api", dry_run=dry_run, run_id=run_id)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        async with self._reconciler.engine.connect() as conn:
+            row = await rstate.get_run(conn, run_id)
+        assert row is not None
+        return JSONResponse(rstate.run_resource(row), status_code=202)
+
+    async def run_detail(self, request: Request) -> Response:
+        async with self._reconciler.engine.connect() as conn:
+            row = await rstate.get_run(conn, request.path_params["id"])
+        if row is None:
+            return problem(404, "not_found")
+        return JSONResponse(rstate.run_resource(row))
+
+    async def runs_index(self, request: Request) -> Response:
+        raw_limit = request.query_params.get("limit", "50")
+        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+            return problem(
+                400, "bad_request", f"limit must be a whole number from 1 to {MAX_LIMIT}"
+            )
+        async with self._reconciler.engine.connect() as conn:
+            rows = await rstate.list_runs(
+                conn, request.query_params.get("source") or None, int(raw_limit)
+            )
+        return JSONResponse({"runs": [rstate.run_resource(r) for r in rows]})
+
+    async def enable(self, request: Request) -> Response:
+        source = self._sources.get(request.path_params["name"])
+        if source is None:
+            return problem(404, "not_found")
+        await service.enable(self._reconciler.engine, source.name)
+        [resource] = [
+            r
+            for r in await service.source_resources(self._reconciler.engine, self._sources)
+            if r["name"] == source.name
+        ]
+        return JSONResponse(resource)
+
+    def routes(self) -> list[Route]:
+        t = self._token
+        return [
+            Route("/api/sources", protected(t, self.sources_index), methods=["GET"]),
+            Route(
+                "/api/sources/{name}/reconcile", protected(t, self.reconcile_now), methods=["POST"]
+            ),
+            Route("/api/sources/{name}/enable", protected(t, self.enable), methods=["POST"]),
+            Route("/api/reconcile-runs", protected(t, self.runs_index), methods=["GET"]),
+            Route("/api/reconcile-runs/{id}", protected(t, self.run_detail), methods=["GET"]),
+        ]

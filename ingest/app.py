@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ingest import api
-from ingest.auth import token_ok
+from ingest import api, health
 from ingest.batcher import GroupCommitter
 from ingest.config import Settings, Sources, load_sources
 from ingest.dispatch import ArqWaker, InProcessConsumer
 from ingest.errors import ConfigError
 from ingest.receiver import Receiver
 from ingest.worker import build_runtime
+from reconcile.service import Scheduler
 from store import db, migrate
 from store.crypto import BodyCipher
 
@@ -54,33 +50,19 @@ def create_app(
         on_commit=dispatcher.on_commit,
     )
     receiver = Receiver(sources, committer, body_timeout_s=settings.body_timeout_s, clock=clock)
-
-    async def healthz(_: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def readyz(_: Request) -> Response:
-        try:
-            async with asyncio.timeout(2.0):
-                await db.ping(engine)
-        except Exception as exc:  # any failure means not ready
-            return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
-        if waker is not None:
-            try:
-                await waker.ping()
-            except Exception as exc:  # Redis is configured, so it must answer
-                return JSONResponse({"status": "unavailable", "redis": type(exc).__name__}, 503)
-        return JSONResponse({"status": "ok"})
-
-    async def metrics_endpoint(request: Request) -> Response:
-        if not token_ok(request, settings.admin_token):
-            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
-        return PlainTextResponse(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    runtime.reconciler.on_repaired = dispatcher.on_commit
+    api_state = api.SourcesApi(runtime.reconciler, sources, settings.admin_token)
+    # Without Redis there is no worker: serve keeps the reconciliation schedule too.
+    scheduled = settings.reconcile_schedule and not waker
+    scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await committer.start()
         if consumer is not None:
             await consumer.start()
+        if scheduler is not None:
+            await scheduler.start()
         log.info(
             "receiver started",
             extra={"sources": len(sources), "processing": "arq" if waker else "in-process"},
@@ -89,6 +71,9 @@ def create_app(
             yield
         finally:
             await committer.stop()
+            if scheduler is not None:
+                await scheduler.stop()
+            await api_state.stop()
             if consumer is not None:
                 await consumer.stop()
             if waker is not None:
@@ -98,10 +83,9 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/hooks/{source}", receiver.handle, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
+            *health.routes(engine, waker, settings.admin_token, sources),
             *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
+            *api_state.routes(),
         ],
         lifespan=lifespan,
     )

@@ -70,6 +70,22 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--source")
     replay.add_argument("--status", choices=["dead"])
 
+    rec = sub.add_parser("reconcile", help="one reconciliation pass now (for cron, CronJob)")
+    rec.add_argument("sources", nargs="*", metavar="SOURCE")
+    rec.add_argument(
+        "--dry-run", action="store_true", help="report what is missing; change nothing"
+    )
+    rec.add_argument(
+        "--wait", action="store_true", help="if another run holds a source, wait for it, then run"
+    )
+
+    src = sub.add_parser("sources", help="configured sources and their reconciliation state")
+    srcsub = src.add_subparsers(dest="sources_command", required=True, metavar="ACTION")
+    src_list = srcsub.add_parser("list", help="sources, reconcile state, counts")
+    src_list.add_argument("--json", action="store_true")
+    src_enable = srcsub.add_parser("enable", help="re-enable reconciliation after auth failures")
+    src_enable.add_argument("name")
+
     dbp = sub.add_parser("db", help="database schema")
     dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     dbsub.add_parser("upgrade", help="apply migrations up to this version's schema")
@@ -117,12 +133,16 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
         return cmd_serve(args, settings)
     if args.command == "worker":
         return cmd_worker(settings)
-    if args.command in ("wait", "replay", "events"):
+    if args.command in ("wait", "replay", "events", "reconcile", "sources"):
         asyncio.run(preflight(settings))
     if args.command == "wait":
         return asyncio.run(cmd_wait(args, settings))
     if args.command == "replay":
         return asyncio.run(cmd_replay(args, settings))
+    if args.command == "reconcile":
+        return asyncio.run(cmd_reconcile(args, settings, load_sources(settings.config)))
+    if args.command == "sources":
+        return asyncio.run(cmd_sources(args, settings, load_sources(settings.config)))
     if args.command == "db":
         from store import migrate
 
@@ -261,6 +281,123 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_FAIL if unknown else EXIT_OK
 
 
+LEASE_WAIT_S = 600.0
+
+
+async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
+    from ingest.dispatch import ArqWaker
+    from reconcile.poller import Reconciler
+    from reconcile.service import reconciled
+    from store import db
+    from store.crypto import BodyCipher
+
+    chosen = []
+    for name in args.sources:
+        source = sources.get(name)
+        if source is None:
+            raise ConfigError(f"{sources.path}: no source named {name!r}")
+        if source.config.reconcile is None:
+            raise ConfigError(f"{sources.path}: source {name!r}: no [sources.reconcile] table")
+        chosen.append(source)
+    chosen = chosen or reconciled(sources)
+    if not chosen:
+        raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")
+    engine = db.create_engine(settings.database_url)
+    waker = ArqWaker(settings.redis_url) if settings.redis_url else None
+    failed = 0
+    try:
+        async with httpx.AsyncClient() as client:
+            reconciler = Reconciler(
+                engine,
+                client,
+                BodyCipher(settings.encryption_keys),
+                on_repaired=waker.on_commit if waker else None,
+                lease_s=settings.reconcile_lease_s,
+            )
+            for source in chosen:
+                outcome = await reconciler.run(
+                    source,
+                    trigger="cli",
+                    dry_run=args.dry_run,
+                    wait_for_lease_s=LEASE_WAIT_S if args.wait else 0.0,
+                )
+                print(describe_outcome(outcome, args.dry_run))
+                failed += outcome.status in ("failed", "disabled")
+    finally:
+        if waker is not None:
+            await waker.close()
+        await engine.dispose()
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def describe_outcome(outcome: Any, dry_run: bool) -> str:
+    head = f"{outcome.source}: {outcome.status}"
+    if outcome.status == "lease_held":
+        return f"{head} (another run of this source is in progress; skipped) run={outcome.run_id}"
+    if outcome.status == "disabled":
+        return f"{head}: {outcome.error}"
+    counts = (
+        f"run={outcome.run_id} checked={outcome.checked} missing={outcome.missing} "
+        f"repaired={outcome.repaired}{' (dry run)' if dry_run else ''}"
+    )
+    if outcome.status == "failed":
+        return f"{head} {counts} error={outcome.error}"
+    return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}"
+
+
+async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
+    from reconcile import service
+    from store import db
+
+    engine = db.create_engine(settings.database_url)
+    try:
+        if args.sources_command == "enable":
+            if sources.get(args.name) is None:
+                raise ConfigError(f"{sources.path}: no source named {args.name!r}")
+            await service.enable(engine, args.name)
+            print(f"{args.name}: reconciliation enabled")
+            return EXIT_OK
+        resources = await service.source_resources(engine, sources)
+    finally:
+        await engine.dispose()
+    if args.json:
+        for res in resources:
+            print(json.dumps(res))
+        return EXIT_OK
+    rows = []
+    for res in resources:
+        rc = res["reconcile"] or {}
+        last = rc.get("last_run") or {}
+        rows.append(
+            {
+                "name": res["name"],
+                "provider": res["provider"],
+                "reconcile": rc.get("state", "off"),
+                "cursor": rc.get("cursor"),
+                "last_run": last.get("status"),
+                "next_run_at": rc.get("next_run_at"),
+                "pending": res["pending"],
+                "dead": res["dead"],
+                "reason": rc.get("reason"),
+            }
+        )
+    print_table(
+        rows,
+        (
+            "name",
+            "provider",
+            "reconcile",
+            "cursor",
+            "last_run",
+            "next_run_at",
+            "pending",
+            "dead",
+            "reason",
+        ),
+    )
+    return EXIT_OK
+
+
 async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
     from store import db
     from store.crypto import BodyCipher
@@ -303,15 +440,17 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         await engine.dispose()
 
 
-def print_table(resources: list[dict[str, Any]]) -> None:
-    columns = ("id", "source", "type", "status", "origin", "attempts", "received_at")
+EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")
+
+
+def print_table(resources: list[dict[str, Any]], columns: Sequence[str] = EVENT_COLUMNS) -> None:
     rows = [[str(r[c] if r[c] is not None else "-") for c in columns] for r in resources]
     widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in rows:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
     if not rows:
-        print("(no events)")
+        print("(none)")
 
 
 def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     process_batch: int = Field(default=64, ge=1, le=1_000)
     process_concurrency: int = Field(default=16, ge=1, le=1_000)
     sweep_s: float = Field(default=2.0, gt=0, le=600)
+    # A reconciliation run's lease on its source, renewed every page; and whether
+    # this process keeps the schedule (off when cron runs `hookd reconcile`).
+    reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
+    reconcile_schedule: bool = True
     log_level: str = "INFO"
     log_json: bool = False
 

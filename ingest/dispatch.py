@@ -31,6 +31,7 @@ class InProcessConsumer:
         self._processor = processor
         self._sweep_s = sweep_s
         self._wake = asyncio.Event()
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
     async def on_commit(self, _ids: Sequence[str]) -> None:
@@ -39,19 +40,29 @@ class InProcessConsumer:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="hookd-consumer")
 
-    async def stop(self) -> None:
-        if self._task is not None:
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Let the batch in hand finish (cancelling mid-query strands connections), then stop."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._processor.stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), grace_s)
+        except TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._task = None
+        self._task = None
 
     async def _loop(self) -> None:
         failures = 0
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._sweep_s)
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 await self._processor.drain()
                 failures = 0

@@ -84,6 +84,8 @@ class Processor:
         self._semaphore = asyncio.Semaphore(concurrency)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
+        # Set on shutdown: finish the batch in hand, claim no more.
+        self.stopping = False
 
     async def run_once(self) -> int:
         """Claim one batch of due events and process them; the number claimed."""
@@ -128,7 +130,7 @@ class Processor:
         """Process until nothing is due (or ``max_s`` passed): the number processed."""
         deadline = time.monotonic() + max_s
         total = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopping:
             count = await self.run_once()
             total += count
             if count == 0:

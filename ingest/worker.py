@@ -24,12 +24,15 @@ from ingest.config import Settings, Sources
 from ingest.dispatch import WAKE_JOB
 from ingest.handlers import load_handlers
 from ingest.processing import Processor, RetryPolicy
+from reconcile.poller import Reconciler
+from reconcile.service import TICK_S, run_due
 from store import db
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.worker")
 
 SWEEP_JOB = "hookd_sweep"
+RECONCILE_JOB = "hookd_reconcile"
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Runtime:
     engine: AsyncEngine
     client: httpx.AsyncClient
     processor: Processor
+    reconciler: Reconciler
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -50,18 +54,20 @@ def build_runtime(
 ) -> Runtime:
     engine = engine or db.create_engine(settings.database_url)
     client = httpx.AsyncClient()
+    cipher = BodyCipher(settings.encryption_keys)
     processor = Processor(
         engine,
         sources,
         load_handlers(sources, client),
-        BodyCipher(settings.encryption_keys),
+        cipher,
         lease_s=settings.lease_s,
         handler_timeout_s=settings.handler_timeout_s,
         retry=RetryPolicy(settings.retry_base_s, settings.retry_cap_s),
         batch_size=settings.process_batch,
         concurrency=settings.process_concurrency,
     )
-    return Runtime(settings, sources, engine, client, processor)
+    reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
+    return Runtime(settings, sources, engine, client, processor, reconciler)
 
 
 async def hookd_wake(ctx: dict[str, Any]) -> int:
@@ -76,6 +82,27 @@ async def hookd_sweep(ctx: dict[str, Any]) -> int:
     return await runtime.processor.drain()
 
 
+async def hookd_reconcile(ctx: dict[str, Any]) -> int:
+    """The reconciliation schedule: run every source whose next run is due."""
+    runtime: Runtime = ctx["runtime"]
+    return len(await run_due(runtime.reconciler, runtime.sources))
+
+
+def reconcile_cron(runtime: Runtime) -> list[Any]:
+    if not runtime.settings.reconcile_schedule:
+        return []
+    return [
+        cron(
+            hookd_reconcile,
+            name=RECONCILE_JOB,
+            second=set(range(0, 60, int(TICK_S))),
+            run_at_startup=True,
+            unique=True,
+            timeout=3600,
+        )
+    ]
+
+
 def arq_worker(runtime: Runtime) -> Worker:
     sweep_every = max(1, int(runtime.settings.sweep_s))
     return Worker(
@@ -87,7 +114,8 @@ def arq_worker(runtime: Runtime) -> Worker:
                 second=set(range(0, 60, sweep_every)),
                 run_at_startup=True,
                 unique=True,
-            )
+            ),
+            *reconcile_cron(runtime),
         ],
         redis_settings=replace(
             RedisSettings.from_dsn(runtime.settings.redis_url), conn_retries=0, conn_timeout=2

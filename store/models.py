@@ -91,3 +91,53 @@ class HandlerRun(SQLModel, table=True):
 
 
 HANDLER_RUNS: sa.Table = HandlerRun.__table__  # type: ignore[attr-defined]
+
+
+class ReconcileState(SQLModel, table=True):
+    """Per source: the cursor, the run lease, the schedule and the disable switch."""
+
+    __tablename__ = "reconcile_state"
+
+    source: str = Field(primary_key=True, max_length=64)
+    # Watermark: every item the provider lists up to this time has been checked
+    # and repaired (unix seconds). Only moved after those repairs committed.
+    cursor: float | None = Field(default=None)
+    lease_owner: str | None = Field(default=None, max_length=64)
+    lease_expires_at: datetime | None = _utc(nullable=True)
+    disabled: bool = Field(default=False)
+    disabled_reason: str | None = Field(default=None)
+    auth_failures: int = Field(default=0)
+    error_count: int = Field(default=0)
+    interval_s: float | None = Field(default=None)
+    next_run_at: datetime | None = _utc(nullable=True)
+    last_run_id: str | None = Field(default=None, max_length=26)
+    meta: dict[str, str] = Field(
+        default_factory=dict, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+    updated_at: datetime = _utc()
+
+
+class ReconcileRun(SQLModel, table=True):
+    __tablename__ = "reconcile_runs"
+    __table_args__ = (sa.Index("ix_reconcile_runs_source_id", "source", "id"),)
+
+    id: str = Field(primary_key=True, max_length=26)
+    source: str = Field(max_length=64)
+    status: str = Field(max_length=16)  # queued|running|succeeded|failed|lease_held
+    trigger: str = Field(max_length=16)  # cli|schedule|api
+    dry_run: bool = Field(default=False)
+    started_at: datetime = _utc()
+    finished_at: datetime | None = _utc(nullable=True)
+    items_checked: int = Field(default=0)
+    items_missing: int = Field(default=0)
+    items_repaired: int = Field(default=0)
+    pages: int = Field(default=0)
+    api_calls: int = Field(default=0)
+    rate_limited: int = Field(default=0)
+    cursor_before: float | None = Field(default=None)
+    cursor_after: float | None = Field(default=None)
+    error: str | None = Field(default=None)
+
+
+RECONCILE_STATE: sa.Table = ReconcileState.__table__  # type: ignore[attr-defined]
+RECONCILE_RUNS: sa.Table = ReconcileRun.__table__  # type: ignore[attr-defined]

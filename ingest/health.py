@@ -1,0 +1,57 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ingest import dbmetrics
+from ingest.auth import token_ok
+from ingest.config import Sources
+from ingest.dispatch import ArqWaker
+from store import db
+
+log = logging.getLogger("hookd.health")
+
+
+def routes(
+    engine: AsyncEngine, waker: ArqWaker | None, token: str, sources: Sources
+) -> list[Route]:
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> Response:
+        try:
+            async with asyncio.timeout(2.0):
+                await db.ping(engine)
+        except Exception as exc:  # any failure means not ready
+            return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+        if waker is not None:
+            try:
+                await waker.ping()
+            except Exception as exc:  # Redis is configured, so it must answer
+                return JSONResponse({"status": "unavailable", "redis": type(exc).__name__}, 503)
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        if not token_ok(request, token):
+            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        text = generate_latest()
+        try:
+            async with asyncio.timeout(5.0):
+                text += dbmetrics.render(await dbmetrics.collect(engine, sources))
+        except Exception as exc:  # the process's own metrics still say something useful
+            log.warning("database metrics unavailable", extra={"error": type(exc).__name__})
+        return PlainTextResponse(text, media_type=CONTENT_TYPE_LATEST)
+
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]

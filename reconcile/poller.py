@@ -1,0 +1,364 @@
+"""One reconciliation run of one source: lease, page, diff, repair, cursor, record.
+
+The cursor is a watermark in provider time. A run lists everything from
+``cursor - overlap_s`` (the first run: ``now - lookback_s``), stores each
+missing event with origin ``reconcile`` in the same transaction as the run's
+counters, and only when every page is done moves the cursor to the run's
+start. A run killed halfway leaves the cursor where it was; the next run lists
+the same window again and finds only what is still missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ingest.config import ReconcileConfig, Source
+from ingest.processing import worker_id
+from reconcile import schedule
+from reconcile.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
+from reconcile.http import Api
+from reconcile.providers import github, slack, stripe
+from reconcile.providers.base import Adapter, Item
+from store import reconcile as state
+from store.crypto import BodyCipher
+from store.events import insert_events
+from store.ids import new_id
+
+log = logging.getLogger("hookd.reconcile")
+
+MAX_PAGES = 5_000
+
+OnRepaired = Callable[[Sequence[str]], Awaitable[None]]
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    source: str
+    status: str  # succeeded | failed | lease_held | disabled
+    checked: int = 0
+    missing: int = 0
+    repaired: int = 0
+    error: str | None = None
+    cursor_before: float | None = None
+    cursor_after: float | None = None
+
+
+@dataclass
+class Reconciler:
+    engine: AsyncEngine
+    client: httpx.AsyncClient
+    cipher: BodyCipher
+    on_repaired: OnRepaired | None = None
+    owner: str = field(default_factory=worker_id)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    max_wait_s: float = 300.0
+    lease_s: float = 60.0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def _adapter(self, source: Source, api: Api, meta: dict[str, Any], now: float) -> Adapter:
+        if source.provider == "github":
+            return github.GitHubAdapter(source, api)
+        if source.provider == "stripe":
+            return stripe.StripeAdapter(source, api, now)
+        if source.provider == "slack":
+            return slack.SlackAdapter(source, api, meta.get("team_id"))
+        raise ReconcileError("unsupported", f"{source.provider} has no list API")
+
+    def _api(self, source: Source) -> Api:
+        rc = source.config.reconcile
+        assert rc is not None
+        headers = {
+            "github": github.auth_headers,
+            "stripe": stripe.auth_headers,
+            "slack": slack.auth_headers,
+        }[source.provider]
+        pace = 60.0 / rc.requests_per_minute if source.provider == "slack" else 0.0
+        return Api(
+            self.client,
+            lambda: headers(source),
+            min_interval_s=pace,
+            max_wait_s=self.max_wait_s,
+            sleep=self.sleep,
+            rng=self.rng,
+        )
+
+    async def create_queued(self, source: Source, trigger: str, dry_run: bool) -> str:
+        """A run record for the API to answer with before the run starts."""
+        run_id = new_id()
+        async with self.engine.begin() as conn:
+            await state.create_run(
+                conn,
+                id=run_id,
+                source=source.name,
+                status="queued",
+                trigger=trigger,
+                dry_run=dry_run,
+                started_at=datetime.now(UTC),
+            )
+        return run_id
+
+    async def run(
+        self,
+        source: Source,
+        *,
+        trigger: str = "cli",
+        dry_run: bool = False,
+        run_id: str | None = None,
+        wait_for_lease_s: float = 0.0,
+    ) -> Outcome:
+        if source.config.reconcile is None:
+            raise ReconcileError("not_configured", f"source {source.name} has no [reconcile]")
+        started = datetime.now(UTC)
+        async with self.engine.begin() as conn:
+            await state.ensure_state(conn, source.name, started)
+            current = await state.get_state(conn, source.name)
+        assert current is not None
+        run = _Run(source, current, run_id or new_id(), trigger, dry_run, started)
+        if current.disabled:
+            return Outcome(run.id, source.name, "disabled", error=current.disabled_reason)
+        if not await self._acquire(source.name, wait_for_lease_s):
+            await self._record(run, "lease_held", finished=True)
+            log.info("lease held elsewhere", extra={"source": source.name, "run_id": run.id})
+            return Outcome(run.id, source.name, "lease_held", error="lease held by another run")
+        try:
+            return await self._leased(run)
+        finally:
+            with contextlib.suppress(Exception):
+                async with self.engine.begin() as conn:
+                    await state.update_state(
+                        conn, source.name, self.owner, lease_owner=None, lease_expires_at=None
+                    )
+
+    async def _acquire(self, source: str, wait_s: float) -> bool:
+        deadline = time.monotonic() + wait_s
+        while True:
+            async with self.engine.begin() as conn:
+                now = datetime.now(UTC)
+                if await state.acquire_lease(conn, source, self.owner, self.lease_s, now):
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            await self.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    async def _record(self, run: _Run, status: str, *, finished: bool, **values: Any) -> None:
+        async with self.engine.begin() as conn:
+            if await state.get_run(conn, run.id) is None:
+                await state.create_run(
+                    conn,
+                    id=run.id,
+                    source=run.source.name,
+                    status=status,
+                    trigger=run.trigger,
+                    dry_run=run.dry_run,
+                    started_at=run.started,
+                )
+            await state.update_run(
+                conn,
+                run.id,
+                status=status,
+                started_at=run.started,
+                finished_at=datetime.now(UTC) if finished else None,
+                **values,
+            )
+
+    async def _leased(self, run: _Run) -> Outcome:
+        rc = run.rc
+        now = run.started.timestamp()
+        cursor = run.current.cursor
+        since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
+        await self._record(run, "running", finished=False, cursor_before=cursor)
+        api = self._api(run.source)
+        meta = dict(run.current.meta or {})
+        adapter = self._adapter(run.source, api, meta, now)
+        tally = _Tally(api)
+        outcome = Outcome(run.id, run.source.name, "running", cursor_before=cursor)
+        log.info(
+            "run started",
+            extra={"source": run.source.name, "run_id": run.id, "cursor_before": cursor},
+        )
+        try:
+            pages = 0
+            async for items in adapter.pages(since):
+                pages += 1
+                if pages > MAX_PAGES:
+                    raise ReconcileError("too_many_pages", f"more than {MAX_PAGES} pages")  # noqa: TRY301
+                await self._page(run, adapter, items, tally, outcome)
+        except ReconcileError as exc:
+            await self._count(run, tally)
+            return await self._failed(run, outcome, exc)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            await self._count(run, tally)
+            return await self._failed(
+                run, outcome, ReconcileError("bad_answer", type(exc).__name__)
+            )
+        await self._count(run, tally)
+        if isinstance(adapter, slack.SlackAdapter) and adapter.team_id:
+            meta["team_id"] = adapter.team_id
+        return await self._succeeded(run, outcome, now, meta)
+
+    async def _count(self, run: _Run, tally: _Tally) -> None:
+        async with self.engine.begin() as conn:
+            await state.add_run_counts(conn, run.id, **tally.take())
+
+    async def _page(
+        self, run: _Run, adapter: Adapter, items: list[Item], tally: _Tally, outcome: Outcome
+    ) -> None:
+        """Check one page against the store and repair what is missing, counted with it."""
+        source = run.source
+        async with self.engine.begin() as conn:
+            now = datetime.now(UTC)
+            if not await state.renew_lease(conn, source.name, self.owner, self.lease_s, now):
+                raise LeaseLost("lease_lost", "another run took the source over")
+            present = await state.existing_keys(conn, source.name, (i.key for i in items))
+        missing = [i for i in items if i.key not in present]
+        redeliver = source.provider == "github" and run.rc.repair == "redeliver"
+        events = []
+        if missing and not run.dry_run:
+            if redeliver:
+                for item in missing:
+                    await adapter.redeliver(item)
+            else:
+                received = datetime.now(UTC)
+                events = [await adapter.repair(item, received) for item in missing]
+        created: list[str] = []
+        async with self.engine.begin() as conn:
+            if events:
+                stored = await insert_events(conn, events, self.cipher)
+                created = [s.event_id for s in stored if s.created]
+            # A webhook that landed while we fetched was not missed after all.
+            found = len(created) if events else len(missing)
+            repaired = 0 if run.dry_run else found
+            await state.add_run_counts(
+                conn,
+                run.id,
+                items_checked=len(items),
+                items_missing=found,
+                items_repaired=repaired,
+                pages=1,
+                **tally.take(),
+            )
+        outcome.checked += len(items)
+        outcome.missing += found
+        outcome.repaired += repaired
+        if created and self.on_repaired is not None:
+            with contextlib.suppress(Exception):
+                await self.on_repaired(created)
+        if found:
+            log.info(
+                "missed events found",
+                extra={"source": source.name, "run_id": run.id, "missing": found},
+            )
+
+    async def _succeeded(
+        self, run: _Run, outcome: Outcome, now: float, meta: dict[str, Any]
+    ) -> Outcome:
+        interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
+        finished = datetime.now(UTC)
+        cursor_after = run.current.cursor if run.dry_run else now
+        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        if not run.dry_run:
+            values |= {
+                "cursor": cursor_after,
+                "error_count": 0,
+                "auth_failures": 0,
+                "interval_s": interval,
+                "next_run_at": finished + timedelta(seconds=interval),
+                "meta": meta,
+            }
+        async with self.engine.begin() as conn:
+            if not await state.update_state(conn, run.source.name, self.owner, **values):
+                await state.update_run(
+                    conn, run.id, status="failed", finished_at=finished, error="lease_lost"
+                )
+                outcome.status, outcome.error = "failed", "lease_lost"
+                return outcome
+            await state.update_run(
+                conn, run.id, status="succeeded", finished_at=finished, cursor_after=cursor_after
+            )
+        outcome.status, outcome.cursor_after = "succeeded", cursor_after
+        log.info(
+            "run finished",
+            extra={
+                "source": run.source.name,
+                "run_id": run.id,
+                "checked": outcome.checked,
+                "missing": outcome.missing,
+                "repaired": outcome.repaired,
+                "cursor_before": outcome.cursor_before,
+                "cursor_after": cursor_after,
+            },
+        )
+        return outcome
+
+    async def _failed(self, run: _Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
+        rc = run.rc
+        finished = datetime.now(UTC)
+        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        if isinstance(exc, AuthFailure):
+            failures = run.current.auth_failures + 1
+            values["auth_failures"] = failures
+            if failures >= rc.disable_after_auth_failures:
+                values["disabled"] = True
+                values["disabled_reason"] = (
+                    f"{failures} authentication failures in a row ({exc.detail}); "
+                    "fix the token, then `hookd sources enable`"
+                )
+        if isinstance(exc, RateLimited):
+            delay = exc.wait_s
+        else:
+            values["error_count"] = run.current.error_count + 1
+            delay = schedule.error_delay(rc, run.current.error_count + 1, self.rng)
+        values["next_run_at"] = finished + timedelta(seconds=delay)
+        message = str(exc)
+        async with self.engine.begin() as conn:
+            await state.update_state(conn, run.source.name, None, **values)
+            await state.update_run(
+                conn, run.id, status="failed", finished_at=finished, error=message
+            )
+        outcome.status, outcome.error = "failed", message
+        log.warning(
+            "run failed", extra={"source": run.source.name, "run_id": run.id, "reason": exc.reason}
+        )
+        return outcome
+
+
+@dataclass
+class _Run:
+    source: Source
+    current: Any
+    id: str
+    trigger: str
+    dry_run: bool
+    started: datetime
+
+    @property
+    def rc(self) -> ReconcileConfig:
+        rc = self.source.config.reconcile
+        assert rc is not None
+        return rc
+
+
+class _Tally:
+    """API calls and rate-limit waits not yet written to the run record."""
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+        self._calls = 0
+        self._limited = 0
+
+    def take(self) -> dict[str, int]:
+        calls, limited = self._api.calls - self._calls, self._api.rate_limited - self._limited
+        self._calls, self._limited = self._api.calls, self._api.rate_limited
+        return {"api_calls": calls, "rate_limited": limited}

@@ -1,0 +1,151 @@
+"""Reconciliation as a service: what is due, the in-process scheduler, source views."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ingest.config import Source, Sources
+from reconcile.poller import Outcome, Reconciler
+from store import reconcile as state
+from store.models import EVENTS
+
+log = logging.getLogger("hookd.reconcile")
+
+TICK_S = 5.0
+
+
+def reconciled(sources: Sources) -> list[Source]:
+    return [s for s in sources if s.config.reconcile is not None]
+
+
+async def run_due(reconciler: Reconciler, sources: Sources) -> list[Outcome]:
+    """Run every source whose next run is due (or that never ran), one after another."""
+    now = datetime.now(UTC)
+    async with reconciler.engine.connect() as conn:
+        states = await state.all_states(conn)
+    outcomes = []
+    for source in reconciled(sources):
+        current = states.get(source.name)
+        if current is not None and (
+            current.disabled or (current.next_run_at is not None and current.next_run_at > now)
+        ):
+            continue
+        try:
+            outcomes.append(await reconciler.run(source, trigger="schedule"))
+        except Exception as exc:  # one source's trouble must not stop the others
+            log.error(  # noqa: TRY400 - no traceback: it may quote SQL parameters
+                "scheduled run crashed", extra={"source": source.name, "error": type(exc).__name__}
+            )
+    return outcomes
+
+
+class Scheduler:
+    """The in-process schedule of ``hookd serve`` when there is no Redis/worker."""
+
+    def __init__(self, reconciler: Reconciler, sources: Sources, tick_s: float = TICK_S) -> None:
+        self._reconciler = reconciler
+        self._sources = sources
+        self._tick_s = tick_s
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def start(self) -> None:
+        if reconciled(self._sources):
+            self._task = asyncio.create_task(self._loop(), name="hookd-reconcile-scheduler")
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop between runs; a run in progress gets ``grace_s`` to finish first."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            self._idle.clear()
+            try:
+                await run_due(self._reconciler, self._sources)
+            except Exception as exc:  # the database may be away: try at the next tick
+                log.warning("scheduler tick failed", extra={"error": type(exc).__name__})
+            finally:
+                self._idle.set()
+            await asyncio.sleep(self._tick_s)
+
+
+async def enable(engine: AsyncEngine, source: str) -> bool:
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await state.ensure_state(conn, source, now)
+        return await state.update_state(
+            conn,
+            source,
+            None,
+            disabled=False,
+            disabled_reason=None,
+            auth_failures=0,
+            error_count=0,
+            next_run_at=now,
+            updated_at=now,
+        )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+async def source_resources(engine: AsyncEngine, sources: Sources) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        states = await state.all_states(conn)
+        counts = {
+            (r.source, r.status): r.n
+            for r in await conn.execute(
+                sa.select(EVENTS.c.source, EVENTS.c.status, sa.func.count().label("n"))
+                .where(EVENTS.c.status.in_(("pending", "retrying", "processing", "dead")))
+                .group_by(EVENTS.c.source, EVENTS.c.status)
+            )
+        }
+        last_runs = {}
+        for name, current in states.items():
+            if current.last_run_id:
+                run = await state.get_run(conn, current.last_run_id)
+                if run is not None:
+                    last_runs[name] = state.run_resource(run)
+    out = []
+    for source in sources:
+        found = states.get(source.name)
+        reconcile: dict[str, Any] | None = None
+        if source.config.reconcile is not None:
+            disabled = found is not None and found.disabled
+            reconcile = {
+                "state": "disabled" if disabled else "active",
+                "reason": found.disabled_reason if found is not None else None,
+                "cursor": found.cursor if found is not None else None,
+                "interval_s": found.interval_s if found is not None else None,
+                "next_run_at": _iso(found.next_run_at) if found is not None else None,
+                "last_run": last_runs.get(source.name),
+            }
+        pending = sum(
+            counts.get((source.name, s), 0) for s in ("pending", "retrying", "processing")
+        )
+        out.append(
+            {
+                "name": source.name,
+                "provider": source.provider,
+                "reconcile": reconcile,
+                "pending": pending,
+                "dead": counts.get((source.name, "dead"), 0),
+            }
+        )
+    return out

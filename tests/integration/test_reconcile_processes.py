@@ -1,0 +1,235 @@
+"""Reconciliation in real processes: ``hookd reconcile`` from cron, killed and re-run,
+two at once; the schedule inside ``hookd worker`` (Redis) and ``hookd serve`` (no Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from ingest.config import parse_sources
+from store import db
+from tests.conftest import SECRETS
+from tests.integration.test_reconcile import sources_toml
+from tests.support import handlers
+from tests.support.asgi import running_app
+from tests.support.emulators import GitHubEmulator, StripeEmulator
+from tests.support.http import serve_app
+from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
+
+pytestmark = pytest.mark.anyio
+API_TOKEN = "provider-api-token"
+HOOK = "repos/octo/hello/hooks/42"
+
+
+async def scalar(url: str, sql: str) -> int:
+    engine = db.create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(sa.text(sql))).scalar() or 0)
+    finally:
+        await engine.dispose()
+
+
+async def reconcile_cli(
+    env: dict[str, str], *args: str
+) -> tuple[asyncio.subprocess.Process, asyncio.Task[bytes]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "ingest.cli",
+        "reconcile",
+        *args,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_LOG_LEVEL": "WARNING", **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    return proc, asyncio.create_task(proc.stdout.read())
+
+
+async def seeded_github(pg_url: str, count: int, dropped: int) -> tuple[GitHubEmulator, set[str]]:
+    """An emulator with ``count`` deliveries, all stored but ``dropped`` of them."""
+    emulator = GitHubEmulator(API_TOKEN, hook=HOOK)
+    keys = emulator.add_events(count, start=time.time() - 3600, step_s=1.0)
+    missing = set(random.Random(5).sample(keys, dropped))
+    sources = parse_sources(sources_toml("github", "http://unused"), Path("x.toml"), env={})
+    async with running_app(sources, pg_url, reconcile_schedule=False) as (_, client):
+        await emulator.send_webhooks(
+            client, "http://hookd/hooks/github", SECRETS["github"], drop=missing
+        )
+    return emulator, missing
+
+
+async def test_two_reconciles_at_once_one_repairs_the_other_reports_the_lease(
+    tmp_path: Path, pg_url: str
+) -> None:
+    emulator, _ = await seeded_github(pg_url, 500, 50)
+    emulator.latency_s = 0.05
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("github", api_url))
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": pg_url}
+        runs = [await reconcile_cli(env, "github") for _ in range(2)]
+        outputs = [(await out).decode() for _, out in runs]
+        codes = [await proc.wait() for proc, _ in runs]
+    assert codes == [0, 0], outputs
+    joined = "\n".join(outputs)
+    assert joined.count("github: succeeded") == 1, joined
+    assert joined.count("github: lease_held") == 1, joined
+    assert "repaired=50" in joined
+    assert await scalar(pg_url, "SELECT count(*) FROM events") == 500
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE status = 'lease_held'") == 1
+    )
+
+
+async def test_run_killed_midway_then_rerun_repairs_the_rest_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    emulator, _ = await seeded_github(pg_url, 2000, 200)
+    emulator.latency_s = 0.02
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("github", api_url))
+        env = {
+            "HOOKD_CONFIG": str(config),
+            "HOOKD_DATABASE_URL": pg_url,
+            "HOOKD_RECONCILE_LEASE_S": "3",
+        }
+        proc, out = await reconcile_cli(env, "github")
+        deadline = time.monotonic() + 60
+        while (
+            await scalar(pg_url, "SELECT coalesce(sum(items_repaired), 0) FROM reconcile_runs") < 40
+        ):
+            assert time.monotonic() < deadline, (await out).decode()
+            await asyncio.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        out.cancel()
+        repaired_first = await scalar(pg_url, "SELECT sum(items_repaired) FROM reconcile_runs")
+        assert 0 < repaired_first < 200, "the kill did not land midway"
+        assert (
+            await scalar(pg_url, "SELECT count(*) FROM reconcile_state WHERE cursor IS NOT NULL")
+            == 0
+        ), "the cursor moved past work the killed run never did"
+        again, again_out = await reconcile_cli(env, "github", "--wait")
+        text = (await again_out).decode()
+        assert await again.wait() == 0, text
+    assert "github: succeeded" in text
+    assert f"repaired={200 - repaired_first}" in text
+    assert await scalar(pg_url, "SELECT count(*) FROM events") == 2000
+    assert await scalar(pg_url, "SELECT count(DISTINCT dedupe_key) FROM events") == 2000
+    assert await scalar(pg_url, "SELECT sum(items_missing) FROM reconcile_runs") == 200
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_state WHERE cursor IS NOT NULL") == 1
+    )
+
+
+async def test_worker_schedule_reconciles_with_redis(tmp_path: Path, pg_url: str) -> None:
+    engine = db.create_engine(pg_url)
+    await handlers.create_tables(engine)
+    await engine.dispose()
+    emulator = StripeEmulator("sk_test_hookd")
+    keys = emulator.add_events(200, start=time.time() - 3600, step_s=1.0)
+    dropped = set(random.Random(3).sample(keys, 20))
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("stripe", api_url))
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": pg_url}
+        with RedisServer(tmp_path) as redis:
+            env["HOOKD_REDIS_URL"] = redis.url
+            with HookdServer(env, tmp_path) as server:
+                async with httpx.AsyncClient() as client:
+                    await emulator.send_webhooks(
+                        client, f"{server.url}/hooks/stripe", SECRETS["stripe"], drop=dropped
+                    )
+                assert await scalar(pg_url, "SELECT count(*) FROM events") == 180
+                with HookdWorker(env, tmp_path) as worker:
+                    deadline = time.monotonic() + 90
+                    while await scalar(pg_url, "SELECT count(*) FROM effects") < 200:
+                        assert time.monotonic() < deadline, worker.log()
+                        await asyncio.sleep(0.3)
+    assert await scalar(pg_url, "SELECT count(*) FROM events WHERE origin = 'reconcile'") == 20
+    assert await scalar(pg_url, "SELECT count(*) FROM calls") == 200
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE trigger = 'schedule'") >= 1
+    )
+
+
+async def test_serve_without_redis_keeps_the_schedule_itself(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    emulator = StripeEmulator("sk_test_hookd")
+    emulator.add_events(30, start=time.time() - 600, step_s=1.0)
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(
+            sources_toml("stripe", api_url).replace(
+                'handlers = ["tests.support.handlers:effect_strict"]', ""
+            )
+        )
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": sqlite_url}
+        with HookdServer(env, tmp_path) as server:
+            deadline = time.monotonic() + 60
+            while (
+                await scalar(sqlite_url, "SELECT count(*) FROM events WHERE status = 'processed'")
+                < 30
+            ):
+                assert time.monotonic() < deadline, server.log()
+                await asyncio.sleep(0.3)
+    assert await scalar(sqlite_url, "SELECT count(*) FROM events WHERE origin = 'reconcile'") == 30
+
+
+async def test_cli_auth_failures_disable_then_sources_enable_restores(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    emulator = GitHubEmulator(API_TOKEN, hook=HOOK)
+    emulator.add_events(5, start=time.time() - 600, step_s=1.0)
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("github", api_url, token="revoked-token"))
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": sqlite_url}
+
+        async def cli(*args: str) -> tuple[int, str]:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "ingest.cli",
+                *args,
+                env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            out, _ = await proc.communicate()
+            return proc.returncode or 0, out.decode()
+
+        for _ in range(3):
+            code, out = await cli("reconcile", "github")
+            assert code == 1
+            assert "auth_failed" in out
+        code, listing = await cli("sources", "list")
+        assert code == 0
+        assert "disabled" in listing
+        assert "authentication failures" in listing
+        calls = emulator.api_calls
+        code, out = await cli("reconcile", "github")
+        assert (code, emulator.api_calls) == (1, calls)
+        assert "github: disabled" in out
+
+        config.write_text(sources_toml("github", api_url))
+        code, out = await cli("sources", "enable", "github")
+        assert (code, out.strip()) == (0, "github: reconciliation enabled")
+        code, out = await cli("reconcile", "github")
+    assert code == 0, out
+    assert "github: succeeded" in out
+    assert "repaired=5" in out

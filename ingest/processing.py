@@ -95,34 +95,89 @@ class Processor:
         if not rows:
             return 0
         started = time.perf_counter()
+        async with self._engine.connect() as conn:
+            ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
+        # Handlers that finish in this pass, per event; written with the outcome.
+        done: dict[str, list[str]] = {r.id: [] for r in rows}
         try:
-            done = await asyncio.gather(*(self._guarded(row) for row in rows))
+            results = await asyncio.gather(
+                *(self._guarded(row, ledger.get(row.id, set()), done[row.id]) for row in rows)
+            )
         except asyncio.CancelledError:
-            # Shutting down: hand the claims back now instead of leaving them
-            # to wait out their lease. Finished handlers stay in the ledger.
-            await asyncio.shield(self._release([r.id for r in rows]))
+            # Shutting down: record what finished and hand the claims back now
+            # instead of leaving them to wait out their lease.
+            await asyncio.shield(self._release([r.id for r in rows], done))
             raise
-        finished = [row for row, ok in zip(rows, done, strict=True) if ok]
-        if finished:
-            # One transaction marks the whole batch: a crash before it only means
-            # the leases expire and the ledger makes the re-run a no-op.
-            async with self._engine.begin() as conn:
-                owned = await claims.mark_processed(
-                    conn, [r.id for r in finished], self.owner, datetime.now(UTC)
-                )
-            elapsed = time.perf_counter() - started
-            for row in finished:
-                if row.id in owned:
-                    EVENTS_PROCESSED.labels(row.source, "processed").inc()
-                    PROCESSING_SECONDS.labels(row.source).observe(elapsed)
-                else:
-                    log.warning("lease lost before completion", extra={"event_id": row.id})
+        await self._settle(rows, results, done, started)
         return len(rows)
 
-    async def _release(self, event_ids: list[str]) -> None:
+    async def _settle(
+        self,
+        rows: list[sa.Row[Any]],
+        results: list[_Result],
+        done: dict[str, list[str]],
+        started: float,
+    ) -> None:
+        """One transaction for the batch: ledger rows, then each event's outcome.
+
+        A crash before it commits means the leases expire and the batch runs
+        again; effects stay single through the handlers' idempotency keys.
+        """
+        now = datetime.now(UTC)
+        failed: list[tuple[sa.Row[Any], _Result, datetime | None]] = []
+        for row, result in zip(rows, results, strict=True):
+            if result.error is not None:
+                failed.append((row, result, self._retry_at(row, result, now)))
+        succeeded = [r.id for r, res in zip(rows, results, strict=True) if res.ok]
+        async with self._engine.begin() as conn:
+            await claims.record_handlers(
+                conn, [(event_id, name) for event_id, names in done.items() for name in names], now
+            )
+            owned = await claims.mark_processed(conn, succeeded, self.owner, now)
+            for row, result, retry_at in failed:
+                assert result.error is not None
+                if await claims.mark_failed(
+                    conn, row.id, owner=self.owner, error=result.error, now=now, retry_at=retry_at
+                ):
+                    owned.add(row.id)
+        elapsed = time.perf_counter() - started
+        for row, result in zip(rows, results, strict=True):
+            if row.id not in owned:
+                if result.ok or result.error is not None:
+                    log.warning("lease lost before completion", extra={"event_id": row.id})
+                continue
+            if result.ok:
+                EVENTS_PROCESSED.labels(row.source, "processed").inc()
+                PROCESSING_SECONDS.labels(row.source).observe(elapsed)
+        for row, _, retry_at in failed:
+            outcome = "dead" if retry_at is None else "retry"
+            if row.id in owned:
+                EVENTS_PROCESSED.labels(row.source, outcome).inc()
+            log.warning(
+                "handler failed",
+                extra={
+                    "event_id": row.id,
+                    "source": row.source,
+                    "attempt": row.attempts,
+                    "outcome": outcome,
+                },
+            )
+
+    def _retry_at(self, row: sa.Row[Any], result: _Result, now: datetime) -> datetime | None:
+        source = self._sources.get(row.source)
+        max_attempts = source.config.max_attempts if source else 1
+        if result.permanent or row.attempts >= max_attempts:
+            return None
+        return now + timedelta(seconds=self._retry.delay_s(row.attempts, self._rng))
+
+    async def _release(self, event_ids: list[str], done: dict[str, list[str]]) -> None:
         try:
             async with self._engine.begin() as conn:
-                await claims.release(conn, event_ids, self.owner, datetime.now(UTC))
+                now = datetime.now(UTC)
+                await claims.record_handlers(
+                    conn, [(e, name) for e, names in done.items() for name in names], now
+                )
+                await claims.release(conn, event_ids, self.owner, now)
         except Exception as exc:  # the lease expiry recovers them anyway
             log.warning("could not release claims", extra={"error": type(exc).__name__})
 
@@ -137,32 +192,24 @@ class Processor:
                 break
         return total
 
-    async def _guarded(self, row: sa.Row[Any]) -> bool:
+    async def _guarded(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
         async with self._semaphore:
             try:
-                return await self._process(row)
-            except Exception as exc:  # a store failure: the lease expires and it is retried
-                log.error(  # noqa: TRY400 - no traceback: it may quote SQL parameters
+                return await self._process(row, finished, done)
+            except Exception as exc:  # e.g. a body no key opens: the lease expires, it is retried
+                log.error(  # noqa: TRY400 - no traceback: it may quote the body
                     "processing failed",
                     extra={"event_id": row.id, "source": row.source, "error": type(exc).__name__},
                 )
-                return False
+                return _Result(ok=False)
 
-    async def _process(self, row: sa.Row[Any]) -> bool:
-        """Run the handlers not yet in the ledger; True when all have finished."""
+    async def _process(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
+        """Run the handlers not yet in the ledger, in order, appending each that finishes."""
+        if self._sources.get(row.source) is None:
+            return _Result(ok=False, error="source is no longer configured", permanent=True)
         chain = self._handlers.get(row.source, [])
-        source = self._sources.get(row.source)
-        if source is None:
-            await self._fail(row, "source is no longer configured", permanent=True)
-            return False
         if not chain:
-            return True
-        async with self._engine.connect() as conn:
-            finished = await claims.finished_handlers(conn, row.id)
-            body_row = await conn.execute(
-                sa.text("SELECT body FROM events WHERE id = :id"), {"id": row.id}
-            )
-            body = body_row.scalar() or b""
+            return _Result(ok=True)
         event = Event(
             id=row.id,
             source=row.source,
@@ -172,7 +219,7 @@ class Processor:
             origin=row.origin,
             received_at=row.received_at,
             headers=dict(row.headers),
-            body=self._cipher.open(body, row.body_encrypted),
+            body=self._cipher.open(row.body or b"", row.body_encrypted),
         )
         for name, handler in chain:
             if name in finished:
@@ -181,35 +228,17 @@ class Processor:
                 async with asyncio.timeout(self._handler_timeout_s):
                     await handler(replace(event, idempotency_key=idempotency_key(row.id, name)))
             except PermanentError as exc:
-                await self._fail(row, f"{name}: {exc}", permanent=True)
-                return False
+                return _Result(ok=False, error=f"{name}: {exc}", permanent=True)
             except Exception as exc:  # any handler failure is retried
-                await self._fail(row, f"{name}: {type(exc).__name__}: {exc}", permanent=False)
-                return False
-            async with self._engine.begin() as conn:
-                await claims.record_handler(conn, row.id, name, datetime.now(UTC))
-        return True
+                return _Result(ok=False, error=f"{name}: {type(exc).__name__}: {exc}")
+            done.append(name)
+        return _Result(ok=True)
 
-    async def _fail(self, row: sa.Row[Any], error: str, *, permanent: bool) -> None:
-        source = self._sources.get(row.source)
-        max_attempts = source.config.max_attempts if source else 1
-        now = datetime.now(UTC)
-        retry_at = None
-        if not permanent and row.attempts < max_attempts:
-            retry_at = now + timedelta(seconds=self._retry.delay_s(row.attempts, self._rng))
-        async with self._engine.begin() as conn:
-            owned = await claims.mark_failed(
-                conn, row.id, owner=self.owner, error=error, now=now, retry_at=retry_at
-            )
-        outcome = "dead" if retry_at is None else "retry"
-        if owned:
-            EVENTS_PROCESSED.labels(row.source, outcome).inc()
-        log.warning(
-            "handler failed",
-            extra={
-                "event_id": row.id,
-                "source": row.source,
-                "attempt": row.attempts,
-                "outcome": outcome,
-            },
-        )
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """One event's pass: all handlers done, or the failure to record (None: crashed)."""
+
+    ok: bool
+    error: str | None = None
+    permanent: bool = False

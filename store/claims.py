@@ -56,47 +56,59 @@ async def claim_due(
     return list((await conn.execute(stmt)).all())
 
 
-async def finished_handlers(conn: AsyncConnection, event_id: str) -> set[str]:
+async def finished_handlers_many(
+    conn: AsyncConnection, event_ids: Sequence[str]
+) -> dict[str, set[str]]:
+    """The ledger of a batch: event id -> handlers that already finished for it."""
+    if not event_ids:
+        return {}
     result = await conn.execute(
-        sa.select(HANDLER_RUNS.c.handler).where(HANDLER_RUNS.c.event_id == event_id)
+        sa.select(HANDLER_RUNS.c.event_id, HANDLER_RUNS.c.handler).where(
+            HANDLER_RUNS.c.event_id.in_(list(event_ids))
+        )
     )
-    return {row[0] for row in result}
+    ledger: dict[str, set[str]] = {}
+    for event_id, handler in result:
+        ledger.setdefault(event_id, set()).add(handler)
+    return ledger
 
 
-async def record_handler(conn: AsyncConnection, event_id: str, handler: str, now: datetime) -> None:
+async def record_handlers(
+    conn: AsyncConnection, finished: Sequence[tuple[str, str]], now: datetime
+) -> None:
+    """Add (event id, handler) pairs to the ledger; one that is there already stays."""
+    if not finished:
+        return
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     await conn.execute(
-        insert(HANDLER_RUNS)
-        .values(event_id=event_id, handler=handler, finished_at=now)
-        .on_conflict_do_nothing(index_elements=["event_id", "handler"])
+        insert(HANDLER_RUNS).on_conflict_do_nothing(index_elements=["event_id", "handler"]),
+        [{"event_id": e, "handler": h, "finished_at": now} for e, h in finished],
     )
 
 
-def _fenced(event_id: str, owner: str) -> sa.ColumnElement[bool]:
+def _held(event_ids: Sequence[str], owner: str) -> sa.ColumnElement[bool]:
+    """Rows of ``event_ids`` whose claim ``owner`` still holds: the fence on every outcome."""
     return sa.and_(
-        EVENTS.c.id == event_id, EVENTS.c.lease_owner == owner, EVENTS.c.status == "processing"
+        EVENTS.c.id.in_(list(event_ids)),
+        EVENTS.c.lease_owner == owner,
+        EVENTS.c.status == "processing",
     )
+
+
+def _unleased(now: datetime) -> dict[str, Any]:
+    return {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
 
 
 async def mark_processed(
     conn: AsyncConnection, event_ids: Sequence[str], owner: str, now: datetime
 ) -> set[str]:
     """Mark events processed where ``owner`` still holds the lease; the ids it did."""
+    if not event_ids:
+        return set()
     result = await conn.execute(
         sa.update(EVENTS)
-        .where(
-            EVENTS.c.id.in_(list(event_ids)),
-            EVENTS.c.lease_owner == owner,
-            EVENTS.c.status == "processing",
-        )
-        .values(
-            status="processed",
-            processed_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-            last_error=None,
-            updated_at=now,
-        )
+        .where(_held(event_ids, owner))
+        .values(status="processed", processed_at=now, last_error=None, **_unleased(now))
         .returning(EVENTS.c.id)
     )
     return {row[0] for row in result}
@@ -108,18 +120,8 @@ async def release(
     """Give back claims still held by ``owner``, due at once (a clean shutdown)."""
     await conn.execute(
         sa.update(EVENTS)
-        .where(
-            EVENTS.c.id.in_(list(event_ids)),
-            EVENTS.c.lease_owner == owner,
-            EVENTS.c.status == "processing",
-        )
-        .values(
-            status="retrying",
-            next_attempt_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
+        .where(_held(event_ids, owner))
+        .values(status="retrying", next_attempt_at=now, **_unleased(now))
     )
 
 
@@ -133,17 +135,12 @@ async def mark_failed(
     retry_at: datetime | None,
 ) -> bool:
     """``retrying`` until ``retry_at``, or ``dead`` when there is no retry left."""
-    values: dict[str, Any] = {
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "last_error": error[:2000],
-        "updated_at": now,
-    }
+    values: dict[str, Any] = {"last_error": error[:2000], **_unleased(now)}
     if retry_at is None:
         values["status"] = "dead"
     else:
         values |= {"status": "retrying", "next_attempt_at": retry_at}
-    result = await conn.execute(sa.update(EVENTS).where(_fenced(event_id, owner)).values(values))
+    result = await conn.execute(sa.update(EVENTS).where(_held([event_id], owner)).values(values))
     return bool(result.rowcount)
 
 

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,9 @@ import sqlalchemy as sa
 
 from store import db
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.events import insert_events
 from store.models import EVENTS
+from tests.support.data import new_event
 from tests.support.server import ROOT
 
 pytestmark = pytest.mark.anyio
@@ -41,22 +41,7 @@ async def add(url: str, status: str, error: str | None = None) -> str:
     try:
         async with engine.begin() as conn:
             [stored] = await insert_events(
-                conn,
-                [
-                    NewEvent(
-                        source="github",
-                        provider="github",
-                        dedupe_key=f"k-{time.monotonic_ns()}",
-                        type="push",
-                        origin="webhook",
-                        received_at=datetime.now(UTC),
-                        occurred_at=None,
-                        verified_with="github-sha256;key=0",
-                        headers={},
-                        body=b"{}",
-                    )
-                ],
-                BodyCipher(""),
+                conn, [new_event(f"k-{time.monotonic_ns()}")], BodyCipher("")
             )
             await conn.execute(
                 sa.update(EVENTS)

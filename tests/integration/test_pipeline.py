@@ -10,12 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from ingest.signing import sample_event
 from store import db
 from tests.conftest import SECRETS
 from tests.support import handlers
+from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -42,15 +42,6 @@ async def prepare(url: str) -> None:
     engine = db.create_engine(url)
     try:
         await handlers.create_tables(engine)
-    finally:
-        await engine.dispose()
-
-
-async def scalar(url: str, sql: str) -> int:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(sa.text(sql))).scalar() or 0)
     finally:
         await engine.dispose()
 

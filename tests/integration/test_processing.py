@@ -16,8 +16,9 @@ from ingest.handlers import Event, Handler, PermanentError
 from ingest.processing import Processor, RetryPolicy
 from store import claims, db
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.events import insert_events
 from store.models import EVENTS
+from tests.support.data import new_event
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
@@ -31,21 +32,7 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 async def store(engine: AsyncEngine, count: int, source: str = "github") -> list[str]:
-    events = [
-        NewEvent(
-            source=source,
-            provider="github",
-            dedupe_key=f"d-{i}",
-            type="push",
-            origin="webhook",
-            received_at=datetime.now(UTC),
-            occurred_at=None,
-            verified_with="github-sha256;key=0",
-            headers={"x-github-event": "push"},
-            body=b'{"n": %d}' % i,
-        )
-        for i in range(count)
-    ]
+    events = [new_event(f"d-{i}", source, b'{"n": %d}' % i) for i in range(count)]
     async with engine.begin() as conn:
         return [s.event_id for s in await insert_events(conn, events, BodyCipher(""))]
 

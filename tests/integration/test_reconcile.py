@@ -18,13 +18,15 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ingest.config import Sources, parse_sources
 from store import db
 from tests.conftest import SECRETS
 from tests.support import handlers
 from tests.support.asgi import running_app
+from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
 
@@ -81,12 +83,7 @@ class World:
     db_url: str
 
     async def scalar(self, sql: str) -> int:
-        engine = db.create_engine(self.db_url)
-        try:
-            async with engine.connect() as conn:
-                return int((await conn.execute(sa.text(sql))).scalar() or 0)
-        finally:
-            await engine.dispose()
+        return await scalar(self.db_url, sql)
 
     async def reconcile(self, dry_run: bool = False) -> dict[str, Any]:
         """One pass through the operations API; the finished run resource."""
@@ -295,3 +292,40 @@ async def test_redeliver_mode_asks_github_to_send_again(world: World, pg_url: st
     assert await world.scalar("SELECT count(*) FROM events") == 30
     assert await world.scalar("SELECT count(*) FROM events WHERE origin = 'reconcile'") == 0
     assert len(emulator.deliveries) == 34, "four redeliveries, same GUIDs"
+
+
+@pytest.mark.parametrize("hook", ["app", "orgs/octo-org/hooks/7"])
+async def test_github_app_and_org_hooks_are_reconciled(
+    hook: str, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app hook authenticates with an RS256 JWT made from the app's private key."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    if hook == "app":
+        emulator = GitHubEmulator(
+            "unused", hook="app/hook", app_id=4242, app_public_key=key.public_key()
+        )
+        auth = f'hook = "app"\napp_id = 4242\nprivate_key = """{pem}"""'
+    else:
+        emulator = GitHubEmulator(API_TOKEN, hook=hook)
+        auth = f'hook = "{hook}"\ntoken = "{API_TOKEN}"'
+    emulator.add_events(120, start=time.time() - 600, step_s=1.0)
+    async with serve_app(emulator.app) as api_url:
+        text = f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+[sources.reconcile]
+api_url = "{api_url}"
+{auth}
+"""
+        sources = parse_sources(text, Path("app.toml"), env={})
+        async with running_app(
+            sources, sqlite_url, admin_token=TOKEN, reconcile_schedule=False
+        ) as (_, client):
+            world = World("github", emulator, api_url, sources, client, sqlite_url)
+            run = await world.reconcile()
+    assert (run["status"], run["items_repaired"], run["pages"]) == ("succeeded", 120, 2), run

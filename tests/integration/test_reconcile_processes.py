@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from ingest.config import parse_sources
 from store import db
@@ -21,6 +20,7 @@ from tests.conftest import SECRETS
 from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
+from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
@@ -28,15 +28,6 @@ from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
 pytestmark = pytest.mark.anyio
 API_TOKEN = "provider-api-token"
 HOOK = "repos/octo/hello/hooks/42"
-
-
-async def scalar(url: str, sql: str) -> int:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return int((await conn.execute(sa.text(sql))).scalar() or 0)
-    finally:
-        await engine.dispose()
 
 
 async def reconcile_cli(

@@ -3,33 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 
 from store import db
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events, list_events
+from store.events import insert_events, list_events
 from store.models import EVENTS
+from tests.support.data import new_event
 
 pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
 
 
-def ev(key: str, source: str = "github") -> NewEvent:
-    return NewEvent(
-        source=source,
-        provider="github",
-        dedupe_key=key,
-        type="push",
-        origin="webhook",
-        received_at=datetime.now(UTC),
-        occurred_at=None,
-        verified_with="github-sha256;key=0",
-        headers={},
-        body=b"{}",
-    )
+ev = new_event
 
 
 async def test_batch_with_inner_duplicates_creates_one_row_each(db_url: str) -> None:

@@ -120,8 +120,8 @@ async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp_path) as server:
-            statuses = await send(server.url, github_requests(400, 0))
-            assert statuses.count(202) == 400
+            statuses = await send(server.url, github_requests(1500, 0))
+            assert statuses.count(202) == 1500
             processed = "SELECT count(*) FROM events WHERE status = 'processed'"
             for _ in range(5):
                 before = await scalar(pg_url, processed)
@@ -139,11 +139,11 @@ async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect
                 pg_url, "SELECT count(*) FROM events WHERE status = 'processed'"
             )
             with HookdWorker(env, tmp_path):
-                recovery_s = await wait_processed(pg_url, 400)
+                recovery_s = await wait_processed(pg_url, 1500)
     assert any(stuck_at_kill), "no kill landed while handlers were running"
-    assert done_before < 400, "the kills came after all the work"
-    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 400
-    assert await scalar(pg_url, "SELECT count(DISTINCT event_id) FROM effects") == 400
+    assert done_before < 1500, "the kills came after all the work"
+    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 1500
+    assert await scalar(pg_url, "SELECT count(DISTINCT event_id) FROM effects") == 1500
     assert await scalar(pg_url, "SELECT count(*) FROM events WHERE status = 'dead'") == 0
     assert recovery_s < 60
 

@@ -61,15 +61,15 @@ def test_quickstart_serves_and_send_test_reaches_every_source(tmp_path: Path) ->
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
-        hookd = str(repo / ".venv/bin/hookd")
         cli_env = {**env, "HOOKD_CONFIG": "examples/hookd.toml"}
         for line in (repo / "examples/demo.env").read_text().splitlines():
             if line and not line.startswith("#"):
                 name, value = line.split("=", 1)
                 cli_env[name] = value
-        for source in ("github", "stripe", "slack", "standard"):
-            sent = subprocess.run(
-                [hookd, "send-test", source, "--url", f"http://127.0.0.1:{port}/hooks/{source}"],
+
+        def hookd(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(repo / ".venv/bin/hookd"), *args],
                 cwd=repo,
                 env=cli_env,
                 check=False,
@@ -77,31 +77,18 @@ def test_quickstart_serves_and_send_test_reaches_every_source(tmp_path: Path) ->
                 text=True,
                 timeout=60,
             )
+
+        for source in ("github", "stripe", "slack", "standard"):
+            sent = hookd("send-test", source, "--url", f"http://127.0.0.1:{port}/hooks/{source}")
             assert sent.returncode == 0, sent.stdout + sent.stderr
             assert sent.stdout.startswith("202 "), sent.stdout
-        listed = subprocess.run(
-            [hookd, "events", "list", "--json"],
-            check=False,
-            cwd=repo,
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        listed = hookd("events", "list", "--json")
         assert listed.returncode == 0, listed.stderr
         events = [json.loads(line) for line in listed.stdout.splitlines()]
         assert sorted(e["source"] for e in events) == ["github", "slack", "standard", "stripe"]
         # No handlers are configured, so the in-process consumer finishes them at once.
         for event in events:
-            waited = subprocess.run(
-                [hookd, "wait", event["id"], "--timeout", "30"],
-                check=False,
-                cwd=repo,
-                env=cli_env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            waited = hookd("wait", event["id"], "--timeout", "30")
             assert waited.returncode == 0, waited.stdout + waited.stderr
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

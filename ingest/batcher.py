@@ -53,8 +53,6 @@ class GroupCommitter:
         self._on_commit = on_commit
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self.batches = 0
-        self.rows = 0
 
     async def start(self) -> None:
         self._tasks = [
@@ -129,8 +127,6 @@ class GroupCommitter:
                 if not future.done():
                     future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
             return
-        self.batches += 1
-        self.rows += len(batch)
         for (_, future), stored in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(stored)

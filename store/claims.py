@@ -185,12 +185,3 @@ async def ids_with_status(conn: AsyncConnection, source: str, status: str) -> li
         sa.select(EVENTS.c.id).where(EVENTS.c.source == source, EVENTS.c.status == status)
     )
     return [row[0] for row in result]
-
-
-async def next_due_at(conn: AsyncConnection) -> datetime | None:
-    """When the earliest runnable event becomes due (for the in-process consumer's sleep)."""
-    result = await conn.execute(
-        sa.select(sa.func.min(EVENTS.c.next_attempt_at)).where(EVENTS.c.status.in_(RUNNABLE))
-    )
-    value: datetime | None = result.scalar()
-    return value

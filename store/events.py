@@ -3,7 +3,6 @@ per batch, in SQLAlchemy Core; the unique constraint decides what is new."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -176,7 +175,3 @@ def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
-
-
-def headers_json(row: sa.Row[Any]) -> str:
-    return json.dumps(row._mapping["headers"], sort_keys=True)

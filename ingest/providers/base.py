@@ -168,13 +168,6 @@ def match_hmac(
     raise SignatureError("bad_signature")
 
 
-def hmac_hex(key: bytes, *parts: bytes) -> str:
-    mac = hmac.new(key, b"", hashlib.sha256)
-    for part in parts:
-        mac.update(part)
-    return mac.hexdigest()
-
-
 def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     """A JSON object from UTF-8 bytes, or ``malformed_payload``."""
     try:

@@ -60,3 +60,16 @@ def create_database(template: str | None = None) -> str:
 
 def drop_database(name: str) -> None:
     asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def require_tool(name: str) -> str:
+    """Path of a system tool (scripts/system-deps.sh installs them); skip without it, fail in CI."""
+    import shutil
+
+    path = shutil.which(name)
+    if path is not None:
+        return path
+    reason = f"{name} not installed (run scripts/system-deps.sh)"
+    if in_ci():
+        pytest.fail(reason + " (CI=true: system tools must be installed)")
+    pytest.skip(reason)

@@ -187,6 +187,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "HOOKD_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "HOOKD_LOG_LEVEL": "WARNING",
         "HOOKD_RECONCILE_SCHEDULE": "false",
+        "HOOKD_WORKER_METRICS_PORT": "0",
     }
     cli = [sys.executable, "-m", "ingest.cli"]
     subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -157,9 +158,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
     from ingest.handlers import import_handler
+    from ingest.metrics import prepare_multiprocess
 
     sources = load_sources(settings.config)  # fail here, with one line, not in every worker
     for source in sources:
@@ -170,6 +170,20 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
         file=sys.stderr,
     )
+    # Several worker processes share one metrics directory (prometheus-client's
+    # multiprocess mode); it must be set before they start and import the client.
+    metrics_dir = prepare_multiprocess(args.workers)
+    try:
+        run_uvicorn(args)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK
+
+
+def run_uvicorn(args: argparse.Namespace) -> None:
+    import uvicorn
+
     uvicorn.run(
         "ingest.app:app_from_env",
         factory=True,
@@ -180,7 +194,6 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         log_level="warning",
         server_header=False,
     )
-    return EXIT_OK
 
 
 async def preflight(settings: Settings) -> None:

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     reconcile_schedule: bool = True
     log_level: str = "INFO"
     log_json: bool = False
+    # `hookd worker` serves its own /metrics and /healthz here (bearer token as for
+    # the receiver's /metrics); port 0 turns it off.
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=9464, ge=0, le=65_535)
 
     @model_validator(mode="after")
     def _lease_covers_handlers(self) -> Settings:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ingest import dbmetrics
+from ingest import metrics as process_metrics
 from ingest.auth import token_ok
 from ingest.config import Sources
 from ingest.dispatch import ArqWaker
@@ -42,7 +43,7 @@ def routes(
     async def metrics(request: Request) -> Response:
         if not token_ok(request, token):
             return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
-        text = generate_latest()
+        text = process_metrics.render_process_families()
         try:
             async with asyncio.timeout(5.0):
                 text += dbmetrics.render(await dbmetrics.collect(engine, sources))

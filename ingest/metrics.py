@@ -1,8 +1,24 @@
-"""Prometheus metric families (CONTRACT §3)."""
+"""Prometheus metric families (CONTRACT §3) and how this process renders them.
+
+Per-process families (received, rejections, ack latency, processed, processing
+time) live here and in ``ingest.processing``. With several ``hookd serve`` worker
+processes they use prometheus-client's multiprocess mode: ``hookd serve --workers N``
+points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start,
+and every scrape, whichever process answers it, sums the files of all of them.
+Queue and reconciliation families are read from the database at scrape time
+(``ingest.dbmetrics``), so every process and every replica reports the same value.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+import tempfile
+from pathlib import Path
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Buckets that show the providers' answer budgets: Slack 3 s, GitHub 10 s.
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
@@ -25,3 +41,37 @@ ACK_SECONDS = Histogram(
     ["source"],
     buckets=ACK_BUCKETS,
 )
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def prepare_multiprocess(workers: int) -> Path | None:
+    """Before worker processes start: give them one shared, empty metrics directory.
+
+    Returns the directory this call created (the caller removes it at exit), or
+    None when there is nothing to clean up: one process needs no directory, and
+    a directory the operator chose is emptied of stale ``*.db`` files but kept.
+    """
+    chosen = multiprocess_dir()
+    if chosen is not None:
+        path = Path(chosen)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+        return None
+    if workers <= 1:
+        return None
+    created = Path(tempfile.mkdtemp(prefix="hookd-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(created)
+    return created
+
+
+def render_process_families() -> bytes:
+    """This process's families; in multiprocess mode, the sum over all processes."""
+    if multiprocess_dir() is None:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)

@@ -170,13 +170,26 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
 
 
 async def run(settings: Settings, sources: Sources) -> None:
+    from ingest import workermetrics
+
+    port = settings.worker_metrics_port
+    sock = workermetrics.bind(settings.worker_metrics_host, port) if port else None
     runtime = build_runtime(settings, sources)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    metrics = (
+        asyncio.create_task(workermetrics.serve(sock, settings.admin_token, stop))
+        if sock is not None
+        else None
+    )
     log.info("worker started", extra={"owner": runtime.processor.owner})
     try:
         await supervise(runtime, stop)
     finally:
+        stop.set()
+        if metrics is not None:
+            with contextlib.suppress(Exception):
+                await metrics
         await runtime.close()

@@ -84,3 +84,8 @@ async def until_fixed(event: Event) -> None:
         broken = await conn.execute(sa.text("SELECT value FROM switches WHERE name = 'broken'"))
         if broken.scalar():
             raise RuntimeError("the downstream is broken")
+
+
+async def echo_failure(event: Event) -> None:
+    """Fails with the payload in its message: logs must not print it."""
+    raise RuntimeError(event.body.decode(errors="replace"))

@@ -108,7 +108,14 @@ class HookdServer(HookdProcess):
 
 class HookdWorker(HookdProcess):
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        super().__init__(["worker"], env, cwd)
+        self.metrics_port = free_port()
+        super().__init__(
+            ["worker"], {"HOOKD_WORKER_METRICS_PORT": str(self.metrics_port), **env}, cwd
+        )
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> HookdWorker:
         self.launch()

@@ -1,0 +1,89 @@
+"""``hookd worker``'s own ``/metrics`` and ``/healthz``.
+
+A worker runs handlers, so its per-process families (``hookd_events_processed_total``,
+``hookd_processing_seconds``) exist only in its memory: Prometheus scrapes each
+worker as it scrapes each receiver. Queue and reconciliation families come from
+the receivers' ``/metrics`` (read from the database there), so they are not
+repeated here. Same bearer token as the receiver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from ingest.auth import token_ok
+from ingest.errors import ConfigError
+from ingest.metrics import render_process_families
+
+log = logging.getLogger("hookd.worker")
+
+
+def metrics_app(token: str) -> Starlette:
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        if not token_ok(request, token):
+            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        return PlainTextResponse(render_process_families(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ]
+    )
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn inside the worker's loop: the worker, not uvicorn, owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Listen before anything else starts, so a taken port is one clear line."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        raise ConfigError(
+            f"environment: HOOKD_WORKER_METRICS_PORT: cannot listen on {host}:{port} "
+            f"({exc.strerror or exc}); pick another port or 0 to turn worker metrics off"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+async def serve(sock: socket.socket, token: str, stop: asyncio.Event) -> None:
+    """Serve on ``sock`` until ``stop`` is set."""
+    config = uvicorn.Config(
+        metrics_app(token),
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+    )
+    server = _EmbeddedServer(config)
+    host, port = sock.getsockname()[:2]
+    log.info("worker metrics listening", extra={"host": host, "port": port})
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    await stop.wait()
+    server.should_exit = True
+    await task

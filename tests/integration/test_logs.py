@@ -1,0 +1,89 @@
+"""Logs of a real ``hookd serve`` with ``HOOKD_LOG_JSON=true``: one JSON object a line,
+ids on every event line, and never a payload, a secret or the admin token."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+
+from ingest.signing import sample_event
+from tests.conftest import SECRETS
+from tests.support.server import HookdServer
+
+TOKEN = "log-test-admin-token-6d1f"
+
+
+def test_json_logs_carry_ids_and_no_payload_or_secret(tmp_path: Path, sqlite_url: str) -> None:
+    config = tmp_path / "logs.toml"
+    config.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["tests.support.handlers:echo_failure"]
+max_attempts = 2
+"""
+    )
+    env = {
+        "HOOKD_CONFIG": str(config),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_JSON": "true",
+        "HOOKD_LOG_LEVEL": "INFO",
+        "HOOKD_RETRY_BASE_S": "0.05",
+        "HOOKD_RETRY_CAP_S": "0.1",
+        "HOOKD_SWEEP_S": "0.2",
+    }
+    requests = [sample_event("github", SECRETS["github"], i) for i in range(5)]
+    with HookdServer(env, tmp_path) as server:
+        ids = []
+        for headers, body in requests:
+            response = httpx.post(server.url + "/hooks/github", content=body, headers=headers)
+            assert response.status_code == 202
+            ids.append(response.json()["event_id"])
+        headers, body = requests[0]
+        assert httpx.post(server.url + "/hooks/github", content=body, headers=headers).is_success
+        forged_headers, forged_body = sample_event("github", "wrong-secret", 99)
+        response = httpx.post(
+            server.url + "/hooks/github", content=forged_body, headers=forged_headers
+        )
+        assert response.status_code == 401
+        api = httpx.get(
+            server.url + "/api/events?status=dead", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        deadline = time.monotonic() + 30
+        while len(api.json()["events"]) < len(ids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            api = httpx.get(
+                server.url + "/api/events?status=dead", headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+        assert len(api.json()["events"]) == len(ids), (
+            "every event should have died (max_attempts=2)"
+        )
+        server.stop()
+        text = server.log_path.read_text()
+
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    records = [json.loads(line) for line in lines]
+    assert records, text
+    for record in records:
+        assert {"ts", "level", "logger", "msg"} <= record.keys()
+    accepted = [r for r in records if r["msg"] == "accepted"]
+    assert sorted(r["event_id"] for r in accepted) == sorted(ids)
+    assert all(r["source"] == "github" for r in accepted)
+    failed = [r for r in records if r["msg"] == "handler failed"]
+    assert {r["event_id"] for r in failed} == set(ids)
+    assert {r["outcome"] for r in failed} == {"retry", "dead"}
+
+    # Nothing secret or from a payload: the signing secret, the token, the bodies
+    # (the handler's exception message is the body itself) and signature headers.
+    assert SECRETS["github"] not in text
+    assert TOKEN not in text
+    for headers, body in [*requests, (forged_headers, forged_body)]:
+        assert headers["X-Hub-Signature-256"] not in text
+        assert json.loads(body)["repository"]["full_name"] not in text
+    assert "logically awesome" not in text

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ingest import api, health
+from ingest import admin, api, health
 from ingest.batcher import GroupCommitter
 from ingest.config import Settings, Sources, load_sources
 from ingest.dispatch import ArqWaker, InProcessConsumer
@@ -86,6 +86,7 @@ def create_app(
             *health.routes(engine, waker, settings.admin_token, sources),
             *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
             *api_state.routes(),
+            *admin.routes(engine, settings.admin_token, sources, api_state, dispatcher.on_commit),
         ],
         lifespan=lifespan,
     )

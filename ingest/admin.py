@@ -1,0 +1,642 @@
+"""The admin UI (CONTRACT §3 ``/admin``): server-rendered pages over the same store
+functions as the Operations API, behind a login with the admin token.
+
+A session is a signed cookie (itsdangerous) whose key is derived from the admin
+token, so rotating the token logs everyone out. It holds a random CSRF token
+that every state-changing form must send back. Pages run no JavaScript and load
+nothing from elsewhere; GET pages never change state. Event bodies and headers
+are never shown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+import jinja2
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ingest.api import SourcesApi
+from ingest.config import Sources
+from ingest.handlers import FORWARD
+from reconcile import service
+from store import claims
+from store import reconcile as rstate
+from store.events import event_resource, get_event, list_events
+from store.ids import is_id
+from store.models import ORIGINS, STATUSES
+
+log = logging.getLogger("hookd.admin")
+
+PREFIX = "/admin"
+COOKIE = "hookd_admin"
+SESSION_MAX_AGE_S = 12 * 3600
+SESSION_KEY_LABEL = b"hookd admin session"
+PAGE_SIZE = 50
+MAX_FORM_BYTES = 16 * 1024
+TEMPLATES = Path(__file__).parent / "templates" / "admin"
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+# Flash messages are codes in the redirect's query string, looked up here: the
+# page never repeats text it was given.
+DONE = {
+    "replayed": "Replayed: the event is pending again.",
+    "replayed_many": "Replayed {count} dead event(s).",
+    "reconcile_started": "Reconciliation run started.",
+    "enabled": "Reconciliation enabled again.",
+    "logged_out": "Logged out.",
+}
+ERRORS = {
+    "in_progress": "Not replayed: the event is being processed right now.",
+    "nothing_dead": "Nothing to replay: no dead events.",
+    "not_configured": "This source has no [sources.reconcile] table.",
+}
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+OnCommit = Callable[[Sequence[str]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    csrf: str
+
+
+class Sessions:
+    """Signed, timed session cookies; the key is derived from the admin token."""
+
+    def __init__(self, token: str) -> None:
+        self.enabled = bool(token)
+        self._token = token.encode()
+        key = hmac.new(self._token, SESSION_KEY_LABEL, hashlib.sha256).digest()
+        self._serializer = URLSafeTimedSerializer(
+            key, salt="hookd-admin", signer_kwargs={"digest_method": hashlib.sha256}
+        )
+
+    def token_ok(self, given: str) -> bool:
+        """Constant-time comparison with the admin token; no token configured: never."""
+        return self.enabled and hmac.compare_digest(given.encode(), self._token)
+
+    def issue(self) -> str:
+        return self._serializer.dumps({"csrf": secrets.token_urlsafe(32)})
+
+    def load(self, request: Request) -> Session | None:
+        raw = request.cookies.get(COOKIE)
+        if not self.enabled or not raw:
+            return None
+        try:
+            data = self._serializer.loads(raw, max_age=SESSION_MAX_AGE_S)
+        except BadSignature:  # SignatureExpired is one too
+            return None
+        csrf = data.get("csrf") if isinstance(data, dict) else None
+        return Session(csrf) if isinstance(csrf, str) and csrf else None
+
+
+def csrf_ok(session: Session, form: Mapping[str, str]) -> bool:
+    return hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode())
+
+
+def safe_next(value: str | None, default: str = PREFIX) -> str:
+    """A redirect target only if it is a path inside /admin (no open redirect)."""
+    if not value or "\\" in value or ".." in value or any(ord(c) < 0x20 for c in value):
+        return default
+    if not (value == PREFIX or value.startswith((PREFIX + "/", PREFIX + "?"))):
+        return default
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return default
+    return value
+
+
+def with_query(path: str, **params: str) -> str:
+    """``path`` with ``params`` set in its query (replacing a previous flash)."""
+    parts = urlsplit(path)
+    kept = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in params and k not in ("done", "error", "count")
+    ]
+    query = urlencode([*kept, *params.items()])
+    return parts.path + ("?" + query if query else "")
+
+
+async def read_form(request: Request) -> dict[str, str] | None:
+    """A small url-encoded form; None when it is too large. First value of each name wins."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    form: dict[str, str] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)
+    return form
+
+
+def _parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _span(seconds: float) -> str:
+    seconds = int(abs(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+
+
+def fmt_time(value: str | float | None) -> str:
+    """A UTC time (ISO string or unix seconds) with how long ago / from now it is."""
+    if value is None or value == "":
+        return "—"
+    at = datetime.fromtimestamp(value, UTC) if isinstance(value, int | float) else _parse_iso(value)
+    if at is None:
+        return "—"
+    delta = (datetime.now(UTC) - at).total_seconds()
+    relative = f"{_span(delta)} ago" if delta >= 0 else f"in {_span(delta)}"
+    return f"{at.strftime('%Y-%m-%d %H:%M:%S')} UTC ({relative})"
+
+
+def fmt_duration(value: float | None) -> str:
+    return "—" if value is None else _span(value)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.filters["time"] = fmt_time
+    env.filters["duration"] = fmt_duration
+    return env
+
+
+def secured(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+Page = Callable[[Request, Session], Awaitable[Response]]
+Action = Callable[[Request, Session, dict[str, str]], Awaitable[Response]]
+
+
+class AdminUI:
+    """The /admin pages over one engine and one set of sources.
+
+    ``api_state`` starts reconciliation runs exactly as ``POST
+    /api/sources/{name}/reconcile`` does (and cancels them at shutdown);
+    ``on_commit`` is the dispatcher's wake-up, called after a replay as the API does.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        token: str,
+        sources: Sources,
+        api_state: SourcesApi,
+        on_commit: OnCommit,
+    ) -> None:
+        self._engine = engine
+        self._sessions = Sessions(token)
+        self._sources = sources
+        self._api_state = api_state
+        self._on_commit = on_commit
+        self._templates = _environment()
+        self._stylesheet = (TEMPLATES / "admin.css").read_bytes()
+        self._names = [s.name for s in sources]
+
+    # -- plumbing ------------------------------------------------------------------
+    def _render(
+        self, request: Request, template: str, http_status: int = 200, **context: Any
+    ) -> Response:
+        q = request.query_params
+        flash: dict[str, str] | None = None
+        count = q.get("count", "")
+        if q.get("done") in DONE:
+            text = DONE[q["done"]].format(count=count if count.isdigit() else "some")
+            flash = {"kind": "ok", "text": text}
+        elif q.get("error") in ERRORS:
+            flash = {"kind": "bad", "text": ERRORS[q["error"]]}
+        context.setdefault("csrf", None)
+        context.setdefault("section", "")
+        html = self._templates.get_template(template).render(
+            prefix=PREFIX, flash=flash, here=_here(request), **context
+        )
+        return HTMLResponse(html, status_code=http_status)
+
+    def _problem(self, request: Request, session: Session | None, code: int, text: str) -> Response:
+        csrf = session.csrf if session else None
+        return self._render(request, "error.html", code, csrf=csrf, code=code, message=text)
+
+    @staticmethod
+    def _to_login(request: Request) -> Response:
+        target = PREFIX + "/login"
+        if request.method == "GET" and request.url.path != PREFIX:
+            target += "?next=" + quote(_here(request), safe="")
+        return RedirectResponse(target, status_code=303)
+
+    @staticmethod
+    def _back(form: Mapping[str, str], default: str, **flash: str) -> Response:
+        target = safe_next(form.get("back"), default)
+        return RedirectResponse(with_query(target, **flash), status_code=303)
+
+    def page(self, handler: Page) -> Endpoint:
+        """A GET page: a valid session or a 303 to the login page."""
+
+        async def endpoint(request: Request) -> Response:
+            session = self._sessions.load(request)
+            if session is None:
+                return secured(self._to_login(request))
+            return secured(await handler(request, session))
+
+        return endpoint
+
+    def action(self, handler: Action) -> Endpoint:
+        """A POST: a valid session, then the form's CSRF token, before anything changes."""
+
+        async def endpoint(request: Request) -> Response:
+            session = self._sessions.load(request)
+            if session is None:
+                return secured(self._to_login(request))
+            form = await read_form(request)
+            if form is None:
+                return secured(self._problem(request, session, 413, "That form is too large."))
+            if not csrf_ok(session, form):
+                log.warning("admin form refused: bad csrf", extra={"path": request.url.path})
+                text = "The form's CSRF token is missing or wrong."
+                return secured(self._problem(request, session, 403, text))
+            return secured(await handler(request, session, form))
+
+        return endpoint
+
+    # -- login ---------------------------------------------------------------------
+    async def login_form(self, request: Request) -> Response:
+        response = self._render(
+            request,
+            "login.html",
+            enabled=self._sessions.enabled,
+            next=safe_next(request.query_params.get("next")),
+            message=None,
+        )
+        return secured(response)
+
+    async def login(self, request: Request) -> Response:
+        form = await read_form(request) or {}
+        target = safe_next(form.get("next"))
+        client = request.client.host if request.client else None
+        if not self._sessions.token_ok(form.get("token", "")):
+            log.warning("admin login refused", extra={"client": client})
+            message = (
+                "That token is not right."
+                if self._sessions.enabled
+                else "The admin UI is off: set HOOKD_ADMIN_TOKEN to use it."
+            )
+            response = self._render(
+                request,
+                "login.html",
+                401,
+                enabled=self._sessions.enabled,
+                next=target,
+                message=message,
+            )
+            return secured(response)
+        log.info("admin login", extra={"client": client})
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            self._sessions.issue(),
+            max_age=SESSION_MAX_AGE_S,
+            path=PREFIX,
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+        return secured(response)
+
+    async def logout(self, request: Request, _: Session, __: dict[str, str]) -> Response:
+        client = request.client.host if request.client else None
+        log.info("admin logout", extra={"client": client})
+        response = RedirectResponse(PREFIX + "/login?done=logged_out", status_code=303)
+        response.delete_cookie(
+            COOKIE,
+            path=PREFIX,
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    async def css(self, _: Request) -> Response:
+        return Response(
+            self._stylesheet,
+            media_type="text/css",
+            headers={"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"},
+        )
+
+    # -- sources -------------------------------------------------------------------
+    async def sources_page(self, request: Request, session: Session) -> Response:
+        now = datetime.now(UTC).timestamp()
+        rows = await service.source_resources(self._engine, self._sources)
+        for row in rows:
+            rc = row["reconcile"]
+            if rc is not None:
+                rc["lag_s"] = None if rc["cursor"] is None else max(0.0, now - rc["cursor"])
+        return self._render(
+            request, "sources.html", csrf=session.csrf, section="sources", rows=rows
+        )
+
+    async def reconcile_now(
+        self, request: Request, session: Session, form: dict[str, str]
+    ) -> Response:
+        name = request.path_params["name"]
+        if self._sources.get(name) is None:
+            return self._problem(request, session, 404, "No such source.")
+        # The API's own endpoint: the same queued run record, and the run's task
+        # is tracked by SourcesApi, which cancels it at shutdown.
+        scope = {**request.scope, "path_params": {"name": name}, "query_string": b""}
+        answer = await self._api_state.reconcile_now(Request(scope))
+        if answer.status_code == 409:
+            return self._back(form, PREFIX, error="not_configured")
+        if answer.status_code != 202:
+            return self._problem(request, session, answer.status_code, "Could not start a run.")
+        run_id = json.loads(bytes(answer.body))["id"]
+        log.info("admin reconcile started", extra={"source": name, "run_id": run_id})
+        return RedirectResponse(f"{PREFIX}/runs/{run_id}?done=reconcile_started", status_code=303)
+
+    async def enable(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        source = self._sources.get(request.path_params["name"])
+        if source is None:
+            return self._problem(request, session, 404, "No such source.")
+        if source.config.reconcile is None:
+            return self._back(form, PREFIX, error="not_configured")
+        await service.enable(self._engine, source.name)
+        log.info("admin enabled reconciliation", extra={"source": source.name})
+        return self._back(form, PREFIX, done="enabled")
+
+    async def replay_dead(
+        self, request: Request, session: Session, form: dict[str, str]
+    ) -> Response:
+        source = self._sources.get(request.path_params["name"])
+        if source is None:
+            return self._problem(request, session, 404, "No such source.")
+        # As `hookd replay --source S --status dead`: the same store calls.
+        async with self._engine.begin() as conn:
+            ids = await claims.ids_with_status(conn, source.name, "dead")
+            replayed = await claims.replay(conn, ids, datetime.now(UTC))
+        if not replayed:
+            return self._back(form, PREFIX + "/dead", error="nothing_dead")
+        await self._on_commit(replayed)
+        log.info("admin replayed dead", extra={"source": source.name, "count": len(replayed)})
+        return self._back(form, PREFIX + "/dead", done="replayed_many", count=str(len(replayed)))
+
+    # -- events --------------------------------------------------------------------
+    async def _event_list(
+        self, request: Request, session: Session, *, dead: bool
+    ) -> dict[str, Any] | Response:
+        """The filtered, keyset-paged list as GET /api/events makes it; or an error page."""
+        q = request.query_params
+        status = "dead" if dead else (q.get("status") or None)
+        origin = None if dead else (q.get("origin") or None)
+        type_ = None if dead else (q.get("type") or None)
+        source = q.get("source") or None
+        cursor = q.get("cursor") or None
+        if status is not None and status not in STATUSES:
+            text = f"status must be one of {', '.join(STATUSES)}"
+            return self._problem(request, session, 400, text)
+        if origin is not None and origin not in ORIGINS:
+            text = f"origin must be one of {', '.join(ORIGINS)}"
+            return self._problem(request, session, 400, text)
+        if cursor is not None and not is_id(cursor):
+            text = "That page link is not one this page made."
+            return self._problem(request, session, 400, text)
+        if _has_nul(source, type_):
+            return self._problem(request, session, 400, "Filters must not contain NUL.")
+        async with self._engine.connect() as conn:
+            rows = await list_events(
+                conn,
+                source=source,
+                status=status,
+                type_=type_,
+                origin=origin,
+                limit=PAGE_SIZE + 1,
+                before_id=cursor,
+            )
+        page_rows = rows[:PAGE_SIZE]
+        events = []
+        for row in page_rows:
+            resource = event_resource(row)
+            resource["last_error"] = row._mapping["last_error"]
+            events.append(resource)
+        filters = {"source": source, "status": status, "origin": origin, "type": type_}
+        kept = {k: v for k, v in filters.items() if v and not (dead and k == "status")}
+        older = None
+        if len(rows) > PAGE_SIZE:
+            older = "?" + urlencode({**kept, "cursor": page_rows[-1].id})
+        return {
+            "events": events,
+            "filters": filters,
+            "older": older,
+            "newest": "?" + urlencode(kept),
+            "first_page": cursor is None,
+        }
+
+    async def events_page(self, request: Request, session: Session) -> Response:
+        listed = await self._event_list(request, session, dead=False)
+        if isinstance(listed, Response):
+            return listed
+        return self._render(
+            request,
+            "events.html",
+            csrf=session.csrf,
+            section="events",
+            sources=self._names,
+            statuses=STATUSES,
+            origins=ORIGINS,
+            **listed,
+        )
+
+    async def dead_page(self, request: Request, session: Session) -> Response:
+        listed = await self._event_list(request, session, dead=True)
+        if isinstance(listed, Response):
+            return listed
+        counts = [
+            {"name": r["name"], "dead": r["dead"]}
+            for r in await service.source_resources(self._engine, self._sources)
+        ]
+        return self._render(
+            request,
+            "dead.html",
+            csrf=session.csrf,
+            section="dead",
+            sources=self._names,
+            counts=counts,
+            **listed,
+        )
+
+    async def event_page(self, request: Request, session: Session) -> Response:
+        event_id = request.path_params["id"]
+        if not is_id(event_id):
+            return self._problem(request, session, 404, "No such event.")
+        async with self._engine.connect() as conn:
+            row = await get_event(conn, event_id)
+            ledger = await claims.finished_handlers_many(conn, [event_id])
+        if row is None:
+            return self._problem(request, session, 404, "No such event.")
+        m = row._mapping
+        event = event_resource(row)
+        event["last_error"] = m["last_error"]
+        runnable = m["status"] in claims.RUNNABLE
+        event["next_attempt_at"] = _iso(m["next_attempt_at"]) if runnable else None
+        source = self._sources.get(event["source"])
+        chain = [*source.config.handlers] if source else []
+        if source is not None and source.config.forward is not None:
+            chain.append(FORWARD)
+        finished = ledger.get(event_id, set())
+        handlers = [{"name": h, "finished": h in finished} for h in chain]
+        handlers += [{"name": h, "finished": True} for h in sorted(finished - set(chain))]
+        return self._render(
+            request,
+            "event.html",
+            csrf=session.csrf,
+            section="events",
+            event=event,
+            handlers=handlers,
+            max_attempts=source.config.max_attempts if source else None,
+            refresh=2 if event["status"] in ("pending", "processing") else None,
+        )
+
+    async def replay(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        event_id = request.path_params["id"]
+        if not is_id(event_id):
+            return self._problem(request, session, 404, "No such event.")
+        # As POST /api/events/{id}/replay: the same store call, then wake processing.
+        async with self._engine.begin() as conn:
+            if await get_event(conn, event_id) is None:
+                return self._problem(request, session, 404, "No such event.")
+            replayed = await claims.replay(conn, [event_id], datetime.now(UTC))
+        default = f"{PREFIX}/events/{event_id}"
+        if not replayed:
+            return self._back(form, default, error="in_progress")
+        await self._on_commit(replayed)
+        log.info("admin replayed event", extra={"event_id": event_id})
+        return self._back(form, default, done="replayed")
+
+    # -- reconcile runs ------------------------------------------------------------
+    async def runs_page(self, request: Request, session: Session) -> Response:
+        source = request.query_params.get("source") or None
+        if _has_nul(source):
+            return self._problem(request, session, 400, "Filters must not contain NUL.")
+        async with self._engine.connect() as conn:
+            rows = await rstate.list_runs(conn, source, PAGE_SIZE)
+        return self._render(
+            request,
+            "runs.html",
+            csrf=session.csrf,
+            section="runs",
+            runs=[rstate.run_resource(r) for r in rows],
+            reconciled=[s.name for s in self._sources if s.config.reconcile is not None],
+            sources=self._names,
+            source=source,
+        )
+
+    async def run_page(self, request: Request, session: Session) -> Response:
+        run_id = request.path_params["id"]
+        if not is_id(run_id):
+            return self._problem(request, session, 404, "No such reconciliation run.")
+        async with self._engine.connect() as conn:
+            row = await rstate.get_run(conn, run_id)
+        if row is None:
+            return self._problem(request, session, 404, "No such reconciliation run.")
+        run = rstate.run_resource(row)
+        source = self._sources.get(run["source"])
+        return self._render(
+            request,
+            "run.html",
+            csrf=session.csrf,
+            section="runs",
+            run=run,
+            can_reconcile=source is not None and source.config.reconcile is not None,
+            refresh=None if run["done"] else 2,
+        )
+
+    def routes(self) -> list[Route]:
+        page, action = self.page, self.action
+        return [
+            Route(PREFIX + "/login", self.login_form, methods=["GET"]),
+            Route(PREFIX + "/login", self.login, methods=["POST"]),
+            Route(PREFIX + "/logout", action(self.logout), methods=["POST"]),
+            Route(PREFIX + "/static/admin.css", self.css, methods=["GET"]),
+            Route(PREFIX, page(self.sources_page), methods=["GET"]),
+            Route(
+                PREFIX + "/sources/{name}/reconcile", action(self.reconcile_now), methods=["POST"]
+            ),
+            Route(PREFIX + "/sources/{name}/enable", action(self.enable), methods=["POST"]),
+            Route(
+                PREFIX + "/sources/{name}/replay-dead", action(self.replay_dead), methods=["POST"]
+            ),
+            Route(PREFIX + "/events", page(self.events_page), methods=["GET"]),
+            Route(PREFIX + "/events/{id}", page(self.event_page), methods=["GET"]),
+            Route(PREFIX + "/events/{id}/replay", action(self.replay), methods=["POST"]),
+            Route(PREFIX + "/dead", page(self.dead_page), methods=["GET"]),
+            Route(PREFIX + "/runs", page(self.runs_page), methods=["GET"]),
+            Route(PREFIX + "/runs/{id}", page(self.run_page), methods=["GET"]),
+        ]
+
+
+def routes(
+    engine: AsyncEngine,
+    token: str,
+    sources: Sources,
+    api_state: SourcesApi,
+    on_commit: OnCommit,
+) -> list[Route]:
+    return AdminUI(engine, token, sources, api_state, on_commit).routes()
+
+
+def _here(request: Request) -> str:
+    query = request.url.query
+    return request.url.path + ("?" + query if query else "")
+
+
+def _has_nul(*values: str | None) -> bool:
+    """PostgreSQL text cannot hold NUL: such a filter matches nothing and would only fail."""
+    return any(v is not None and "\x00" in v for v in values)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")

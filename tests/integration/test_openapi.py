@@ -1,0 +1,385 @@
+"""The OpenAPI document of the operations API: complete, served behind the token,
+and true of a real server (schemathesis against uvicorn on loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from starlette.routing import BaseRoute, Mount, Route
+
+from ingest import openapi
+from ingest.api import ApiFallback
+from ingest.config import Sources, parse_sources
+from ingest.signing import sample_event
+from store import reconcile as rstate
+from tests.conftest import SECRETS, SOURCES_TOML
+from tests.support.asgi import running_app
+from tests.support.emulators import GitHubEmulator
+from tests.support.http import serve_app
+
+pytestmark = pytest.mark.anyio
+TOKEN = "ops-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+API_TOKEN = "provider-api-token"
+RECONCILED = "gh-reconciled"
+DOOMED = "doomed"
+# Per operation and strategy (positive, negative, real ids): well under a minute in all.
+EXAMPLES = 50
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def sources_for(api_url: str) -> Sources:
+    """The shared sources, one that reconciles (against the emulator), one whose events die."""
+    text = f"""{SOURCES_TOML}
+[[sources]]
+name = "{RECONCILED}"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+[sources.reconcile]
+api_url = "{api_url}"
+token = "{API_TOKEN}"
+hook = "repos/octo/hello/hooks/42"
+
+[[sources]]
+name = "{DOOMED}"
+provider = "stripe"
+secrets = ["{SECRETS["stripe"]}"]
+handlers = ["tests.support.handlers:echo_failure"]
+max_attempts = 1
+"""
+    return parse_sources(text, Path("openapi.toml"), env={})
+
+
+def api_routes(routes: list[BaseRoute], prefix: str = "") -> dict[str, set[str]]:
+    """``{path: methods}`` of the routes under /api, less the HEAD that Starlette adds to GET."""
+    found: dict[str, set[str]] = {}
+    for route in routes:
+        if isinstance(route, ApiFallback):
+            continue  # answers what no route does: no operation of its own
+        if isinstance(route, Mount):
+            found |= api_routes(list(route.routes), prefix + route.path)
+        elif isinstance(route, Route):
+            path = prefix + route.path
+            if path == "/api" or path.startswith("/api/"):
+                found[path] = set(route.methods or ()) - {"HEAD"}
+        else:  # a WebSocketRoute or something new: the document would not know it
+            assert not getattr(route, "path", "").startswith("/api"), route
+    return found
+
+
+def spec_operations(document: dict[str, Any]) -> dict[str, set[str]]:
+    return {
+        path: {method.upper() for method in item if method in HTTP_METHODS}
+        for path, item in document["paths"].items()
+    }
+
+
+async def test_document_lists_every_api_route_and_nothing_else(
+    sources: Sources, sqlite_url: str
+) -> None:
+    document = openapi.document()
+    async with running_app(sources, sqlite_url, admin_token=TOKEN) as (app, _):
+        routes = api_routes(list(app.routes))
+    assert routes, "no /api routes found: the app changed shape"
+    assert spec_operations(document) == routes
+    operation_ids = [
+        op["operationId"]
+        for item in document["paths"].values()
+        for method, op in item.items()
+        if method in HTTP_METHODS
+    ]
+    assert len(operation_ids) == len(set(operation_ids))
+    # Valid OpenAPI 3.1 (schemathesis carries the official meta-schema).
+    schemathesis.openapi.from_dict(document).validate()
+
+
+async def test_document_is_served_behind_the_token(sources: Sources, sqlite_url: str) -> None:
+    async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
+        served = await client.get("/api/openapi.json", headers=AUTH)
+        refused = [
+            await client.get("/api/openapi.json", headers=headers)
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN})
+        ]
+    assert served.status_code == 200
+    assert served.headers["content-type"] == "application/json"
+    assert served.json() == openapi.document()
+    assert [r.status_code for r in refused] == [401, 401, 401]
+    assert all(r.headers["www-authenticate"] == "Bearer" for r in refused)
+
+
+async def test_other_api_paths_need_the_token_and_answer_json(
+    sources: Sources, sqlite_url: str
+) -> None:
+    """No plain-text 404/405 from Starlette under /api, and none before the token."""
+    async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
+        for method, path in [
+            ("GET", "/api"),
+            ("GET", "/api/"),
+            ("GET", "/api/nope"),
+            ("GET", "/api/events/"),
+            ("GET", "/api/events/a/b"),
+            ("DELETE", "/api/events"),
+            ("GET", "/api/sources/github/enable"),
+        ]:
+            refused = await client.request(method, path)
+            assert refused.status_code == 401, (method, path)
+            assert refused.json() == {"error": "unauthorized"}
+        missing = await client.get("/api/events/a/b", headers=AUTH)
+        wrong = await client.delete("/api/events", headers=AUTH)
+        wrong_post = await client.get("/api/sources/github/enable", headers=AUTH)
+        fine = await client.get("/api/events", headers=AUTH)
+        other = await client.get("/nope", headers=AUTH)
+    assert (missing.status_code, missing.json()) == (404, {"error": "not_found"})
+    assert (wrong.status_code, wrong.json()) == (405, {"error": "method_not_allowed"})
+    assert wrong.headers["allow"] == "GET, HEAD"
+    assert (wrong_post.status_code, wrong_post.headers["allow"]) == (405, "POST")
+    assert fine.status_code == 200
+    assert other.status_code == 404, "outside /api, Starlette answers as before"
+
+
+async def test_a_run_on_a_disabled_source_ends_and_enable_needs_reconcile(
+    sqlite_url: str,
+) -> None:
+    emulator = GitHubEmulator(API_TOKEN)
+    async with (
+        serve_app(emulator.app) as api_url,
+        running_app(
+            sources_for(api_url), sqlite_url, admin_token=TOKEN, reconcile_schedule=False
+        ) as (app, client),
+    ):
+        async with app.state.engine.begin() as conn:
+            await rstate.ensure_state(conn, RECONCILED, datetime.now(UTC))
+            await rstate.update_state(
+                conn, RECONCILED, None, disabled=True, disabled_reason="switched off"
+            )
+        started = await client.post(f"/api/sources/{RECONCILED}/reconcile", headers=AUTH)
+        assert started.status_code == 202
+        run = await wait_done(client, f"/api/reconcile-runs/{started.json()['id']}")
+        not_reconciled = await client.post("/api/sources/github/enable", headers=AUTH)
+        enabled = await client.post(f"/api/sources/{RECONCILED}/enable", headers=AUTH)
+    assert (run["status"], run["error"]) == ("failed", "disabled: switched off"), run
+    assert run["finished_at"] is not None
+    assert emulator.api_calls == 0
+    assert (not_reconciled.status_code, not_reconciled.json()["error"]) == (409, "not_configured")
+    assert (enabled.status_code, enabled.json()["reconcile"]["state"]) == (200, "active")
+
+
+@dataclass
+class Served:
+    url: str
+    event_ids: list[str]
+    run_ids: list[str]
+    sources: list[str] = field(default_factory=lambda: [RECONCILED, DOOMED, "github"])
+
+
+async def wait_done(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
+    for _ in range(200):
+        resource: dict[str, Any] = (await client.get(path, headers=AUTH)).json()
+        if resource["done"]:
+            return resource
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{path} not done: {resource}")
+
+
+@pytest.fixture
+async def served(db_url: str) -> AsyncIterator[Served]:
+    """hookd on a real socket, with events of every origin and status, and reconcile runs."""
+    emulator = GitHubEmulator(API_TOKEN)
+    emulator.add_events(3, start=time.time() - 600, step_s=1.0)
+    async with serve_app(emulator.app) as api_url:
+        sources = sources_for(api_url)
+        async with running_app(
+            sources, db_url, admin_token=TOKEN, sweep_s=0.05, reconcile_schedule=False
+        ) as (app, client):
+            event_ids = []
+            for i, (name, provider) in enumerate(
+                [("github", "github"), ("stripe", "stripe"), ("standard", "standard")] * 2
+                + [(DOOMED, "stripe")]
+            ):
+                headers, body = sample_event(provider, SECRETS[provider], i)
+                response = await client.post(f"/hooks/{name}", content=body, headers=headers)
+                assert response.status_code == 202, response.text
+                event_ids.append(response.json()["event_id"])
+            started = await client.post(f"/api/sources/{RECONCILED}/reconcile", headers=AUTH)
+            assert started.status_code == 202, started.text
+            run = await wait_done(client, f"/api/reconcile-runs/{started.json()['id']}")
+            assert (run["status"], run["items_repaired"]) == ("succeeded", 3), run
+            dead = await wait_done(client, f"/api/events/{event_ids[-1]}")
+            assert dead["status"] == "dead" and dead["error"] is not None, dead
+            listed = (await client.get("/api/events?limit=500", headers=AUTH)).json()
+            event_ids = [e["id"] for e in listed["events"]]
+            assert len(event_ids) == 10
+            async with serve_app(app) as url:
+                yield Served(url, event_ids, [run["id"]])
+
+
+Check = Callable[[schemathesis.Case, schemathesis.Response], None]
+Known = dict[tuple[str, str], list[str]]
+
+# Values that broke, or could break, the API: NUL (PostgreSQL text cannot hold one),
+# digits `int` refuses or no client means, huge numbers, long and non-BMP text.
+QUERY_EDGES = [
+    "",
+    "\x00",
+    "pending\x00",
+    "a\x00b",
+    "\u00b2",
+    "\u0661\u0662",
+    "\uff15",
+    "9" * 5000,
+    "-1",
+    "0",
+    "501",
+    " 5",
+    "1.5",
+    "1e3",
+    "true",
+    "\U0001f4a9",
+    "x" * 4000,
+    "'; DROP TABLE events; --",
+    "%00",
+]
+PATH_EDGES = [
+    "\x00",
+    "01J8Z3Q4XW6N2V7C9D0E1F2G3\x00",
+    "%00",
+    "\u00b2",
+    "a/b",
+    "..",
+    " ",
+    "x" * 300,
+    "01j8z3q4xw6n2v7c9d0e1f2g3h",
+    "\U0001f4a9",
+    "GITHUB",
+]
+
+
+def edge_cases(operation: schemathesis.APIOperation, known: Known) -> Iterator[schemathesis.Case]:
+    """One case per parameter and edge value, the other parameters left out or valid."""
+    base = {
+        p.name: (known.get((operation.path, p.name)) or ["x"])[0] for p in operation.path_parameters
+    }
+    for parameter in operation.query:
+        for value in QUERY_EDGES:
+            yield operation.Case(path_parameters=base, query={parameter.name: value})
+    for parameter in operation.path_parameters:
+        for value in PATH_EDGES:
+            # What schemathesis does to generated ones: all quoted, dots too.
+            quoted = quote(value, safe="").replace(".", "%2E")
+            yield operation.Case(path_parameters={**base, parameter.name: quoted})
+
+
+def fuzz(
+    url: str,
+    headers: dict[str, str],
+    check: Check,
+    *,
+    negative: bool = False,
+    known: Known | None = None,
+) -> list[str]:
+    """Edge cases, then generated ones, for every operation of the served document; what failed."""
+    known = known or {}
+    failures: list[str] = []
+    with requests.Session() as session:
+        served = session.get(f"{url}/api/openapi.json", headers=AUTH, timeout=10)
+        served.raise_for_status()
+        # Not `from_url`: it leaves out the operation that served the document.
+        schema = schemathesis.openapi.from_dict(served.json())
+        for result in schema.get_all_operations():
+            operation = result.ok()
+
+            def call(case: schemathesis.Case) -> None:
+                response = case.call(base_url=url, session=session, headers=headers, timeout=10)
+                check(case, response)
+
+            strategies = [operation.as_strategy()]
+            if negative and (operation.path_parameters or operation.query):
+                strategies.append(operation.as_strategy(schemathesis.GenerationMode.NEGATIVE))
+            # Real ids and names, which no generator can guess, to reach the 2xx answers.
+            for parameter in operation.path_parameters:
+                values = known.get((operation.path, parameter.name))
+                if values:
+                    strategies.append(
+                        st.sampled_from(values).flatmap(
+                            lambda value, op=operation, name=parameter.name: op.as_strategy(
+                                path_parameters={name: value}
+                            )
+                        )
+                    )
+
+            @settings(
+                max_examples=EXAMPLES * len(strategies),
+                deadline=None,
+                database=None,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            )
+            @given(case=st.one_of(strategies))
+            def generated(case: schemathesis.Case) -> None:
+                call(case)
+
+            try:
+                for case in edge_cases(operation, known):
+                    call(case)
+                generated()
+            except (Exception, schemathesis.errors.FailureGroup) as exc:
+                # Collected, so that one report shows every operation that failed.
+                failures.append(f"{operation.label}: {type(exc).__name__}: {exc}")
+    return failures
+
+
+async def test_every_answer_conforms_to_the_document(served: Served) -> None:
+    """With the token: no 5xx, and status, content type and body as documented."""
+
+    def conforms(case: schemathesis.Case, response: schemathesis.Response) -> None:
+        case.validate_response(response, checks=CHECKS)
+
+    known = {
+        ("/api/events/{id}", "id"): served.event_ids,
+        ("/api/events/{id}/replay", "id"): served.event_ids,
+        ("/api/reconcile-runs/{id}", "id"): served.run_ids,
+        ("/api/sources/{name}/reconcile", "name"): served.sources,
+        ("/api/sources/{name}/enable", "name"): served.sources,
+    }
+    failures = await asyncio.to_thread(fuzz, served.url, AUTH, conforms, negative=True, known=known)
+    assert not failures, "\n\n".join(failures)
+
+
+async def test_nothing_answers_without_the_token(served: Served) -> None:
+    """No token, a wrong one, or one without the scheme: 401 everywhere, never a 2xx."""
+
+    def refused(case: schemathesis.Case, response: schemathesis.Response) -> None:
+        where = (case.method, case.formatted_path, case.query, response.request.headers)
+        assert response.status_code == 401, where
+        assert response.json() == {"error": "unauthorized"}, where
+        assert response.headers["www-authenticate"] == ["Bearer"], where
+
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        failures = await asyncio.to_thread(fuzz, served.url, headers, refused)
+        assert not failures, "\n\n".join(failures)

@@ -365,8 +365,13 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
     engine = db.create_engine(settings.database_url)
     try:
         if args.sources_command == "enable":
-            if sources.get(args.name) is None:
+            source = sources.get(args.name)
+            if source is None:
                 raise ConfigError(f"{sources.path}: no source named {args.name!r}")
+            if source.config.reconcile is None:
+                raise ConfigError(
+                    f"{sources.path}: source {args.name!r} has no [sources.reconcile] table"
+                )
             await service.enable(engine, args.name)
             print(f"{args.name}: reconciliation enabled")
             return EXIT_OK

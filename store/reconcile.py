@@ -43,7 +43,11 @@ async def all_states(conn: AsyncConnection) -> dict[str, sa.Row[Any]]:
 async def acquire_lease(
     conn: AsyncConnection, source: str, owner: str, ttl_s: float, now: datetime
 ) -> bool:
-    """Take the source's run lease if free or expired: one run at a time, everywhere."""
+    """Take the source's run lease if free or expired: one run at a time, everywhere.
+
+    Not even the lease's own holder takes it again: two runs started in one
+    process (a schedule and an API call) would otherwise overlap.
+    """
     result = await conn.execute(
         sa.update(RECONCILE_STATE)
         .where(
@@ -51,7 +55,6 @@ async def acquire_lease(
             sa.or_(
                 RECONCILE_STATE.c.lease_owner.is_(None),
                 RECONCILE_STATE.c.lease_expires_at < now,
-                RECONCILE_STATE.c.lease_owner == owner,
             ),
         )
         .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s), updated_at=now)

@@ -156,3 +156,14 @@ def test_serve_refuses_an_unmigrated_database(tmp_path: Path, sources_file: Path
     result = hookd(url, "serve", "--port", "1", HOOKD_CONFIG=str(sources_file))
     assert result.returncode == 2
     assert "hookd db upgrade" in result.stderr
+
+
+def test_sources_enable_refuses_a_source_without_reconciliation(
+    sqlite_url: str, sources_file: Path
+) -> None:
+    result = hookd(sqlite_url, "sources", "enable", "github", HOOKD_CONFIG=str(sources_file))
+    assert result.returncode == 2
+    assert "has no [sources.reconcile] table" in result.stderr
+    unknown = hookd(sqlite_url, "sources", "enable", "nope", HOOKD_CONFIG=str(sources_file))
+    assert unknown.returncode == 2
+    assert "no source named 'nope'" in unknown.stderr

@@ -186,6 +186,28 @@ async def test_one_pass_repairs_exactly_the_dropped_events(world: World, count: 
 
 
 @pytest.mark.parametrize("world", ["stripe"], indirect=True)
+async def test_two_runs_started_in_one_process_do_not_overlap(world: World) -> None:
+    world.emulator.add_events(30, start=time.time() - 600, step_s=1.0)
+    world.emulator.latency_s = 0.2  # the first run is still going when the second starts
+    first, second = await asyncio.gather(
+        *(world.client.post("/api/sources/stripe/reconcile", headers=AUTH) for _ in range(2))
+    )
+    assert (first.status_code, second.status_code) == (202, 202)
+    runs = []
+    for started in (first, second):
+        for _ in range(300):
+            run = (
+                await world.client.get(f"/api/reconcile-runs/{started.json()['id']}", headers=AUTH)
+            ).json()
+            if run["done"]:
+                break
+            await asyncio.sleep(0.1)
+        runs.append(run)
+    assert sorted(r["status"] for r in runs) == ["lease_held", "succeeded"], runs
+    assert sum(r["items_repaired"] for r in runs) == 30
+
+
+@pytest.mark.parametrize("world", ["stripe"], indirect=True)
 async def test_dry_run_reports_without_writing(world: World) -> None:
     keys = world.emulator.add_events(50, start=time.time() - 600, step_s=1.0)
     await world.emulator.send_webhooks(

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
-from starlette.routing import Route
 
 from ingest import admin, api, health
 from ingest.batcher import GroupCommitter
 from ingest.config import Settings, Sources, load_sources
 from ingest.dispatch import ArqWaker, InProcessConsumer
 from ingest.errors import ConfigError
-from ingest.receiver import Receiver
+from ingest.receiver import HookdApp, Receiver
 from ingest.worker import build_runtime
 from reconcile.service import Scheduler
-from store import db, migrate
+from store import db, fastpath, migrate
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.app")
@@ -34,15 +34,22 @@ def create_app(
 ) -> Starlette:
     engine = engine or db.create_engine(settings.database_url)
     cipher = BodyCipher(settings.encryption_keys)
-    committers = 1 if engine.dialect.name == "sqlite" else 4
+    # SQLite has one writer; on PostgreSQL two committers keep one batch filling
+    # while the other commits (more only make batches smaller).
+    committers = 1 if engine.dialect.name == "sqlite" else 2
     runtime = build_runtime(settings, sources, engine)
     waker = ArqWaker(settings.redis_url) if settings.redis_url else None
     consumer = None if waker else InProcessConsumer(runtime.processor, settings.sweep_s)
     dispatcher = waker or consumer
     assert dispatcher is not None
-    committer = GroupCommitter(
-        engine,
+    inserter = fastpath.inserter_for(
+        engine.url.render_as_string(hide_password=False),
         cipher,
+        committers=committers,
+        timeout_s=settings.commit_timeout_s,
+    )
+    committer = GroupCommitter(
+        inserter,
         batch_max=settings.commit_batch_max,
         window_s=settings.commit_window_ms / 1000,
         commit_timeout_s=settings.commit_timeout_s,
@@ -59,6 +66,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await committer.start()
+        receiver.deadlines.start()
+        # Everything alive now lives as long as the process: keep it out of the
+        # collector's full passes, which otherwise stall every request in flight.
+        gc.collect()
+        gc.freeze()
         if consumer is not None:
             await consumer.start()
         if scheduler is not None:
@@ -70,7 +82,9 @@ def create_app(
         try:
             yield
         finally:
+            await receiver.deadlines.stop()
             await committer.stop()
+            await inserter.close()
             if scheduler is not None:
                 await scheduler.stop()
             await api_state.stop()
@@ -80,9 +94,8 @@ def create_app(
                 await waker.close()
             await runtime.close()
 
-    app = Starlette(
+    app = HookdApp(
         routes=[
-            Route("/hooks/{source}", receiver.handle, methods=["POST"]),
             *health.routes(engine, waker, settings.admin_token, sources),
             *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
             *api_state.routes(),
@@ -90,6 +103,7 @@ def create_app(
         ],
         lifespan=lifespan,
     )
+    app.receiver = receiver
     app.state.committer = committer
     app.state.engine = engine
     return app

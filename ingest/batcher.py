@@ -14,11 +14,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from ingest.errors import HookdError
-from store.crypto import BodyCipher
-from store.events import NewEvent, Stored, insert_events
+from store.events import NewEvent, Stored
+from store.fastpath import Inserter
 
 log = logging.getLogger("hookd.batcher")
 
@@ -35,8 +33,7 @@ _Item = tuple[NewEvent, "asyncio.Future[Stored]"]
 class GroupCommitter:
     def __init__(
         self,
-        engine: AsyncEngine,
-        cipher: BodyCipher,
+        inserter: Inserter,
         *,
         batch_max: int = 256,
         window_s: float = 0.0,
@@ -44,8 +41,7 @@ class GroupCommitter:
         committers: int = 1,
         on_commit: OnCommit | None = None,
     ) -> None:
-        self._engine = engine
-        self._cipher = cipher
+        self._inserter = inserter
         self._batch_max = batch_max
         self._window_s = window_s
         self._commit_timeout_s = commit_timeout_s
@@ -111,8 +107,7 @@ class GroupCommitter:
         events = [event for event, _ in batch]
         try:
             async with asyncio.timeout(self._commit_timeout_s):
-                async with self._engine.begin() as conn:
-                    results = await insert_events(conn, events, self._cipher)
+                results = await self._inserter.insert(events)
         except asyncio.CancelledError:
             for _, future in batch:
                 if not future.done():

@@ -43,13 +43,33 @@ def _insert(conn: AsyncConnection) -> Any:
     return sqlite.insert(EVENTS)
 
 
-async def insert_events(
-    conn: AsyncConnection, events: Sequence[NewEvent], cipher: BodyCipher
-) -> list[Stored]:
-    """Insert what is new, find what was there; one result per input, in order.
+@dataclass(slots=True)
+class Batch:
+    """Rows to insert (first of each key, in key order) and how to answer every input."""
 
-    Runs inside the caller's transaction: nothing is acknowledged until it commits.
-    """
+    events: Sequence[NewEvent]
+    rows: list[dict[str, Any]]
+    ids: list[str]
+    first_of: dict[tuple[str, str], int]
+
+    def resolve(self, created: set[str], existing: dict[tuple[str, str], str]) -> list[Stored]:
+        """One result per input, in order: new rows, repeats within the batch, and
+        rows another transaction committed first (``existing``)."""
+        out: list[Stored] = []
+        for i, ev in enumerate(self.events):
+            key = (ev.source, ev.dedupe_key)
+            first = self.first_of[key]
+            if self.ids[first] in created:
+                out.append(Stored(self.ids[first], created=first == i))
+            else:
+                out.append(Stored(existing[key], created=False))
+        return out
+
+    def missing(self, created: set[str]) -> list[tuple[str, str]]:
+        return [(r["source"], r["dedupe_key"]) for r in self.rows if r["id"] not in created]
+
+
+def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
     now = datetime.now(UTC)
     first_of: dict[tuple[str, str], int] = {}
     rows: list[dict[str, Any]] = []
@@ -87,10 +107,22 @@ async def insert_events(
     # One lock order for every batch: two concurrent batches that share keys
     # then wait on each other instead of deadlocking (PostgreSQL).
     rows.sort(key=lambda r: (r["source"], r["dedupe_key"]))
+    return Batch(events, rows, ids, first_of)
+
+
+async def insert_events(
+    conn: AsyncConnection, events: Sequence[NewEvent], cipher: BodyCipher
+) -> list[Stored]:
+    """Insert what is new, find what was there; one result per input, in order.
+
+    Runs inside the caller's transaction: nothing is acknowledged until it commits.
+    The receiver's hot path does the same without the ORM layer (``store.fastpath``).
+    """
+    batch = prepare(events, cipher)
     stmt = _insert(conn).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
-    result = await conn.execute(stmt.returning(EVENTS.c.id), rows)
+    result = await conn.execute(stmt.returning(EVENTS.c.id), batch.rows)
     created = {row[0] for row in result}
-    missing = [(r["source"], r["dedupe_key"]) for r in rows if r["id"] not in created]
+    missing = batch.missing(created)
     existing: dict[tuple[str, str], str] = {}
     if missing:
         found = await conn.execute(
@@ -99,16 +131,7 @@ async def insert_events(
             )
         )
         existing = {(r.source, r.dedupe_key): r.id for r in found}
-    out: list[Stored] = []
-    for i, ev in enumerate(events):
-        key = (ev.source, ev.dedupe_key)
-        first = first_of[key]
-        if ids[first] in created:
-            out.append(Stored(ids[first], created=first == i))
-        else:
-            # Lost the race to a row committed by another transaction.
-            out.append(Stored(existing[key], created=False))
-    return out
+    return batch.resolve(created, existing)
 
 
 EVENT_COLUMNS = [c for c in EVENTS.c if c.name != "body"]

@@ -19,31 +19,55 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.models import EVENTS, HANDLER_RUNS
 
 RUNNABLE = ("pending", "retrying")
+
+
+def one_of(
+    conn: AsyncConnection, column: sa.ColumnElement[str], values: Sequence[str]
+) -> sa.ColumnElement[bool]:
+    """``column IN values``; on PostgreSQL one array parameter (``= ANY($1)``), so a
+    batch of a few hundred ids is neither a few hundred parameters nor a new plan."""
+    if conn.dialect.name == "postgresql":
+        return column == sa.any_(
+            sa.bindparam(None, list(values), type_=postgresql.ARRAY(sa.String))
+        )
+    return column.in_(list(values))
+
+
 DONE = ("processed", "dead")
-
-
-def due_condition(now: datetime) -> sa.ColumnElement[bool]:
-    return sa.or_(
-        sa.and_(EVENTS.c.status.in_(RUNNABLE), EVENTS.c.next_attempt_at <= now),
-        sa.and_(EVENTS.c.status == "processing", EVENTS.c.lease_expires_at < now),
-    )
 
 
 async def claim_due(
     conn: AsyncConnection, owner: str, lease_s: float, limit: int, now: datetime
 ) -> list[sa.Row[Any]]:
-    """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1."""
-    pick = (
+    """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1.
+
+    Two picks, each read in index order and cut at ``limit``: runnable events by
+    due time (partial index ``ix_events_runnable``) and expired leases
+    (``ix_events_lease``). One ``OR`` over both would read and sort every
+    runnable row on each claim, which grows with the backlog.
+    """
+    runnable = (
         sa.select(EVENTS.c.id)
-        .where(due_condition(now))
+        .where(EVENTS.c.status.in_(RUNNABLE), EVENTS.c.next_attempt_at <= now)
         .order_by(EVENTS.c.next_attempt_at)
         .limit(limit)
     )
+    expired = (
+        sa.select(EVENTS.c.id)
+        .where(EVENTS.c.status == "processing", EVENTS.c.lease_expires_at < now)
+        .order_by(EVENTS.c.lease_expires_at)
+        .limit(limit)
+    )
     if conn.dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
+        runnable = runnable.with_for_update(skip_locked=True)
+        expired = expired.with_for_update(skip_locked=True)
+    a = runnable.cte("runnable")
+    b = expired.cte("expired")
+    picked = sa.union_all(sa.select(b.c.id), sa.select(a.c.id)).subquery("picked")
+    chosen = sa.select(picked.c.id).limit(limit)
     stmt = (
         sa.update(EVENTS)
-        .where(EVENTS.c.id.in_(pick.scalar_subquery()))
+        .where(EVENTS.c.id.in_(chosen.scalar_subquery()))
         .values(
             status="processing",
             lease_owner=owner,
@@ -64,7 +88,7 @@ async def finished_handlers_many(
         return {}
     result = await conn.execute(
         sa.select(HANDLER_RUNS.c.event_id, HANDLER_RUNS.c.handler).where(
-            HANDLER_RUNS.c.event_id.in_(list(event_ids))
+            one_of(conn, HANDLER_RUNS.c.event_id, event_ids)
         )
     )
     ledger: dict[str, set[str]] = {}
@@ -86,10 +110,10 @@ async def record_handlers(
     )
 
 
-def _held(event_ids: Sequence[str], owner: str) -> sa.ColumnElement[bool]:
+def _held(conn: AsyncConnection, event_ids: Sequence[str], owner: str) -> sa.ColumnElement[bool]:
     """Rows of ``event_ids`` whose claim ``owner`` still holds: the fence on every outcome."""
     return sa.and_(
-        EVENTS.c.id.in_(list(event_ids)),
+        one_of(conn, EVENTS.c.id, event_ids),
         EVENTS.c.lease_owner == owner,
         EVENTS.c.status == "processing",
     )
@@ -107,7 +131,7 @@ async def mark_processed(
         return set()
     result = await conn.execute(
         sa.update(EVENTS)
-        .where(_held(event_ids, owner))
+        .where(_held(conn, event_ids, owner))
         .values(status="processed", processed_at=now, last_error=None, **_unleased(now))
         .returning(EVENTS.c.id)
     )
@@ -120,7 +144,7 @@ async def release(
     """Give back claims still held by ``owner``, due at once (a clean shutdown)."""
     await conn.execute(
         sa.update(EVENTS)
-        .where(_held(event_ids, owner))
+        .where(_held(conn, event_ids, owner))
         .values(status="retrying", next_attempt_at=now, **_unleased(now))
     )
 
@@ -140,7 +164,9 @@ async def mark_failed(
         values["status"] = "dead"
     else:
         values |= {"status": "retrying", "next_attempt_at": retry_at}
-    result = await conn.execute(sa.update(EVENTS).where(_held([event_id], owner)).values(values))
+    result = await conn.execute(
+        sa.update(EVENTS).where(_held(conn, [event_id], owner)).values(values)
+    )
     return bool(result.rowcount)
 
 

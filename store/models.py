@@ -48,6 +48,13 @@ class Event(SQLModel, table=True):
         sa.Index("ix_events_due", "status", "next_attempt_at"),
         sa.Index("ix_events_source_id", "source", "id"),
         sa.Index("ix_events_lease", "status", "lease_expires_at"),
+        # Claims read due events in due order from here and stop after a batch.
+        sa.Index(
+            "ix_events_runnable",
+            "next_attempt_at",
+            postgresql_where=sa.text("status IN ('pending', 'retrying')"),
+            sqlite_where=sa.text("status IN ('pending', 'retrying')"),
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=26)

@@ -104,6 +104,36 @@ async def test_thousand_events_with_duplicates_give_one_effect_each_with_two_wor
     assert await scalar(pg_url, "SELECT max(attempts) FROM events") == 1
 
 
+async def test_two_receivers_and_two_workers_give_the_same_exactly_once_results(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Scaled out (docs/scaling.md): each delivery is sent to both receivers at once,
+    as a provider retry landing on another replica would be."""
+    await prepare(pg_url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
+        "HOOKD_DATABASE_URL": pg_url,
+    }
+    unique = [sample_event("github", SECRETS["github"], i) for i in range(800)]
+    with RedisServer(tmp_path) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with (
+            HookdServer(env, tmp_path) as first,
+            HookdServer(env, tmp_path) as second,
+            HookdWorker(env, tmp_path),
+            HookdWorker(env, tmp_path),
+        ):
+            a, b = await asyncio.gather(send(first.url, unique), send(second.url, unique))
+            statuses = a + b
+            assert statuses.count(202) == 800, "each event accepted exactly once overall"
+            assert statuses.count(200) == 800
+            await wait_processed(pg_url, 800)
+    assert await scalar(pg_url, "SELECT count(*) FROM events") == 800
+    assert await scalar(pg_url, "SELECT count(*) FROM effects") == 800
+    assert await scalar(pg_url, "SELECT count(*) FROM calls") == 800, "a handler ran twice"
+    assert await scalar(pg_url, "SELECT max(attempts) FROM events") == 1
+
+
 async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect(
     tmp_path: Path, pg_url: str
 ) -> None:

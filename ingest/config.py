@@ -52,8 +52,8 @@ class Settings(BaseSettings):
     handler_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
     retry_base_s: float = Field(default=1.0, gt=0, le=3_600)
     retry_cap_s: float = Field(default=600.0, gt=0, le=86_400)
-    process_batch: int = Field(default=64, ge=1, le=1_000)
-    process_concurrency: int = Field(default=16, ge=1, le=1_000)
+    process_batch: int = Field(default=128, ge=1, le=1_000)
+    process_concurrency: int = Field(default=32, ge=1, le=1_000)
     sweep_s: float = Field(default=2.0, gt=0, le=600)
     # A reconciliation run's lease on its source, renewed every page; and whether
     # this process keeps the schedule (off when cron runs `hookd reconcile`).

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,6 +41,16 @@ PROCESSING_SECONDS = Histogram(
     ["source"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0),
 )
+
+
+@cache
+def _processed(source: str, outcome: str) -> Counter:
+    return EVENTS_PROCESSED.labels(source, outcome)
+
+
+@cache
+def _processing_seconds(source: str) -> Histogram:
+    return PROCESSING_SECONDS.labels(source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +158,12 @@ class Processor:
                     log.warning("lease lost before completion", extra={"event_id": row.id})
                 continue
             if result.ok:
-                EVENTS_PROCESSED.labels(row.source, "processed").inc()
-                PROCESSING_SECONDS.labels(row.source).observe(elapsed)
+                _processed(row.source, "processed").inc()
+                _processing_seconds(row.source).observe(elapsed)
         for row, _, retry_at in failed:
             outcome = "dead" if retry_at is None else "retry"
             if row.id in owned:
-                EVENTS_PROCESSED.labels(row.source, outcome).inc()
+                _processed(row.source, outcome).inc()
             log.warning(
                 "handler failed",
                 extra={

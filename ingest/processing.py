@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import socket
@@ -29,6 +30,9 @@ from store import claims
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.processing")
+
+# A crashed worker's claims are taken over at most this long after their lease ends.
+EXPIRED_CHECK_S = 2.0
 
 EVENTS_PROCESSED = Counter(
     "hookd_events_processed_total",
@@ -97,12 +101,28 @@ class Processor:
         self.owner = worker_id()
         # Set on shutdown: finish the batch in hand, claim no more.
         self.stopping = False
+        self._expired_checked_at = -math.inf
+
+    def _expired_check_due(self) -> bool:
+        """Look for expired leases at most every EXPIRED_CHECK_S (see ``claim_due``)."""
+        now = time.monotonic()
+        if now - self._expired_checked_at < EXPIRED_CHECK_S:
+            return False
+        self._expired_checked_at = now
+        return True
 
     async def run_once(self) -> int:
         """Claim one batch of due events and process them; the number claimed."""
         now = datetime.now(UTC)
         async with self._engine.begin() as conn:
-            rows = await claims.claim_due(conn, self.owner, self._lease_s, self._batch_size, now)
+            rows = await claims.claim_due(
+                conn,
+                self.owner,
+                self._lease_s,
+                self._batch_size,
+                now,
+                expired=self._expired_check_due(),
+            )
         if not rows:
             return 0
         started = time.perf_counter()

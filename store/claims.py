@@ -37,7 +37,13 @@ DONE = ("processed", "dead")
 
 
 async def claim_due(
-    conn: AsyncConnection, owner: str, lease_s: float, limit: int, now: datetime
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    expired: bool = True,
 ) -> list[sa.Row[Any]]:
     """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1.
 
@@ -45,6 +51,11 @@ async def claim_due(
     due time (partial index ``ix_events_runnable``) and expired leases
     (``ix_events_lease``). One ``OR`` over both would read and sort every
     runnable row on each claim, which grows with the backlog.
+
+    ``expired=False`` skips the second pick. Callers look for expired leases
+    only every few seconds: until vacuum runs, the index holds an entry for
+    the dead "processing" version of every event processed more than a lease
+    ago, and walking those on every claim is what loads a busy database.
     """
     runnable = (
         sa.select(EVENTS.c.id)
@@ -52,7 +63,7 @@ async def claim_due(
         .order_by(EVENTS.c.next_attempt_at)
         .limit(limit)
     )
-    expired = (
+    leases = (
         sa.select(EVENTS.c.id)
         .where(EVENTS.c.status == "processing", EVENTS.c.lease_expires_at < now)
         .order_by(EVENTS.c.lease_expires_at)
@@ -60,11 +71,14 @@ async def claim_due(
     )
     if conn.dialect.name == "postgresql":
         runnable = runnable.with_for_update(skip_locked=True)
-        expired = expired.with_for_update(skip_locked=True)
+        leases = leases.with_for_update(skip_locked=True)
     a = runnable.cte("runnable")
-    b = expired.cte("expired")
-    picked = sa.union_all(sa.select(b.c.id), sa.select(a.c.id)).subquery("picked")
-    chosen = sa.select(picked.c.id).limit(limit)
+    if expired:
+        b = leases.cte("expired")
+        picked = sa.union_all(sa.select(b.c.id), sa.select(a.c.id)).subquery("picked")
+        chosen = sa.select(picked.c.id).limit(limit)
+    else:
+        chosen = sa.select(a.c.id)
     stmt = (
         sa.update(EVENTS)
         .where(EVENTS.c.id.in_(chosen.scalar_subquery()))

@@ -66,7 +66,15 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
         connect_args={
             "timeout": connect_timeout_s,
             "command_timeout": 30,
-            "server_settings": {"synchronous_commit": "on", "application_name": "hookd"},
+            "server_settings": {
+                "synchronous_commit": "on",
+                "application_name": "hookd",
+                # asyncpg prepares every statement; after five runs PostgreSQL may
+                # switch to a generic plan that cannot see the batch's id array and
+                # settles a batch by walking every "processing" index entry (dead
+                # ones included) instead of 128 primary-key lookups.
+                "plan_cache_mode": "force_custom_plan",
+            },
         },
     )
 

@@ -1196,17 +1196,27 @@ def main(argv: list[str] | None = None) -> int:
     env_info = environment()
     print(f"environment: {env_info}", flush=True)
     rounds: list[dict[str, Any]] = []
-    for number in range(1, args.rounds + 1):
-        for target in args.targets:
-            if args.rounds > 1:
-                print(f"--- round {number} of {args.rounds}: {target}", flush=True)
-            try:
-                result = bench_target(target, args, work, pool_file, nonces)
-            except (RuntimeError, OSError, sqlite3.Error) as exc:
-                print(f"[{target}] FAILED: {exc}", file=sys.stderr, flush=True)
-                result = {"target": target, "error": str(exc).splitlines()[0][:200]}
-            result["round"] = number
-            rounds.append(result)
+    try:
+        for number in range(1, args.rounds + 1):
+            for target in args.targets:
+                if args.rounds > 1:
+                    print(f"--- round {number} of {args.rounds}: {target}", flush=True)
+                try:
+                    result = bench_target(target, args, work, pool_file, nonces)
+                except (RuntimeError, OSError, sqlite3.Error) as exc:
+                    print(f"[{target}] FAILED: {exc}", file=sys.stderr, flush=True)
+                    result = {"target": target, "error": str(exc).splitlines()[0][:200]}
+                result["round"] = number
+                rounds.append(result)
+    except KeyboardInterrupt:
+        # bench_target has stopped its server; wrk was killed by subprocess.run.
+        print("interrupted", file=sys.stderr, flush=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+            if "postgres" in args.targets:
+                with contextlib.suppress(RuntimeError, OSError):
+                    psql(args, f"DROP DATABASE IF EXISTS {args.pg_db} WITH (FORCE)")
+        return 130
     results = [cleanest(rounds, target) for target in args.targets]
     table = markdown(results)
     statuses = [

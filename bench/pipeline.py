@@ -9,8 +9,12 @@ Two measurements per worker count, each in a fresh database and a private Redis:
   of that throughput for ``--lag-seconds``; lag is processed_at - received_at per
   event, p50/p99 from the database.
 
+With ``--bare``, the same requests are also sent, by the same closed-loop client, to
+``bench/bare_app.py`` (reads the body, answers 202): the req/s of a receiver that does
+nothing, to compare the pipeline's events/s with.
+
     .venv/bin/python bench/pipeline.py                  # 1 and 2 workers
-    .venv/bin/python bench/pipeline.py --quick
+    .venv/bin/python bench/pipeline.py --quick --bare
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,6 +41,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 PG = "postgresql://postgres@127.0.0.1:5432"
 SECRET = "bench-secret"
+CLIENT_CONNECTIONS = 32  # the closed-loop client of the throughput phase
 
 
 def free_port() -> int:
@@ -155,8 +161,45 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def bare(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The bare app's req/s for the requests and client of the throughput phase."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bare_app:app",
+        "--app-dir",
+        str(BENCH),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--no-server-header",
+    ]
+    server = Proc(cmd, {**os.environ}, tmp / "bare.log")
+    try:
+        wait_http(port)
+        requests = [signed_request(i) for i in range(args.events)]
+        started = time.perf_counter()
+        statuses = asyncio.run(send_closed_loop(port, requests, CLIENT_CONNECTIONS))
+        seconds = time.perf_counter() - started
+    finally:
+        server.stop()
+    return {
+        "target": "bare",
+        "requests": args.events,
+        "seconds": round(seconds, 3),
+        "rps": round(args.events / seconds, 1),
+        "statuses": statuses,
+    }
+
+
 def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    db = f"hookd_bench_pipe_{workers}"
+    db = f"{args.db_prefix}_{workers}"
     psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     psql(f"CREATE DATABASE {db}")
     redis_port, http_port = free_port(), free_port()
@@ -196,7 +239,9 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     try:
         wait_http(http_port)
         requests = [signed_request(i) for i in range(args.events)]
-        statuses = asyncio.run(send_closed_loop(http_port, requests, 32))
+        started = time.perf_counter()
+        statuses = asyncio.run(send_closed_loop(http_port, requests, CLIENT_CONNECTIONS))
+        ingest_seconds = time.perf_counter() - started
         assert statuses.get(202) == args.events, statuses
         procs = [Proc([*cli, "worker"], env, tmp / f"worker{i}.log") for i in range(workers)]
         deadline = time.monotonic() + 600
@@ -234,6 +279,8 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             "workers": workers,
             "events": args.events,
             "throughput_events_per_s": round(throughput, 1),
+            # req/s of the receiver while it stored the events (workers stopped)
+            "ingest_rps": round(args.events / ingest_seconds, 1),
             "lag_rate_per_s": round(rate, 1),
             "lag_events": count,
             "lag_p50_ms": round(percentile(lags, 0.50) * 1000, 1),
@@ -259,27 +306,59 @@ def main() -> None:
     parser.add_argument("--rate-fraction", type=float, default=0.5)
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--bare", action="store_true", help="also the bare app's req/s with the same client"
+    )
+    parser.add_argument(
+        "--db-prefix", default="hookd_bench_pipe", help="databases PREFIX_<workers>, dropped"
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "pipeline.json")
     args = parser.parse_args()
     if args.quick:
         args.events, args.lag_seconds = 2_000, 5.0
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", args.db_prefix):
+        parser.error("--db-prefix: use a plain lower-case name")
     results = []
+    baseline = None
     with tempfile.TemporaryDirectory() as tmp:
+        if args.bare:
+            baseline = bare(args, Path(tmp))
         for workers in (int(w) for w in args.workers.split(",")):
             results.append(run(workers, args, Path(tmp)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    report = {
+        "config": {
+            "events": args.events,
+            "rate_fraction": args.rate_fraction,
+            "lag_seconds": args.lag_seconds,
+            "client_connections": CLIENT_CONNECTIONS,
+            "quick": args.quick,
+        },
+        "runs": results,
+        "bare": baseline,
+    }
+    args.out.write_text(json.dumps(report, indent=2))
     print(
-        "| workers | events/s processed | lag rate (/s) | lag p50 ms | lag p99 ms "
+        "| workers | events/s processed | ingest req/s | lag rate (/s) | lag p50 ms | lag p99 ms "
         "| one attempt each |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r['workers']} | {r['throughput_events_per_s']} | {r['lag_rate_per_s']} | "
-            f"{r['lag_p50_ms']} | {r['lag_p99_ms']} | {r['every_event_one_attempt']} |"
+            f"| {r['workers']} | {r['throughput_events_per_s']} | {r['ingest_rps']} "
+            f"| {r['lag_rate_per_s']} | {r['lag_p50_ms']} | {r['lag_p99_ms']} "
+            f"| {r['every_event_one_attempt']} |"
+        )
+    if baseline is not None:
+        print(
+            f"bare app, same client and requests: {baseline['rps']} req/s "
+            f"(statuses {baseline['statuses']})"
         )
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the finally blocks have stopped servers, dropped databases
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

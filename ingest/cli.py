@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     dbsub.add_parser("upgrade", help="apply migrations up to this version's schema")
 
+    keys = sub.add_parser("keys", help="encryption keys of stored bodies")
+    keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    keysub.add_parser(
+        "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
+    )
+
     events = sub.add_parser("events", help="inspect stored events")
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
@@ -134,7 +140,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
         return cmd_serve(args, settings)
     if args.command == "worker":
         return cmd_worker(settings)
-    if args.command in ("wait", "replay", "events", "reconcile", "sources"):
+    if args.command in ("wait", "replay", "events", "reconcile", "sources", "keys"):
         asyncio.run(preflight(settings))
     if args.command == "wait":
         return asyncio.run(cmd_wait(args, settings))
@@ -152,9 +158,33 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
         return EXIT_OK
     if args.command == "events":
         return asyncio.run(cmd_events(args, settings))
+    if args.command == "keys":
+        return asyncio.run(cmd_keys_rotate(settings))
     if args.command == "send-test":
         return cmd_send_test(args, settings, load_sources(settings.config))
     raise AssertionError(args.command)
+
+
+async def cmd_keys_rotate(settings: Settings) -> int:
+    from store import db
+    from store.crypto import BodyCipher
+    from store.keys import rotate_bodies
+
+    cipher = BodyCipher(settings.encryption_keys)
+    if not cipher.enabled:
+        raise ConfigError(
+            "environment: HOOKD_ENCRYPTION_KEYS: set the new key first, followed by the old ones"
+        )
+    engine = db.create_engine(settings.database_url)
+    try:
+        done = await rotate_bodies(engine, cipher)
+    finally:
+        await engine.dispose()
+    print(
+        f"hookd: {done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
+        "with the first key; the other keys can now be removed"
+    )
+    return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -204,6 +234,14 @@ async def preflight(settings: Settings) -> None:
     engine = db.create_engine(settings.database_url)
     try:
         await check_schema(engine, settings.database_url)
+        if not await db.autovacuum_on(engine):
+            print(
+                "hookd: warning: PostgreSQL has autovacuum off: the events table will bloat "
+                "and its query plans go stale, and processing slows as it grows "
+                "(see docs/scaling.md); turn it on, or run VACUUM ANALYZE events, "
+                "handler_runs regularly",
+                file=sys.stderr,
+            )
     except (OSError, ConnectionError) as exc:
         raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
     finally:

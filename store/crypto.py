@@ -37,3 +37,15 @@ class BodyCipher:
             return self._fernet.decrypt(body)
         except InvalidToken:
             raise ConfigError("no key in HOOKD_ENCRYPTION_KEYS opens this stored body") from None
+
+    def reseal(self, body: bytes, encrypted: bool) -> bytes:
+        """``body`` encrypted with the first key: re-encrypted if it was (by any
+        key), encrypted if it was stored in plain text."""
+        if self._fernet is None:
+            raise ConfigError("HOOKD_ENCRYPTION_KEYS is not set: there is no key to rotate to")
+        if not encrypted:
+            return self._fernet.encrypt(body)
+        try:
+            return self._fernet.rotate(body)
+        except InvalidToken:
+            raise ConfigError("no key in HOOKD_ENCRYPTION_KEYS opens a stored body") from None

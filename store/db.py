@@ -82,3 +82,12 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
 async def ping(engine: AsyncEngine) -> None:
     async with engine.connect() as conn:
         await conn.execute(sa.text("SELECT 1"))
+
+
+async def autovacuum_on(engine: AsyncEngine) -> bool:
+    """False only for a PostgreSQL server that runs with ``autovacuum = off``."""
+    if engine.dialect.name != "postgresql":
+        return True
+    async with engine.connect() as conn:
+        value = (await conn.execute(sa.text("SHOW autovacuum"))).scalar()
+    return str(value).lower() != "off"

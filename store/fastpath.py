@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import sqlalchemy as sa
 
 from store.crypto import BodyCipher

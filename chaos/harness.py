@@ -4,15 +4,16 @@ a sender that records what was acknowledged, and counts read back from the datab
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 PROVIDERS = ("github", "stripe", "slack", "standard")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,7 @@ class Delivery:
 def deliveries(provider: str, count: int, start: int = 0) -> list[Delivery]:
     """``count`` distinct, correctly signed events of one provider."""
     secret = SECRETS[provider]
-    return [
-        Delivery(provider, *sample_event(provider, secret, start + i)) for i in range(count)
-    ]
+    return [Delivery(provider, *sample_event(provider, secret, start + i)) for i in range(count)]
 
 
 @dataclass
@@ -156,14 +156,21 @@ async def prepare_handlers(url: str) -> None:
 
 @contextlib.contextmanager
 def pg_database() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database on the shared server; dropped afterwards."""
-    name = services.create_database()
+    """A fresh, migrated PostgreSQL database on the shared server; dropped afterwards.
+    Usable inside a running event loop: the setup runs ``asyncio.run`` in a thread."""
+    name = _in_thread(services.create_database)
     url = services.sqlalchemy_url(name)
     try:
-        migrate.upgrade(url)
+        _in_thread(migrate.upgrade, url)
         yield url
     finally:
-        services.drop_database(name)
+        _in_thread(services.drop_database, name)
+
+
+def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn`` in a fresh thread (it may call ``asyncio.run``) and wait for it."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(fn, *args).result()
 
 
 async def count(url: str, sql: str) -> int:

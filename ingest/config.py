@@ -80,6 +80,10 @@ class Settings(BaseSettings):
             err = exc.errors()[0]
             key = "HOOKD_" + str(err["loc"][0]).upper() if err["loc"] else "HOOKD_*"
             raise ConfigError(f"environment: {key}: {err['msg']}") from None
+        except UnicodeDecodeError:
+            raise ConfigError("environment: .env: not UTF-8 text") from None
+        except OSError as exc:
+            raise ConfigError(f"environment: .env: cannot read: {exc.strerror}") from None
 
 
 class _Strict(BaseModel):
@@ -253,6 +257,8 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     unknown = sorted(set(data) - {"sources"})
     if unknown:
         raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key")
@@ -268,6 +274,8 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             raise ConfigError(
                 f"{path}: {label}: key {_key_path(problem.where)!r}: {problem.message}"
             ) from None
+        except RecursionError:
+            raise ConfigError(f"{path}: {label}: values nested too deeply") from None
         try:
             config = SourceConfig.model_validate(resolved)
         except ValidationError as exc:

@@ -291,6 +291,11 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         for i, secret in enumerate(config.secrets):
             try:
                 keys.append(PROVIDERS[config.provider].parse_secret(secret))
+            except UnicodeError:
+                # The codec's message quotes the offending character: part of the secret.
+                raise ConfigError(
+                    f"{path}: {label}: key 'secrets.{i}': the secret is not plain text"
+                ) from None
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
         _check_reconcile(path, label, config)

@@ -164,3 +164,15 @@ def test_bad_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("HOOKD_COMMIT_BATCH_MAX", "lots")
     with pytest.raises(ConfigError, match="HOOKD_COMMIT_BATCH_MAX"):
         Settings.from_env()
+
+
+@pytest.mark.parametrize("provider", ["github", "stripe", "slack", "standard"])
+def test_undecodable_secret_is_refused_without_quoting_it(provider: str) -> None:
+    """A secret from an environment variable that is not valid text (surrogate escapes):
+    the error names the key, never a character of the secret."""
+    text = f'[[sources]]\nname = "x"\nprovider = "{provider}"\nsecrets = ["${{S}}"]\n'
+    with pytest.raises(ConfigError) as info:
+        parse_sources(text, Path("hookd.toml"), env={"S": "whsec_abc\udcffSECRETPART"})
+    message = str(info.value)
+    assert "secrets.0" in message
+    assert "SECRETPART" not in message and "\\udcff" not in message and "abc" not in message

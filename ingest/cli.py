@@ -220,6 +220,8 @@ def run_uvicorn(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         workers=args.workers,
+        # httptools with a deadline and a size limit on request heads (ingest/httpguard.py).
+        http="ingest.httpguard:GuardedHttpToolsProtocol",
         access_log=False,
         log_level="warning",
         server_header=False,

@@ -102,6 +102,9 @@ class Processor:
         # Set on shutdown: finish the batch in hand, claim no more.
         self.stopping = False
         self._expired_checked_at = -math.inf
+        # When a drain last ended here, and how many are running (see ``idle_s``).
+        self._drained_at = time.monotonic()
+        self._draining = 0
 
     def _expired_check_due(self) -> bool:
         """Look for expired leases at most every EXPIRED_CHECK_S (see ``claim_due``)."""
@@ -216,12 +219,21 @@ class Processor:
         """Process until nothing is due (or ``max_s`` passed): the number processed."""
         deadline = time.monotonic() + max_s
         total = 0
-        while time.monotonic() < deadline and not self.stopping:
-            count = await self.run_once()
-            total += count
-            if count == 0:
-                break
+        self._draining += 1
+        try:
+            while time.monotonic() < deadline and not self.stopping:
+                count = await self.run_once()
+                total += count
+                if count == 0:
+                    break
+        finally:
+            self._draining -= 1
+            self._drained_at = time.monotonic()
         return total
+
+    def idle_s(self) -> float:
+        """Seconds since a drain last ended in this process (0 while one runs)."""
+        return 0.0 if self._draining else time.monotonic() - self._drained_at
 
     async def _guarded(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
         async with self._semaphore:

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import logging
 import signal
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis
 from arq.cron import cron
 from arq.worker import Worker, func
+from redis.asyncio import ConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ingest.config import Settings, Sources
@@ -33,6 +34,12 @@ log = logging.getLogger("hookd.worker")
 
 SWEEP_JOB = "hookd_sweep"
 RECONCILE_JOB = "hookd_reconcile"
+# Every Redis call of the worker gives up after this long. arq sets no read timeout of
+# its own, so a connection that stops answering (a half-open TCP connection after a
+# network fault, a stalled proxy) would hang the arq loop, and with it every wake-up and
+# sweep, forever; failing instead hands over to the local sweep in supervise().
+REDIS_TIMEOUT_S = 5.0
+REDIS_CONNECT_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -103,6 +110,17 @@ def reconcile_cron(runtime: Runtime) -> list[Any]:
     ]
 
 
+def redis_pool(url: str) -> ArqRedis:
+    """arq's connection, with a timeout on every call (arq's ``create_pool`` sets none)."""
+    return ArqRedis(
+        ConnectionPool.from_url(
+            url,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+        )
+    )
+
+
 def arq_worker(runtime: Runtime) -> Worker:
     sweep_every = max(1, int(runtime.settings.sweep_s))
     return Worker(
@@ -117,9 +135,7 @@ def arq_worker(runtime: Runtime) -> Worker:
             ),
             *reconcile_cron(runtime),
         ],
-        redis_settings=replace(
-            RedisSettings.from_dsn(runtime.settings.redis_url), conn_retries=0, conn_timeout=2
-        ),
+        redis_pool=redis_pool(runtime.settings.redis_url),
         ctx={"runtime": runtime},
         handle_signals=False,
         max_jobs=4,
@@ -128,16 +144,42 @@ def arq_worker(runtime: Runtime) -> Worker:
     )
 
 
-async def _local_sweep(runtime: Runtime, seconds: float) -> None:
-    """Process from the database alone for ``seconds`` (Redis is unreachable)."""
+async def _local_sweep(runtime: Runtime, seconds: float, stop: asyncio.Event) -> None:
+    """Process from the database alone for ``seconds`` (Redis is unreachable), or until
+    ``stop``: a SIGTERM must not wait out a sweep period of up to 30 s (and the SIGKILL
+    that an orchestrator's grace period ends with)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
-    while loop.time() < end:
-        try:
-            await runtime.processor.drain()
-        except Exception as exc:  # the database is away too: keep waiting
-            log.warning("local sweep failed", extra={"error": type(exc).__name__})
-        await asyncio.sleep(min(runtime.settings.sweep_s, max(0.0, end - loop.time())))
+    while loop.time() < end and not stop.is_set():
+        sweep = asyncio.create_task(runtime.processor.drain())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({sweep, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if stop.is_set():
+            # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
+            sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sweep
+            return
+        if sweep.exception() is not None:  # the database is away too: keep waiting
+            log.warning("local sweep failed", extra={"error": type(sweep.exception()).__name__})
+        with contextlib.suppress(TimeoutError):
+            pause = min(runtime.settings.sweep_s, max(0.0, end - loop.time()))
+            await asyncio.wait_for(stop.wait(), pause)
+
+
+async def _close(worker: Worker) -> None:
+    """Close arq's worker; its connections are closed even when Redis cannot be reached
+    (``Worker.close`` deletes its health key first, and stops there if that fails)."""
+    pool = worker.pool
+    try:
+        await worker.close()
+    except Exception as exc:  # Redis is away: nothing to tidy up there
+        log.debug("arq worker close failed", extra={"error": type(exc).__name__})
+    finally:
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.aclose(close_connection_pool=True)
 
 
 async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
@@ -151,8 +193,7 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
             main.cancel()
             with contextlib.suppress(BaseException):
                 await main
-            with contextlib.suppress(Exception):
-                await worker.close()
+            await _close(worker)
             return
         stopper.cancel()
         exc = main.exception()
@@ -160,13 +201,35 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
         # Jobs in flight work on the database, not on Redis: let them finish
         # rather than cancel them (close() would) and strand their claims.
         await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await worker.close()
+        await _close(worker)
         log.warning(
             "lost Redis; processing from the database until it is back",
             extra={"error": type(exc).__name__ if exc else "stopped", "failures": failures},
         )
-        await _local_sweep(runtime, min(30.0, 1.0 * 2 ** min(failures, 5)))
+        await _local_sweep(runtime, min(30.0, 1.0 * 2 ** min(failures, 5)), stop)
+
+
+async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
+    """Sweep from this process whenever arq has run no wake-up or sweep here for two
+    sweep periods.
+
+    arq starts only jobs it finds among the first 100 of its queue, and a job whose
+    worker died stays there marked "in progress" for the longest job timeout (an hour,
+    with the reconciliation schedule). After a few dozen worker crashes within that
+    time, those ghosts filled the window and no worker started any job, wake-up or
+    sweep: processing stopped everywhere until they expired. The database, not arq,
+    decides who processes what, so this sweep can run beside arq's.
+    """
+    period = 2 * runtime.settings.sweep_s
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), period / 2)
+        if stop.is_set() or runtime.processor.idle_s() < period:
+            continue
+        try:
+            await runtime.processor.drain()
+        except Exception as exc:  # the database is away: the next round tries again
+            log.warning("backstop sweep failed", extra={"error": type(exc).__name__})
 
 
 async def run(settings: Settings, sources: Sources) -> None:
@@ -185,10 +248,15 @@ async def run(settings: Settings, sources: Sources) -> None:
         else None
     )
     log.info("worker started", extra={"owner": runtime.processor.owner})
+    sweeping = asyncio.create_task(backstop(runtime, stop))
     try:
         await supervise(runtime, stop)
     finally:
         stop.set()
+        # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
+        sweeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeping
         if metrics is not None:
             with contextlib.suppress(Exception):
                 await metrics

@@ -143,16 +143,27 @@ class PgInserter:
         now = batch.rows[0]["created_at"]
         pool = await self._get_pool()
         async with pool.acquire() as conn:
-            created = {r[0] for r in await conn.fetch(PG_INSERT, payload, now)}
-            missing = batch.missing(created)
-            existing: dict[tuple[str, str], str] = {}
-            if missing:
-                # Rows another transaction committed first: visible now, because
-                # ON CONFLICT waited for that transaction to finish.
-                found = await conn.fetch(
-                    PG_EXISTING, [m[0] for m in missing], [m[1] for m in missing]
-                )
-                existing = {(r[1], r[2]): r[0] for r in found}
+            try:
+                created = {r[0] for r in await conn.fetch(PG_INSERT, payload, now)}
+                missing = batch.missing(created)
+                existing: dict[tuple[str, str], str] = {}
+                if missing:
+                    # Rows another transaction committed first: visible now, because
+                    # ON CONFLICT waited for that transaction to finish.
+                    found = await conn.fetch(
+                        PG_EXISTING, [m[0] for m in missing], [m[1] for m in missing]
+                    )
+                    existing = {(r[1], r[2]): r[0] for r in found}
+            except asyncpg.PostgresError:
+                raise  # the server answered: the connection is fine
+            except BaseException:
+                # Cut off mid-statement (the commit timeout, a connection that stopped
+                # answering): drop the connection. Released as it is, asyncpg would first
+                # wait up to command_timeout for the server to confirm a cancel that a
+                # dead path never delivers, holding this committer and its requests'
+                # 503s well past commit_timeout_s.
+                conn.terminate()
+                raise
         return batch.resolve(created, existing)
 
     async def close(self) -> None:

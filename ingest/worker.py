@@ -40,6 +40,8 @@ RECONCILE_JOB = "hookd_reconcile"
 # sweep, forever; failing instead hands over to the local sweep in supervise().
 REDIS_TIMEOUT_S = 5.0
 REDIS_CONNECT_TIMEOUT_S = 2.0
+# An arq connection that lasted this long resets supervise()'s back-off.
+STABLE_S = 60.0
 
 
 @dataclass
@@ -184,8 +186,10 @@ async def _close(worker: Worker) -> None:
 
 async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
     failures = 0
+    loop = asyncio.get_running_loop()
     while not stop.is_set():
         worker = arq_worker(runtime)
+        started = loop.time()
         main = asyncio.create_task(worker.main())
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -197,6 +201,10 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
             return
         stopper.cancel()
         exc = main.exception()
+        # The back-off grows with losses in a row; a connection that held for a while
+        # starts it again, so the fifth brief outage in a day is not a 30 s one.
+        if loop.time() - started >= STABLE_S:
+            failures = 0
         failures += 1
         # Jobs in flight work on the database, not on Redis: let them finish
         # rather than cancel them (close() would) and strand their claims.

@@ -130,9 +130,15 @@ def parse_timestamp(raw: str, now: int, tolerance_s: int) -> int:
     return ts
 
 
+HEX_DIGITS = frozenset("0123456789abcdef")
+
+
 def parse_hex_digest(raw: str) -> bytes:
-    """A SHA-256 hex digest, or ``malformed_signature``."""
-    if len(raw) != 64 or not raw.isascii():
+    """A SHA-256 hex digest in lower case, as every provider sends it, or
+    ``malformed_signature``. Upper case is refused: it decodes to the same bytes, so
+    accepting it would let a changed header verify (the providers' own libraries compare
+    the hex strings and refuse it too)."""
+    if len(raw) != 64 or not HEX_DIGITS.issuperset(raw):
         raise SignatureError("malformed_signature")
     try:
         digest = bytes.fromhex(raw)
@@ -145,10 +151,17 @@ def parse_hex_digest(raw: str) -> bytes:
 
 
 def b64decode_strict(raw: str) -> bytes:
+    """Canonical standard base64 only, or ``malformed_signature``. The decoder ignores the
+    unused low bits of the last character, so several strings decode to the same bytes;
+    only the one the encoder writes is accepted, so that a flipped bit never verifies."""
     try:
-        return binascii.a2b_base64(raw.encode("ascii"), strict_mode=True)
+        encoded = raw.encode("ascii")
+        decoded = binascii.a2b_base64(encoded, strict_mode=True)
     except (binascii.Error, UnicodeEncodeError, ValueError):
         raise SignatureError("malformed_signature") from None
+    if binascii.b2a_base64(decoded, newline=False) != encoded:
+        raise SignatureError("malformed_signature")
+    return decoded
 
 
 def match_hmac(

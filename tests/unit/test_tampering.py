@@ -231,6 +231,53 @@ def test_non_base64_standard_signature_is_malformed_signature(bad: str) -> None:
     assert rejected("standard", with_signature("standard", value)) == "malformed_signature"
 
 
+@pytest.mark.parametrize("provider", ["github", "stripe", "slack"])
+def test_upper_case_hex_digest_is_malformed_signature(provider: str) -> None:
+    """The genuine digest in upper case decodes to the same bytes, but no provider sends it
+    and their own libraries refuse it: a changed header must not verify."""
+    value = sig_of(provider)
+    digest = value[-64:]
+    assert digest != digest.upper(), "the sample digest has letters"
+    upper = with_signature(provider, value[:-64] + digest.upper())
+    assert rejected(provider, upper) == "malformed_signature"
+
+
+def flip_unused_bits(encoded: str) -> list[str]:
+    """The other spellings of ``encoded`` that decode to the same bytes: its last data
+    character with an unused low bit set (1 of 2 bits after one "=", 1 of 4 after "==")."""
+    import base64
+
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    data = encoded.rstrip("=")
+    pad = len(encoded) - len(data)
+    unused = {1: 2, 2: 4}[pad]
+    last = alphabet.index(data[-1])
+    out = []
+    for bit in range(unused):
+        other = data[:-1] + alphabet[last ^ (1 << bit)] + "=" * pad
+        assert base64.b64decode(other) == base64.b64decode(encoded)
+        out.append(other)
+    return out
+
+
+@pytest.mark.parametrize("version", ["v1", "v1a"])
+def test_non_canonical_base64_of_the_genuine_signature_is_malformed_signature(
+    version: str,
+) -> None:
+    """A bit flipped in the unused bits of the last base64 character leaves the decoded
+    signature unchanged; it must still be refused (found by chaos.tamper)."""
+    if version == "v1":
+        headers, keys = signed_request("standard", BODY), ()
+    else:
+        headers, keys = signed_request("standard", BODY, secret=V1A_SIGNING), (V1A_PUBLIC,)
+    genuine = headers["webhook-signature"][0]
+    assert genuine.startswith(f"{version},")
+    verify("standard", headers, BODY, *keys)  # the genuine one verifies
+    for other in flip_unused_bits(genuine.split(",", 1)[1]):
+        headers["webhook-signature"] = [f"{version},{other}"]
+        assert rejected("standard", headers, BODY, *keys) == "malformed_signature"
+
+
 def test_standard_entry_without_version_is_malformed_signature() -> None:
     """A bare base64 entry with no "v1," is malformed_signature."""
     value = sig_of("standard").removeprefix("v1,")

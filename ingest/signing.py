@@ -105,7 +105,9 @@ def sample_event(
                 "channel": "C0HOOKD",
                 "user": "U0HOOKD",
                 "text": f"hello from hookd send-test #{seq}",
-                "ts": f"{now}.{(seq * 1000 + unique.int % 1000) % 1_000_000:06d}",
+                # Unique per seq (its thousands move the seconds), and random below
+                # that, so two calls in the same second do not repeat a message.
+                "ts": f"{now + seq // 1000}.{(seq % 1000) * 1000 + unique.int % 1000:06d}",
             },
         }
         body = json.dumps(payload).encode()

@@ -4,6 +4,10 @@ Each committer task takes whatever is queued (up to ``batch_max``; optionally
 waiting ``window_s`` for company), inserts it with one statement, commits, and
 only then resolves the waiting requests. While a commit is in flight the next
 batch fills up, so batching grows with load and costs nothing when idle.
+
+It also keeps count of failed commits in a row, for readiness: a receiver whose
+database answers but refuses every commit (disk full, read-only, locked) must leave
+the load balancer rather than answer 503 to every delivery.
 """
 
 from __future__ import annotations
@@ -22,12 +26,21 @@ log = logging.getLogger("hookd.batcher")
 
 OnCommit = Callable[[Sequence[str]], Awaitable[None]]
 
+# Failed commits in a row after which the receiver is not ready. One failure can be a
+# blip (a deadlock victim, a connection cut); three in a row mean commits are failing.
+FAILING_AFTER = 3
+
 
 class StoreUnavailable(HookdError):
     """The event could not be committed; the caller must not acknowledge it."""
 
 
 _Item = tuple[NewEvent, "asyncio.Future[Stored]"]
+
+
+def _consume(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class GroupCommitter:
@@ -49,6 +62,43 @@ class GroupCommitter:
         self._on_commit = on_commit
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
+        self.failed_in_row = 0
+        self._probe: asyncio.Task[None] | None = None
+
+    @property
+    def failing(self) -> bool:
+        """The last ``FAILING_AFTER`` commits all failed (and no probe succeeded since)."""
+        return self.failed_in_row >= FAILING_AFTER
+
+    async def probe(self, timeout_s: float) -> bool:
+        """Whether the database takes a commit now: one probe write (``Inserter.probe``).
+
+        ``/readyz`` calls this while ``failing``. It is what lets readiness come back:
+        a receiver out of the load balancer gets no deliveries, so no commit of theirs
+        would ever succeed to clear the count; a probe that commits clears it like one.
+        Callers wait at most ``timeout_s`` but share one probe, left to finish on its
+        own (within the inserter's own limits: SQLite's busy timeout, asyncpg's command
+        timeout): however often readiness is polled, a struggling database gets one
+        probe write at a time.
+        """
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.create_task(self._run_probe(), name="hookd-commit-probe")
+            # Its caller may have stopped waiting: the outcome is logged, not lost.
+            self._probe.add_done_callback(_consume)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._probe)
+        except Exception:  # any failure: still not taking commits
+            return False
+        return True
+
+    async def _run_probe(self) -> None:
+        try:
+            await self._inserter.probe()
+        except Exception as exc:
+            log.warning("commit probe failed", extra={"error": type(exc).__name__})
+            raise
+        self.failed_in_row = 0
 
     async def start(self) -> None:
         self._tasks = [
@@ -61,12 +111,14 @@ class GroupCommitter:
         if self._tasks:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._queue.join(), self._commit_timeout_s)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._probe] if self._probe is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        self._probe = None
 
     async def submit(self, event: NewEvent) -> Stored:
         """Resolve once the event (or its twin) is committed; ``StoreUnavailable`` otherwise."""
@@ -114,14 +166,20 @@ class GroupCommitter:
                     future.set_exception(StoreUnavailable("shutting_down"))
             raise
         except Exception as exc:  # any database failure means: do not acknowledge
+            self.failed_in_row += 1
             log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
                 "commit failed",
-                extra={"batch_size": len(batch), "error": type(exc).__name__},
+                extra={
+                    "batch_size": len(batch),
+                    "error": type(exc).__name__,
+                    "failed_in_row": self.failed_in_row,
+                },
             )
             for _, future in batch:
                 if not future.done():
                     future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
             return
+        self.failed_in_row = 0
         for (_, future), stored in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(stored)

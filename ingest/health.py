@@ -14,25 +14,46 @@ from starlette.routing import Route
 from ingest import dbmetrics
 from ingest import metrics as process_metrics
 from ingest.auth import token_ok
+from ingest.batcher import GroupCommitter
 from ingest.config import Sources
 from ingest.dispatch import ArqWaker
 from store import db
 
 log = logging.getLogger("hookd.health")
 
+# How long /readyz waits for the database: a ping, then a probe write while commits fail.
+READY_WAIT_S = 2.0
+
 
 def routes(
-    engine: AsyncEngine, waker: ArqWaker | None, token: str, sources: Sources
+    engine: AsyncEngine,
+    waker: ArqWaker | None,
+    token: str,
+    sources: Sources,
+    committer: GroupCommitter | None = None,
 ) -> list[Route]:
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> Response:
+        # One budget for both database checks, so that readyz answers within it.
+        due = asyncio.get_running_loop().time() + READY_WAIT_S
         try:
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout_at(due):
                 await db.ping(engine)
         except Exception as exc:  # any failure means not ready
             return JSONResponse({"status": "unavailable", "database": type(exc).__name__}, 503)
+        # A database can answer a ping and still refuse every commit (disk full, read
+        # only, a lock held): then every delivery gets 503, and the load balancer should
+        # send them elsewhere. Ready again once a commit succeeds; with no deliveries
+        # coming (out of the balancer), the probe write made here is that commit.
+        left = due - asyncio.get_running_loop().time()
+        if committer is not None and committer.failing and not await committer.probe(left):
+            failed = committer.failed_in_row
+            return JSONResponse(
+                {"status": "unavailable", "database": "commits_failing", "failed_commits": failed},
+                503,
+            )
         if waker is not None:
             try:
                 await waker.ping()

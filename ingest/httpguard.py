@@ -9,8 +9,9 @@ one connection streaming header bytes grows the process without bound.
 Here a connection's request head must arrive within ``HOOKD_BODY_TIMEOUT_S`` (from the
 connection being accepted, or from the first byte of a later request on a kept-alive
 connection): else ``408`` and close, or a plain close if not a byte came. A head past
-``HEAD_MAX_BYTES`` gets ``431`` and close. As for bodies, one sweep per process checks
-every connection's deadline (no timer per request).
+``HEAD_MAX_BYTES`` gets ``431`` and close, whether it came in one read or many. As for
+bodies, one sweep per process checks every connection's deadline (no timer per request).
+Both refusals answer ``{"error": reason}`` and log a "rejected" line, like the receiver's.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ingest import metrics
 from ingest.config import Settings
+from ingest.receiver import peer
+
+# The receiver's logger: every refused delivery is a "rejected" line there.
+log = logging.getLogger("hookd.receiver")
 
 HEAD_MAX_BYTES = 64 * 1024
 TICK_S = 0.25
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
+# What a header line holds besides its name and value: ": " and CRLF.
+HEADER_FRAMING = 4
 
 
 @functools.cache
@@ -59,14 +67,27 @@ _WATCH = _Watch()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """``hookd serve``'s HTTP protocol: ``uvicorn.run(http="ingest.httpguard:…")``."""
+    """``hookd serve``'s HTTP protocol: ``uvicorn.run(http="ingest.httpguard:…")``.
+
+    A head's size is measured two ways, and either one past ``HEAD_MAX_BYTES`` refuses
+    it; both count only head bytes, so a head under the limit is never refused:
+
+    - what the parser has handed over (the URL, every complete header): this catches a
+      head that arrives in one read, however large that read;
+    - the bytes of every further read while the head is still incomplete: this catches
+      a header line that never ends, which the parser buffers without handing over.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_due: float | None = None
         self._head_bytes = 0
+        self._parsed_bytes = 0
         self._head_seen = False
         self._began = False
+        # Set once this connection is to be refused: from then on nothing it sends is
+        # parsed or handed to the application.
+        self._refusal: tuple[int, str] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -78,53 +99,104 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # waiting to refuse (a previous answer is still going out)
         self._began = False
         super().data_received(data)
         # Count the bytes of reads that end inside a head. A read in which a request
-        # began is not counted (it may hold the previous body): at most one read more.
-        if self._head_due is not None and not self._began:
+        # began is not counted (it may hold the previous body); the parser's count
+        # covers that read.
+        if self._refusal is None and self._head_due is not None and not self._began:
             self._head_bytes += len(data)
             if self._head_bytes > HEAD_MAX_BYTES:
-                if self._answering():
-                    self.flow.pause_reading()  # resumed when that answer is sent
-                else:
-                    self._refuse(431, "headers_too_large")
+                self._refusal = (431, "headers_too_large")
+        if self._refusal is not None:
+            self._refuse_when_free()
+
+    # Parser callbacks. Once a refusal is due, the rest of the read is parsed (httptools
+    # cannot stop half-way without reporting a malformed request) but ignored.
 
     def on_message_begin(self) -> None:
+        if self._refusal is not None:
+            return
         super().on_message_begin()
         self._began = True
         self._head_seen = True
+        self._parsed_bytes = 0
         if self._head_due is None:  # a later request on a kept-alive connection
             self._head_due = self.loop.time() + head_timeout_s()
             self._head_bytes = 0
             _WATCH.add(self, self.loop)
 
+    def on_url(self, url: bytes) -> None:
+        if self._refusal is None and self._count(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refusal is None and self._count(len(name) + len(value) + HEADER_FRAMING):
+            super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        if self._refusal is not None:
+            return  # the application never sees an oversized head
         self._head_due = None
         self._head_bytes = 0
         _WATCH.protocols.discard(self)
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if self._refusal is None:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refusal is None:
+            super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None:
+            self._refuse_when_free()
+
+    def _count(self, size: int) -> bool:
+        """Add parsed head bytes; False (and a refusal due) once past the limit."""
+        self._parsed_bytes += size
+        if self._parsed_bytes > HEAD_MAX_BYTES:
+            self._refusal = (431, "headers_too_large")
+            return False
+        return True
+
     def check_head(self, now: float) -> None:
-        if self._head_due is not None and self._head_due <= now and not self._answering():
+        if self._refusal is not None:
+            return
+        if self._head_due is not None and self._head_due <= now and not self._busy():
             if self._head_seen:
-                self._refuse(408, "header_timeout")
+                self._refusal = (408, "header_timeout")
+                self._refuse_when_free()
             else:
                 self._head_due = None
                 _WATCH.protocols.discard(self)
                 self.transport.close()
 
-    def _answering(self) -> bool:
-        """A previous request on this connection is still being answered: a refusal of
-        the next head waits for it (pipelining), rather than cutting that answer."""
-        return self.cycle is not None and not self.cycle.response_complete
+    def _busy(self) -> bool:
+        """A previous request on this connection is still being answered (or queued): a
+        refusal of the next head waits for it (pipelining), rather than cutting it."""
+        return bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+
+    def _refuse_when_free(self) -> None:
+        if self._busy():
+            self.flow.pause_reading()  # nothing more is read; refused once answered
+            return
+        assert self._refusal is not None
+        self._refuse(*self._refusal)
 
     def _refuse(self, status: int, reason: str) -> None:
         self._head_due = None
         _WATCH.protocols.discard(self)
         if self.transport.is_closing():
             return
+        # No source yet: the head never completed, so nothing in it was read as a source.
         metrics.WEBHOOK_REJECTIONS.labels(metrics.UNKNOWN_SOURCE, reason).inc()
+        log.info("rejected", extra={"reason": reason, "peer": peer(self.client)})
         body = json.dumps({"error": reason}, separators=(",", ":")).encode()
         head = (
             f"HTTP/1.1 {status} {REASONS[status]}\r\ncontent-type: application/json\r\n"

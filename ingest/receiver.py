@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
+from typing import Any
 
 from prometheus_client.metrics import Counter, Histogram
 from starlette.applications import Starlette
@@ -63,6 +64,14 @@ def _rejections(source: str, reason: str) -> Counter:
 @cache
 def _ack(source: str) -> Histogram:
     return metrics.ACK_SECONDS.labels(source)
+
+
+def peer(client: tuple[str, int] | list[Any] | None) -> str | None:
+    """``host:port`` of the connection's other end (ASGI ``scope["client"]``), for logs."""
+    if not client:
+        return None
+    host, port = client[0], client[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def header_map(scope: Scope) -> HeaderMap:
@@ -198,6 +207,14 @@ class Receiver:
         _received(source, "rejected").inc()
         _rejections(source, reason).inc()
 
+    def _refused(self, scope: Scope, source: str, reason: str, detail: str = "") -> None:
+        """Count a refused delivery and log it: one "rejected" line per refusal."""
+        self._reject(source, reason)
+        extra = {"source": source, "reason": reason, "peer": peer(scope.get("client"))}
+        if detail:
+            extra["detail"] = detail
+        log.info("rejected", extra=extra)
+
     async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
         self, scope: Scope, receive: Receive, source: Source, started: float
     ) -> Answer:
@@ -208,21 +225,20 @@ class Receiver:
         headers = header_map(scope)
         declared = headers.get("content-length")
         if declared and declared[0].isdigit() and int(declared[0]) > limit:
-            self._reject(name, "body_too_large")
+            self._refused(scope, name, "body_too_large")
             return error(413, "body_too_large", "", CLOSE)
         try:
             signed = provider.check_headers(headers, int(now), source.config.tolerance_s)
         except SignatureError as exc:
-            self._reject(name, exc.reason)
-            log.info("rejected", extra={"source": name, "reason": exc.reason})
+            self._refused(scope, name, exc.reason)
             return error(401, exc.reason, "", CLOSE)
         try:
             body = await self.deadlines.read(receive, limit, self._body_timeout_s)
         except BodyTooLarge:
-            self._reject(name, "body_too_large")
+            self._refused(scope, name, "body_too_large")
             return error(413, "body_too_large", "", CLOSE)
         except TimeoutError:
-            self._reject(name, "body_timeout")
+            self._refused(scope, name, "body_timeout")
             return error(408, "body_timeout", "", CLOSE)
         except ClientGone:
             self._reject(name, "client_disconnected")
@@ -230,14 +246,12 @@ class Receiver:
         try:
             verified = provider.verify(signed, body, source.keys)
         except SignatureError as exc:
-            self._reject(name, exc.reason)
-            log.info("rejected", extra={"source": name, "reason": exc.reason})
+            self._refused(scope, name, exc.reason)
             return error(401, exc.reason)
         try:
             env = provider.envelope(headers, body, verified)
         except PayloadError as exc:
-            self._reject(name, exc.reason)
-            log.info("rejected", extra={"source": name, "reason": exc.reason, "detail": exc.detail})
+            self._refused(scope, name, exc.reason, exc.detail)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
             return 200, json.dumps(env.reply, separators=(",", ":")).encode(), []

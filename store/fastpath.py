@@ -10,6 +10,10 @@ with ``store.events.prepare``), at a fraction of the CPU:
   (``synchronous_commit=on``).
 - SQLite: one multi-row ``INSERT … RETURNING`` per batch on a connection owned by
   one thread, with the same pragmas as the engine (WAL, ``synchronous=FULL``).
+
+Each also has ``probe``: one write through that same path, committed, that leaves no
+row (``ingest.health`` uses it to tell when a database that refused commits takes
+them again).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sqlalchemy as sa
 from store.crypto import BodyCipher
 from store.db import SQLITE_PRAGMAS, check_url
 from store.events import NewEvent, Stored, prepare
+from store.ids import new_id
 
 COLUMNS = (
     "id",
@@ -82,8 +87,36 @@ JOIN unnest($1::text[], $2::text[]) AS k(source, dedupe_key)
 """
 
 
+# The probe's row: no configured source can have this name (names start with a letter
+# or digit), and the row is deleted in the transaction that inserted it.
+PROBE_SOURCE = "_probe"
+
+
+def probe_event() -> NewEvent:
+    now = datetime.now(UTC)
+    return NewEvent(
+        source=PROBE_SOURCE,
+        provider=PROBE_SOURCE,
+        dedupe_key=new_id(),
+        type=None,
+        origin="webhook",
+        received_at=now,
+        occurred_at=None,
+        verified_with="",
+        headers={},
+        body=b"",
+    )
+
+
 class Inserter(Protocol):
     async def insert(self, events: Sequence[NewEvent]) -> list[Stored]: ...
+
+    async def probe(self) -> None:
+        """Insert a row and delete it again in one committed transaction, through the
+        same connection and statement as ``insert``: it fails where a commit would
+        (no space, no write permission, a lock held, a read-only server), and leaves
+        nothing behind (no other transaction ever sees the row)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -119,27 +152,7 @@ class PgInserter:
 
     async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
         batch = prepare(events, self._cipher)
-        payload = json.dumps(
-            [
-                {
-                    "n": n,
-                    "id": row["id"],
-                    "source": row["source"],
-                    "provider": row["provider"],
-                    "dedupe_key": row["dedupe_key"],
-                    "type": row["type"],
-                    "origin": row["origin"],
-                    "received_at": row["received_at"].isoformat(),
-                    "occurred_at": _iso(row["occurred_at"]),
-                    "verified_with": row["verified_with"],
-                    "headers": row["headers"],
-                    "body": b64encode(row["body"]).decode("ascii"),
-                    "body_encrypted": row["body_encrypted"],
-                }
-                for n, row in enumerate(batch.rows)
-            ],
-            separators=(",", ":"),
-        )
+        payload = _pg_payload(batch.rows)
         now = batch.rows[0]["created_at"]
         pool = await self._get_pool()
         async with pool.acquire() as conn:
@@ -166,10 +179,49 @@ class PgInserter:
                 raise
         return batch.resolve(created, existing)
 
+    async def probe(self) -> None:
+        batch = prepare([probe_event()], self._cipher)
+        payload = _pg_payload(batch.rows)
+        pool = await self._get_pool()
+        async with pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    await conn.fetch(PG_INSERT, payload, batch.rows[0]["created_at"])
+                    await conn.execute("DELETE FROM events WHERE id = $1", batch.ids[0])
+            except asyncpg.PostgresError:
+                raise
+            except BaseException:
+                conn.terminate()  # as in insert: never wait on a dead path's cancel
+                raise
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _pg_payload(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(
+        [
+            {
+                "n": n,
+                "id": row["id"],
+                "source": row["source"],
+                "provider": row["provider"],
+                "dedupe_key": row["dedupe_key"],
+                "type": row["type"],
+                "origin": row["origin"],
+                "received_at": row["received_at"].isoformat(),
+                "occurred_at": _iso(row["occurred_at"]),
+                "verified_with": row["verified_with"],
+                "headers": row["headers"],
+                "body": b64encode(row["body"]).decode("ascii"),
+                "body_encrypted": row["body_encrypted"],
+            }
+            for n, row in enumerate(rows)
+        ],
+        separators=(",", ":"),
+    )
 
 
 async def _no_reset(_: Any) -> None:
@@ -184,6 +236,32 @@ def _sqlite_time(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _sqlite_params(rows: list[dict[str, Any]]) -> list[Any]:
+    """The rows' values, flat, in ``COLUMNS`` order."""
+    params: list[Any] = []
+    for r in rows:
+        params += (
+            r["id"],
+            r["source"],
+            r["provider"],
+            r["dedupe_key"],
+            r["type"],
+            r["origin"],
+            _sqlite_time(r["received_at"]),
+            _sqlite_time(r["occurred_at"]),
+            r["verified_with"],
+            json.dumps(r["headers"]),
+            r["body"],
+            int(r["body_encrypted"]),
+            r["status"],
+            r["attempts"],
+            _sqlite_time(r["next_attempt_at"]),
+            _sqlite_time(r["created_at"]),
+            _sqlite_time(r["updated_at"]),
+        )
+    return params
 
 
 class SqliteInserter:
@@ -217,27 +295,7 @@ class SqliteInserter:
 
     def _write(self, rows: list[dict[str, Any]]) -> tuple[set[str], dict[tuple[str, str], str]]:
         conn = self._connect()
-        params: list[Any] = []
-        for r in rows:
-            params += (
-                r["id"],
-                r["source"],
-                r["provider"],
-                r["dedupe_key"],
-                r["type"],
-                r["origin"],
-                _sqlite_time(r["received_at"]),
-                _sqlite_time(r["occurred_at"]),
-                r["verified_with"],
-                json.dumps(r["headers"]),
-                r["body"],
-                int(r["body_encrypted"]),
-                r["status"],
-                r["attempts"],
-                _sqlite_time(r["next_attempt_at"]),
-                _sqlite_time(r["created_at"]),
-                _sqlite_time(r["updated_at"]),
-            )
+        params = _sqlite_params(rows)
         width = len(COLUMNS)
         chunks = [
             params[i : i + SQLITE_ROWS * width] for i in range(0, len(params), SQLITE_ROWS * width)
@@ -264,6 +322,17 @@ class SqliteInserter:
                 existing[(source, key)] = found[0]
         return created, existing
 
+    def _probe(self, rows: list[dict[str, Any]]) -> None:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(self._statement(1), _sqlite_params(rows)).fetchall()
+            conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            self._discard()  # closing rolls back an open transaction
+            raise
+
     def _discard(self) -> None:
         if self._conn is not None:
             try:
@@ -276,6 +345,11 @@ class SqliteInserter:
         loop = asyncio.get_running_loop()
         created, existing = await loop.run_in_executor(self._executor, self._write, batch.rows)
         return batch.resolve(created, existing)
+
+    async def probe(self) -> None:
+        batch = prepare([probe_event()], self._cipher)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._probe, batch.rows)
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()

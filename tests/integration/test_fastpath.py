@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 
 from store import db, fastpath
 from store.crypto import BodyCipher
@@ -147,5 +148,19 @@ async def test_a_failed_batch_raises_and_the_next_one_works(pg_url: str) -> None
             await fast.insert([replace(new_event("x"), source="s" * 5000)])
         [ok] = await fast.insert([new_event("after")])
         assert ok.created
+    finally:
+        await fast.close()
+
+
+async def test_probe_commits_a_write_and_leaves_no_row(db_url: str) -> None:
+    """The readiness probe writes through the receiver's own path and leaves nothing:
+    no row for the worker, the API or the metrics to see, before or after."""
+    fast = inserter(db_url, BodyCipher(Fernet.generate_key().decode()))
+    try:
+        await fast.insert([new_event("kept")])
+        for _ in range(3):
+            await fast.probe()
+        assert await count(db_url) == 1
+        assert [s.created for s in await fast.insert([new_event("kept")])] == [False]
     finally:
         await fast.close()

@@ -6,6 +6,11 @@ missing event with origin ``reconcile`` in the same transaction as the run's
 counters, and only when every page is done moves the cursor to the run's
 start. A run killed halfway leaves the cursor where it was; the next run lists
 the same window again and finds only what is still missing.
+
+A run cancelled by its process's shutdown (SIGTERM) records itself failed with
+``Reconciler.interrupt_reason``; one whose process died without a word stays
+``running`` until the next run of its source takes the expired lease and fails
+it as abandoned.
 """
 
 from __future__ import annotations
@@ -38,6 +43,10 @@ from store.ids import new_id
 log = logging.getLogger("hookd.reconcile")
 
 MAX_PAGES = 5_000
+# How long an interrupted run may take to record its end: shutdown deadlines
+# (a CronJob's, systemd's) end in SIGKILL, and the database may be the reason.
+INTERRUPT_WRITE_S = 5.0
+LEASE_WAIT_LOG_S = 30.0
 
 OnRepaired = Callable[[Sequence[str]], Awaitable[None]]
 
@@ -66,6 +75,11 @@ class Reconciler:
     max_wait_s: float = 300.0
     lease_s: float = 60.0
     rng: random.Random = field(default_factory=random.Random)
+    # The error a run cancelled from outside records; whoever cancels (a signal
+    # handler, a server's shutdown) says why first.
+    interrupt_reason: str = "interrupted: cancelled"
+    # Runs recorded as interrupted, for the command line to name.
+    interrupted: list[str] = field(default_factory=list)
 
     def _adapter(self, source: Source, api: Api, meta: dict[str, Any], now: float) -> Adapter:
         if source.provider == "github":
@@ -92,6 +106,7 @@ class Reconciler:
             max_wait_s=self.max_wait_s,
             sleep=self.sleep,
             rng=self.rng,
+            source=source.name,
         )
 
     async def create_queued(self, source: Source, trigger: str, dry_run: bool) -> str:
@@ -128,12 +143,15 @@ class Reconciler:
         run = _Run(source, current, run_id or new_id(), trigger, dry_run, started)
         if current.disabled:
             return Outcome(run.id, source.name, "disabled", error=current.disabled_reason)
-        if not await self._acquire(source.name, wait_for_lease_s):
+        if not await self._acquire(source.name, wait_for_lease_s, run.id):
             await self._record(run, "lease_held", finished=True)
             log.info("lease held elsewhere", extra={"source": source.name, "run_id": run.id})
             return Outcome(run.id, source.name, "lease_held", error="lease held by another run")
         try:
             return await self._leased(run)
+        except asyncio.CancelledError:
+            await self._interrupted(run)
+            raise
         finally:
             with contextlib.suppress(Exception):
                 async with self.engine.begin() as conn:
@@ -141,16 +159,59 @@ class Reconciler:
                         conn, source.name, self.owner, lease_owner=None, lease_expires_at=None
                     )
 
-    async def _acquire(self, source: str, wait_s: float) -> bool:
+    async def _acquire(self, source: str, wait_s: float, run_id: str) -> bool:
         deadline = time.monotonic() + wait_s
+        next_log = time.monotonic()
         while True:
             async with self.engine.begin() as conn:
                 now = datetime.now(UTC)
                 if await state.acquire_lease(conn, source, self.owner, self.lease_s, now):
+                    abandoned = await state.close_abandoned_runs(conn, source, now, keep=run_id)
+                    if abandoned:
+                        log.warning(
+                            "closed runs abandoned by a process that died",
+                            extra={"source": source, "runs": ",".join(abandoned)},
+                        )
                     return True
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return False
-            await self.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            if time.monotonic() >= next_log:  # `--wait` may wait minutes: say so
+                log.info(
+                    "waiting for another run of this source to finish",
+                    extra={"source": source, "wait_left_s": round(left)},
+                )
+                next_log = time.monotonic() + LEASE_WAIT_LOG_S
+            await self.sleep(min(1.0, left))
+
+    async def _interrupted(self, run: _Run) -> None:
+        """The run was cancelled (its process is shutting down): record it failed and
+        give the lease back, so neither the API nor the next run waits on it."""
+        reason = self.interrupt_reason
+        try:
+            async with asyncio.timeout(INTERRUPT_WRITE_S), self.engine.begin() as conn:
+                now = datetime.now(UTC)
+                await state.fail_unfinished_run(conn, run.id, reason, now)
+                await state.update_state(
+                    conn,
+                    run.source.name,
+                    self.owner,
+                    last_run_id=run.id,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+        except Exception as exc:  # the next run closes it by the lease instead
+            log.warning(
+                "could not record the interrupted run",
+                extra={"source": run.source.name, "run_id": run.id, "error": type(exc).__name__},
+            )
+            return
+        self.interrupted.append(run.id)
+        log.warning(
+            "run interrupted",
+            extra={"source": run.source.name, "run_id": run.id, "reason": reason},
+        )
 
     async def _record(self, run: _Run, status: str, *, finished: bool, **values: Any) -> None:
         async with self.engine.begin() as conn:
@@ -195,6 +256,18 @@ class Reconciler:
                 if pages > MAX_PAGES:
                     raise ReconcileError("too_many_pages", f"more than {MAX_PAGES} pages")  # noqa: TRY301
                 await self._page(run, adapter, items, tally, outcome)
+                # Progress a page at a time: a paced run (Slack: a request a
+                # minute) must not look hung.
+                log.info(
+                    "reconciling",
+                    extra={
+                        "source": run.source.name,
+                        "run_id": run.id,
+                        "page": pages,
+                        "checked": outcome.checked,
+                        "missing": outcome.missing,
+                    },
+                )
         except ReconcileError as exc:
             await self._count(run, tally)
             return await self._failed(run, outcome, exc)
@@ -329,7 +402,13 @@ class Reconciler:
             )
         outcome.status, outcome.error = "failed", message
         log.warning(
-            "run failed", extra={"source": run.source.name, "run_id": run.id, "reason": exc.reason}
+            "run failed",
+            extra={
+                "source": run.source.name,
+                "run_id": run.id,
+                "reason": exc.reason,
+                "error": exc.detail,
+            },
         )
         return outcome
 

@@ -111,6 +111,43 @@ async def update_run(conn: AsyncConnection, run_id: str, **values: Any) -> None:
     )
 
 
+UNFINISHED = ("queued", "running")
+
+
+async def fail_unfinished_run(
+    conn: AsyncConnection, run_id: str, error: str, now: datetime
+) -> bool:
+    """Record a run as failed unless it already ended (an end that won the race stays)."""
+    result = await conn.execute(
+        sa.update(RECONCILE_RUNS)
+        .where(RECONCILE_RUNS.c.id == run_id, RECONCILE_RUNS.c.status.in_(UNFINISHED))
+        .values(status="failed", finished_at=now, error=error)
+    )
+    return bool(result.rowcount)
+
+
+async def close_abandoned_runs(
+    conn: AsyncConnection, source: str, now: datetime, keep: str | None = None
+) -> list[str]:
+    """Fail the source's runs still ``running`` once its lease could be taken again.
+
+    Call with the lease just acquired: a live run holds the lease (and renews it
+    per page), so a ``running`` run without it belongs to a process that died
+    (SIGKILL, OOM, a lost node) before it could record its end.
+    """
+    result = await conn.execute(
+        sa.update(RECONCILE_RUNS)
+        .where(
+            RECONCILE_RUNS.c.source == source,
+            RECONCILE_RUNS.c.status == "running",
+            RECONCILE_RUNS.c.id != (keep or ""),
+        )
+        .values(status="failed", finished_at=now, error="abandoned: lease expired")
+        .returning(RECONCILE_RUNS.c.id)
+    )
+    return [row[0] for row in result]
+
+
 async def get_run(conn: AsyncConnection, run_id: str) -> sa.Row[Any] | None:
     result = await conn.execute(sa.select(RECONCILE_RUNS).where(RECONCILE_RUNS.c.id == run_id))
     return result.first()

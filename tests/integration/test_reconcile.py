@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ingest.config import Sources, parse_sources
 from store import db
+from store import reconcile as rstate
+from store.ids import new_id
 from tests.conftest import SECRETS
 from tests.support import handlers
 from tests.support.asgi import running_app
@@ -255,6 +258,60 @@ async def test_429_with_retry_after_waits_then_finishes(world: World) -> None:
     assert await world.metric("hookd_provider_rate_limited_total") == 1
 
 
+async def leave_a_run_behind(db_url: str, source: str, lease_left_s: float) -> str:
+    """What a process SIGKILLed mid-run leaves: its run ``running`` and the source's
+    lease in its name, running out in ``lease_left_s`` (negative: already expired)."""
+    engine = db.create_engine(db_url)
+    run_id = new_id()
+    now = datetime.now(UTC)
+    try:
+        async with engine.begin() as conn:
+            await rstate.ensure_state(conn, source, now)
+            await rstate.update_state(
+                conn,
+                source,
+                None,
+                lease_owner="gone-host:4242",
+                lease_expires_at=now + timedelta(seconds=lease_left_s),
+            )
+            await rstate.create_run(
+                conn,
+                id=run_id,
+                source=source,
+                status="running",
+                trigger="cli",
+                dry_run=False,
+                started_at=now - timedelta(minutes=5),
+            )
+    finally:
+        await engine.dispose()
+    return run_id
+
+
+@pytest.mark.parametrize("world", ["stripe"], indirect=True)
+async def test_next_run_closes_a_run_left_running_once_its_lease_expired(world: World) -> None:
+    world.emulator.add_events(5, start=time.time() - 600, step_s=1.0)
+    left = await leave_a_run_behind(world.db_url, "stripe", lease_left_s=-1)
+    run = await world.reconcile()
+    assert (run["status"], run["items_repaired"]) == ("succeeded", 5), run
+    closed = (await world.client.get(f"/api/reconcile-runs/{left}", headers=AUTH)).json()
+    assert (closed["status"], closed["done"], closed["error"]) == (
+        "failed",
+        True,
+        "abandoned: lease expired",
+    )
+    assert closed["finished_at"] is not None
+
+
+@pytest.mark.parametrize("world", ["stripe"], indirect=True)
+async def test_a_run_whose_lease_is_still_live_is_left_running(world: World) -> None:
+    live = await leave_a_run_behind(world.db_url, "stripe", lease_left_s=300)
+    run = await world.reconcile()
+    assert run["status"] == "lease_held", run
+    still = (await world.client.get(f"/api/reconcile-runs/{live}", headers=AUTH)).json()
+    assert (still["status"], still["error"]) == ("running", None)
+
+
 @pytest.mark.parametrize("world", ["stripe"], indirect=True)
 async def test_server_errors_are_retried_within_the_run(world: World) -> None:
     world.emulator.add_events(5, start=time.time() - 600, step_s=1.0)
@@ -351,3 +408,36 @@ api_url = "{api_url}"
             world = World("github", emulator, api_url, sources, client, sqlite_url)
             run = await world.reconcile()
     assert (run["status"], run["items_repaired"], run["pages"]) == ("succeeded", 120, 2), run
+
+
+@pytest.mark.parametrize("started_by", ["api", "schedule"])
+async def test_serve_shutdown_records_its_runs_in_progress_as_failed(
+    started_by: str, pg_url: str
+) -> None:
+    emulator = StripeEmulator(STRIPE_KEY)
+    emulator.add_events(5, start=time.time() - 600, step_s=1.0)
+    emulator.latency_s = 3600  # the run is waiting on the API when the server stops
+    async with serve_app(emulator.app) as api_url:
+        sources = parse_sources(sources_toml("stripe", api_url), Path("r.toml"), env={})
+        async with running_app(
+            sources, pg_url, admin_token=TOKEN, reconcile_schedule=started_by == "schedule"
+        ) as (_, client):
+            if started_by == "api":
+                started = await client.post("/api/sources/stripe/reconcile", headers=AUTH)
+                assert started.status_code == 202
+            deadline = time.monotonic() + 30
+            while emulator.api_calls < 1:
+                assert time.monotonic() < deadline, "the run never called the API"
+                await asyncio.sleep(0.05)
+        emulator.cut_latency()
+    rows = await scalar(
+        pg_url,
+        "SELECT count(*) FROM reconcile_runs WHERE status = 'failed' "
+        "AND error = 'interrupted: hookd serve shut down' AND finished_at IS NOT NULL",
+    )
+    assert rows == 1
+    assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs") == 1
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_state WHERE lease_owner IS NOT NULL")
+        == 0
+    ), "the lease was given back"

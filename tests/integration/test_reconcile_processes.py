@@ -21,9 +21,9 @@ from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import scalar
-from tests.support.emulators import GitHubEmulator, StripeEmulator
+from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
+from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer, free_port
 
 pytestmark = pytest.mark.anyio
 API_TOKEN = "provider-api-token"
@@ -224,3 +224,132 @@ async def test_cli_auth_failures_disable_then_sources_enable_restores(
     assert code == 0, out
     assert "github: succeeded" in out
     assert "repaired=5" in out
+
+
+@pytest.mark.parametrize(
+    ("provider", "path"),
+    [
+        ("slack", "/auth.test"),
+        ("github", f"/{HOOK}/deliveries"),
+        ("stripe", "/v1/events"),
+    ],
+)
+async def test_unreachable_provider_api_fails_the_run_in_seconds_naming_the_url(
+    tmp_path: Path, sqlite_url: str, provider: str, path: str
+) -> None:
+    """Slack's pacing (a request a minute by default) is for requests Slack answered:
+    retries of a refused connection do not wait on it."""
+    api_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    config = tmp_path / "hookd.toml"
+    config.write_text(sources_toml(provider, api_url).replace("requests_per_minute = 6000", ""))
+    env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": sqlite_url}
+    proc, out = await reconcile_cli(env, provider)
+    try:
+        code = await asyncio.wait_for(proc.wait(), 15)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise AssertionError(f"still running after 15 s: {(await out).decode()}") from None
+    text = (await out).decode()
+    assert code == 1, text
+    [line] = [x for x in text.splitlines() if x.startswith(f"{provider}: failed")]
+    assert "provider_unreachable: connection refused" in line, line
+    assert f"{api_url}{path}" in line, line
+    assert "per_page" not in line and API_TOKEN not in text
+
+
+async def test_sigterm_records_the_cli_run_failed_and_gives_the_lease_back(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A CronJob's deadline: SIGTERM while the run waits on a slow API."""
+    emulator = GitHubEmulator(API_TOKEN, hook=HOOK)
+    emulator.add_events(5, start=time.time() - 600, step_s=1.0)
+    emulator.latency_s = 3600
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("github", api_url))
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": pg_url}
+        proc, out = await reconcile_cli(env, "github", "--wait")
+        deadline = time.monotonic() + 60
+        while emulator.api_calls < 1:
+            assert proc.returncode is None and time.monotonic() < deadline, (await out).decode()
+            await asyncio.sleep(0.05)
+        assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE status = 'running'")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = await asyncio.wait_for(proc.wait(), 30)
+        finally:
+            emulator.cut_latency()
+        text = (await out).decode()
+    assert code == 128 + signal.SIGTERM, text
+    assert "interrupted by SIGTERM" in text
+    assert "recorded as failed" in text, text
+    assert "Traceback" not in text
+    assert (
+        await scalar(
+            pg_url,
+            "SELECT count(*) FROM reconcile_runs WHERE status = 'failed' "
+            "AND error = 'interrupted by SIGTERM' AND finished_at IS NOT NULL",
+        )
+        == 1
+    )
+    assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs") == 1
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_state WHERE lease_owner IS NOT NULL")
+        == 0
+    ), "the lease was given back: the next run need not wait for it to expire"
+    assert (
+        await scalar(pg_url, "SELECT count(*) FROM reconcile_state WHERE cursor IS NOT NULL") == 0
+    )
+
+
+async def test_worker_sigterm_records_its_scheduled_run_failed(tmp_path: Path, pg_url: str) -> None:
+    emulator = StripeEmulator("sk_test_hookd")
+    emulator.add_events(5, start=time.time() - 600, step_s=1.0)
+    emulator.latency_s = 3600
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("stripe", api_url))
+        env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": pg_url}
+        with RedisServer(tmp_path) as redis:
+            env["HOOKD_REDIS_URL"] = redis.url
+            with HookdWorker(env, tmp_path) as worker:
+                deadline = time.monotonic() + 60
+                while emulator.api_calls < 1:
+                    assert worker.alive() and time.monotonic() < deadline, worker.log()
+                    await asyncio.sleep(0.1)
+                try:
+                    await asyncio.to_thread(worker.stop)  # SIGTERM, as a Deployment does
+                finally:
+                    emulator.cut_latency()
+                log = worker.log()
+    assert (
+        await scalar(
+            pg_url,
+            "SELECT count(*) FROM reconcile_runs WHERE trigger = 'schedule' "
+            "AND status = 'failed' AND error = 'interrupted by SIGTERM'",
+        )
+        == 1
+    ), log
+    assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE status = 'running'") == 0
+
+
+async def test_cli_logs_its_progress_page_by_page(tmp_path: Path, sqlite_url: str) -> None:
+    """``hookd reconcile`` over a slow, paced API says what it is doing while it waits."""
+    emulator = SlackEmulator(API_TOKEN, channels=["C0HOOKD", "C1HOOKD"])
+    emulator.add_events(40, start=time.time() - 600, step_s=1.0)
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("slack", api_url))
+        env = {
+            "HOOKD_CONFIG": str(config),
+            "HOOKD_DATABASE_URL": sqlite_url,
+            "HOOKD_LOG_LEVEL": "INFO",
+        }
+        proc, out = await reconcile_cli(env, "slack", "--dry-run")
+        text = (await out).decode()
+        assert await proc.wait() == 0, text
+    progress = [x for x in text.splitlines() if " reconciling " in x and "source=slack" in x]
+    assert len(progress) >= 2, text
+    assert "page=1 " in progress[0], progress[0]
+    assert "page=2 " in progress[1], progress[1]

@@ -12,8 +12,9 @@ reordering, so that tests can check that reconciliation repairs what was lost.
 - :class:`SlackEmulator`: ``conversations.history`` (cursor pagination, ``oldest``/
   ``latest``/``inclusive``, per-page cap, sliding-window rate limit) and ``auth.test``.
 
-Common to all three: ``api_calls``, ``calls_by_path``, ``latency_s``, ``now`` (the
-clock the API uses), ``signing_now`` (the clock webhook signatures use),
+Common to all three: ``api_calls``, ``calls_by_path``, ``latency_s`` (with
+``cut_latency()`` to answer the calls still waiting in it), ``now`` (the clock the
+API uses), ``signing_now`` (the clock webhook signatures use),
 ``fail_next(status, count, retry_after)``, ``add_events(n, start, step_s)`` and
 ``send_webhooks(client, url, secret, drop=, duplicate=, shuffle=)``.
 """
@@ -24,6 +25,7 @@ import asyncio
 import base64
 import binascii
 import collections
+import contextlib
 import copy
 import fnmatch
 import hmac
@@ -130,6 +132,7 @@ class _Emulator:
         self.now: Clock = time.time
         self.signing_now: Clock = time.time
         self._faults: collections.deque[tuple[int, float | None]] = collections.deque()
+        self._latency_cut = asyncio.Event()
         self.app = Starlette(routes=self._routes())
 
     # -- to be provided by each emulator ---------------------------------------
@@ -149,6 +152,12 @@ class _Emulator:
         return response
 
     # -- shared machinery --------------------------------------------------------
+    def cut_latency(self) -> None:
+        """No latency from now on, and calls still waiting in it go on now: a test can
+        make the API slow enough to interrupt a run mid-call without waiting it out."""
+        self.latency_s = 0.0
+        self._latency_cut.set()
+
     def fail_next(self, status: int, count: int = 1, retry_after: float | None = None) -> None:
         """The next ``count`` API calls answer ``status`` (``Retry-After`` when given)."""
         for _ in range(count):
@@ -158,8 +167,9 @@ class _Emulator:
         async def endpoint(request: Request) -> Response:
             self.api_calls += 1
             self.calls_by_path[request.url.path] += 1
-            if self.latency_s > 0:
-                await asyncio.sleep(self.latency_s)
+            if self.latency_s > 0 and not self._latency_cut.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._latency_cut.wait(), self.latency_s)
             if self._faults:
                 status, retry_after = self._faults.popleft()
                 return self._after(self._fault_response(status, retry_after))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import random
@@ -13,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from ingest.config import ReconcileConfig
-from reconcile.http import rate_limit_wait
+from reconcile.errors import ReconcileError
+from reconcile.http import Api, rate_limit_wait
 from reconcile.providers.github import app_jwt
 from reconcile.schedule import error_delay, next_interval
 
@@ -78,3 +80,65 @@ def test_app_jwt_is_rs256_signed_with_the_app_key() -> None:
         key.public_key().verify(
             _b64url_decode(signature), b"tampered", padding.PKCS1v15(), hashes.SHA256()
         )
+
+
+def paced_api(handler: httpx.MockTransport, sleeps: list[float]) -> tuple[Api, httpx.AsyncClient]:
+    """Slack's default budget, a request a minute, with sleeps recorded, not slept."""
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    client = httpx.AsyncClient(transport=handler)
+    api = Api(
+        client,
+        lambda: {"Authorization": "Bearer xoxb-secret"},
+        min_interval_s=60.0,
+        sleep=sleep,
+        rng=random.Random(1),
+    )
+    return api, client
+
+
+def test_unreachable_api_retries_on_a_short_backoff_not_the_request_pacing() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("All connection attempts failed", request=request) from (
+            ConnectionRefusedError(111, "Connection refused")
+        )
+
+    sleeps: list[float] = []
+
+    async def call() -> None:
+        api, client = paced_api(httpx.MockTransport(refuse), sleeps)
+        async with client:
+            await api.request("POST", "https://slack.example/api/auth.test?token=xoxb-secret")
+
+    with pytest.raises(ReconcileError) as failed:
+        asyncio.run(call())
+    assert failed.value.reason == "provider_unreachable"
+    message = str(failed.value)
+    assert "connection refused" in message
+    assert "POST https://slack.example/api/auth.test" in message
+    assert "xoxb-secret" not in message, "the query (a token, a cursor) stays out of errors"
+    assert len(sleeps) == 3, sleeps
+    assert max(sleeps) <= 2.0, f"retries waited on the request budget: {sleeps}"
+
+
+def test_answered_requests_keep_the_pacing_and_retry_after() -> None:
+    answers = iter([200, 429, 200])
+
+    def answer(_: httpx.Request) -> httpx.Response:
+        status = next(answers)
+        return httpx.Response(status, headers={"Retry-After": "7"} if status == 429 else {})
+
+    sleeps: list[float] = []
+
+    async def call() -> None:
+        api, client = paced_api(httpx.MockTransport(answer), sleeps)
+        async with client:
+            await api.request("POST", "https://slack.example/api/auth.test")
+            await api.request("POST", "https://slack.example/api/conversations.history")
+
+    asyncio.run(call())
+    # The second call waits its minute, is told to wait 7 s, then waits out the
+    # minute again: a 429 was an answered request too.
+    assert [round(s) for s in sleeps] == [60, 7, 60]

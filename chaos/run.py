@@ -45,6 +45,13 @@ SCENARIOS: list[tuple[str, str]] = [
     ("netfaults", "9"),
     ("surface", "10"),
 ]
+# Item 3, the replay window, has no scenario of its own: its row counts the kinds of
+# item 1's run (chaos.tamper) that are signed correctly but outside the window, and its
+# edges (one second either side of each tolerance) are unit tests.
+REPLAY_WINDOW_ITEM = "3"
+REPLAY_WINDOW_KINDS = ("stale_timestamp", "future_timestamp", "refreshed_timestamp")
+REPLAY_WINDOW_TITLE = "Replay window: stale, future and refreshed timestamps"
+REPLAY_WINDOW_TESTS = "`tests/unit/test_replay_window.py`"
 
 
 def load(name: str) -> ModuleType:
@@ -115,11 +122,13 @@ def render(records: dict[str, dict[str, Any]]) -> str:
         "| # | scenario | counts | result | wall time | run |",
         "|---|---|---|---|---|---|",
     ]
+    # By item number; item 3's row comes from item 1's run.
+    rows = [(int(REPLAY_WINDOW_ITEM), replay_window_row(records.get("tamper")))]
     for name, items in SCENARIOS:
         record = records.get(name)
         title = load(name).TITLE
         if record is None:
-            lines.append(f"| {items} | {title} | — | not run yet | — | — |")
+            rows.append((int(items), f"| {items} | {title} | — | not run yet | — | — |"))
             continue
         counts = ", ".join(f"{k}={v}" for k, v in record["kwargs"].items())
         checks = record["figures"].get("checks", {})
@@ -130,10 +139,12 @@ def render(records: dict[str, dict[str, Any]]) -> str:
             else f"**FAILED** ({passed}/{len(checks)})"
         )
         quick = " (quick counts)" if record["quick"] else ""
-        lines.append(
+        row = (
             f"| {items} | [{title}](#{anchor(title)}) | `{counts}`{quick} | {result} | "
             f"{record['wall_s']:.0f} s | {record['started'][:10]}, `{record['commit']}` |"
         )
+        rows.append((int(items), row))
+    lines += [row for _, row in sorted(rows, key=lambda item: item[0])]
     lines += [
         "",
         f"Machine: {machine()}; the load generator, hookd, PostgreSQL and Redis share it.",
@@ -160,6 +171,34 @@ def render(records: dict[str, dict[str, Any]]) -> str:
         lines += [f"- {'✅' if ok else '❌'} {check}" for check, ok in checks.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def replay_window_row(tamper: dict[str, Any] | None) -> str:
+    """Item 3's table row, from the timestamp kinds of item 1's (chaos.tamper) record."""
+    head = f"| {REPLAY_WINDOW_ITEM} | "
+    if tamper is None or "error" in tamper:
+        return head + f"{REPLAY_WINDOW_TITLE} | — | not run yet | — | — |"
+    kinds = [
+        provider["categories"][kind]
+        for provider in tamper["figures"]["providers"].values()
+        for kind in REPLAY_WINDOW_KINDS
+        if kind in provider["categories"]
+    ]
+    sent = sum(kind["sent"] for kind in kinds)
+    refused = sum(kind["statuses"].get("401", 0) for kind in kinds)
+    result = (
+        f"**{refused:,}/{sent:,} refused (401)**"
+        if sent and refused == sent
+        else f"**FAILED** ({refused:,}/{sent:,} refused)"
+    )
+    counts = ", ".join(f"{k}={v}" for k, v in tamper["kwargs"].items())
+    quick = " (quick counts)" if tamper["quick"] else ""
+    named = ", ".join(f"`{kind}`" for kind in REPLAY_WINDOW_KINDS)
+    return (
+        head + f"[{REPLAY_WINDOW_TITLE}](#{anchor(load('tamper').TITLE)}) | "
+        f"`{counts}`{quick}: item 1's {named} | {result}; the edges (±1 s): "
+        f"{REPLAY_WINDOW_TESTS} | in item 1 | {tamper['started'][:10]}, `{tamper['commit']}` |"
+    )
 
 
 def anchor(title: str) -> str:

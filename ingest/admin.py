@@ -1,4 +1,4 @@
-"""The admin UI (CONTRACT §3 ``/admin``): server-rendered pages over the same store
+"""The admin UI at ``/admin``: server-rendered pages over the same store
 functions as the Operations API, behind a login with the admin token.
 
 A session is a signed cookie (itsdangerous) whose key is derived from the admin
@@ -519,7 +519,6 @@ class AdminUI:
             return self._problem(request, session, 404, "No such event.")
         m = row._mapping
         event = event_resource(row)
-        event["last_error"] = m["last_error"]
         runnable = m["status"] in claims.RUNNABLE
         event["next_attempt_at"] = _iso(m["next_attempt_at"]) if runnable else None
         source = self._sources.get(event["source"])

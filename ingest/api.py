@@ -1,9 +1,10 @@
-"""Operations API (CONTRACT §3): events, replay, sources, reconcile runs and the OpenAPI
+"""Operations API under ``/api``: events, replay, sources, reconcile runs and the OpenAPI
 document of all of them (`ingest/openapi.py`). Bearer token required, also for unknown paths."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,7 @@ from ingest import openapi
 from ingest.auth import token_ok
 from ingest.config import Source, Sources
 from reconcile import service
-from reconcile.poller import Reconciler
+from reconcile.poller import INTERRUPT_WRITE_S, Reconciler
 from store import claims
 from store import reconcile as rstate
 from store.events import event_resource, get_event, list_events
@@ -196,12 +197,27 @@ class SourcesApi:
         self._reconciler = reconciler
         self._sources = sources
         self._token = token
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: dict[asyncio.Task[object], str] = {}
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        """Cancel the runs started here; each records itself failed. One cancelled
+        before it began has only its ``queued`` record, failed here instead."""
+        tasks = dict(self._tasks)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        with contextlib.suppress(Exception):  # the next run closes them by the lease
+            async with asyncio.timeout(INTERRUPT_WRITE_S), self._reconciler.engine.begin() as conn:
+                now = datetime.now(UTC)
+                for run_id in tasks.values():
+                    await rstate.fail_unfinished_run(
+                        conn, run_id, self._reconciler.interrupt_reason, now
+                    )
+
+    def _forget(self, task: asyncio.Task[object]) -> None:
+        self._tasks.pop(task, None)
 
     async def sources_index(self, _: Request) -> Response:
         engine = self._reconciler.engine
@@ -215,9 +231,9 @@ class SourcesApi:
             return problem(409, "not_configured", "this source has no [sources.reconcile] table")
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
         run_id = await self._reconciler.create_queued(source, "api", dry_run)
-        task = asyncio.create_task(self._run(source, run_id, dry_run))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task: asyncio.Task[object] = asyncio.create_task(self._run(source, run_id, dry_run))
+        self._tasks[task] = run_id
+        task.add_done_callback(self._forget)
         async with self._reconciler.engine.connect() as conn:
             row = await rstate.get_run(conn, run_id)
         assert row is not None

@@ -16,6 +16,7 @@ from ingest.batcher import GroupCommitter
 from ingest.config import Settings, Sources, load_sources
 from ingest.dispatch import ArqWaker, InProcessConsumer
 from ingest.errors import ConfigError
+from ingest.logs import configure as configure_logs
 from ingest.receiver import HookdApp, Receiver
 from ingest.worker import build_runtime
 from reconcile.service import Scheduler
@@ -82,6 +83,9 @@ def create_app(
         try:
             yield
         finally:
+            # Reconciliation runs still going are cancelled below (after a grace for a
+            # scheduled one): each records this as its end instead of staying ``running``.
+            runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"
             await receiver.deadlines.stop()
             await committer.stop()
             await inserter.close()
@@ -96,7 +100,7 @@ def create_app(
 
     app = HookdApp(
         routes=[
-            *health.routes(engine, waker, settings.admin_token, sources),
+            *health.routes(engine, waker, settings.admin_token, sources, committer),
             *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
             *api_state.routes(),
             *admin.routes(engine, settings.admin_token, sources, api_state, dispatcher.on_commit),
@@ -115,7 +119,7 @@ async def check_schema(engine: AsyncEngine, url: str) -> None:
     head = migrate.head_revision(url)
     if current != head:
         raise ConfigError(
-            f"database {db.redact(url)} is at schema {current or 'none'}, this hookd needs "
+            f"database {db.describe(url)} is at schema {current or 'none'}, this hookd needs "
             f"{head}: run `hookd db upgrade`"
         )
 
@@ -123,5 +127,8 @@ async def check_schema(engine: AsyncEngine, url: str) -> None:
 def app_from_env() -> Starlette:
     """Factory for uvicorn (``--workers`` starts one per process)."""
     settings = Settings.from_env()
+    # Each of those processes is spawned afresh: without this, its records fall to
+    # Python's last-resort handler (bare warnings, no ids, no JSON, no INFO at all).
+    configure_logs(settings.log_level, settings.log_json)
     sources = load_sources(settings.config)
     return create_app(settings, sources)

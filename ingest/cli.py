@@ -1,17 +1,29 @@
-"""The ``hookd`` command line (CONTRACT §4)."""
+"""The ``hookd`` command line.
+
+Exit status 0: done; 1: the command ran and failed (an event dead or unknown, a run
+failed); 2: a usage or configuration error, printed as one ``hookd: ...`` line.
+``hookd wait`` adds 3 (not done by ``--timeout``) and 4 (no such event).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import errno
+import ipaddress
 import json
 import math
 import os
 import shutil
+import signal
+import socket
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from sqlalchemy import exc as sa_exc
@@ -20,7 +32,13 @@ from ingest.config import Settings, Sources, load_sources
 from ingest.errors import ConfigError
 from ingest.logs import configure as configure_logs
 
+if TYPE_CHECKING:
+    from reconcile.poller import Reconciler
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# 128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`).
+EXIT_BROKEN_PIPE = 141
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 
 
 def positive_int(raw: str) -> int:
@@ -50,21 +68,94 @@ def positive_seconds(raw: str) -> float:
     return value
 
 
+def package_version() -> str:
+    try:
+        return metadata.version("hookd")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def listen_port(settings: Settings, option: str) -> int:
+    """HOOKD_PORT, else 8000; checked only here (see ``Settings.port``)."""
+    if not settings.port:
+        return DEFAULT_PORT
+    try:
+        return port_number(settings.port)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(
+            f"environment: HOOKD_PORT: {exc}; set a TCP port (1-65535) or pass {option}"
+        ) from None
+
+
+def send_test_url(settings: Settings, source: str) -> str:
+    """Where ``hookd serve`` listens with the same environment (HOOKD_HOST, HOOKD_PORT)."""
+    host = settings.host or DEFAULT_HOST
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:  # a host name
+        pass
+    else:
+        if address.is_unspecified:  # listening on every address: loopback is one of them
+            host = DEFAULT_HOST
+        elif address.version == 6:
+            host = f"[{address}]"
+    return f"http://{host}:{listen_port(settings, '--url')}/hooks/{source}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
+    parser.add_argument("--version", action="version", version=f"hookd {package_version()}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the sources file (default: $HOOKD_CONFIG, else ./hookd.toml)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the receiver")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=port_number, default=8000)
-    serve.add_argument("--workers", type=positive_int, default=1)
+    # None: from HOOKD_HOST/HOOKD_PORT, read with the other settings (see cmd_serve).
+    serve.add_argument(
+        "--host", help=f"address to listen on (default: $HOOKD_HOST, else {DEFAULT_HOST})"
+    )
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        help=f"TCP port to listen on (default: $HOOKD_PORT, else {DEFAULT_PORT})",
+    )
+    serve.add_argument(
+        "--workers", type=positive_int, default=1, help="receiver processes (default: %(default)s)"
+    )
 
     sub.add_parser("worker", help="run an arq worker: processing and the outbox sweep")
 
-    wait = sub.add_parser("wait", help="wait for an existing event to finish; never resubmits")
-    wait.add_argument("id")
-    wait.add_argument("--timeout", type=positive_seconds, default=60.0)
-    wait.add_argument("--interval", type=positive_seconds, default=1.0)
+    wait = sub.add_parser(
+        "wait",
+        help="wait for an existing event to finish; never resubmits",
+        description="Wait for an existing event to finish; never resubmits.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  the event was processed\n"
+            f"  {EXIT_WAIT_DEAD}  the event is dead: its handlers failed and gave up\n"
+            f"  {EXIT_USAGE}  usage or configuration error\n"
+            f"  {EXIT_WAIT_TIMEOUT}  not done when --timeout passed\n"
+            f"  {EXIT_WAIT_UNKNOWN}  no such event"
+        ),
+    )
+    wait.add_argument("id", metavar="EVENT_ID")
+    wait.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        help="give up after this many seconds (default: %(default)g)",
+    )
+    wait.add_argument(
+        "--interval",
+        type=positive_seconds,
+        default=1.0,
+        help="seconds between looks at the event (default: %(default)g)",
+    )
 
     replay = sub.add_parser("replay", help="run events' handlers again, on the same rows")
     replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
@@ -77,13 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="report what is missing; change nothing"
     )
     rec.add_argument(
-        "--wait", action="store_true", help="if another run holds a source, wait for it, then run"
+        "--wait",
+        action="store_true",
+        help=f"if another run holds a source, wait for it (up to {LEASE_WAIT_S:g}s), then run",
     )
 
     src = sub.add_parser("sources", help="configured sources and their reconciliation state")
     srcsub = src.add_subparsers(dest="sources_command", required=True, metavar="ACTION")
     src_list = srcsub.add_parser("list", help="sources, reconcile state, counts")
-    src_list.add_argument("--json", action="store_true")
+    src_list.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
+    )
     src_enable = srcsub.add_parser("enable", help="re-enable reconciliation after auth failures")
     src_enable.add_argument("name")
 
@@ -100,21 +195,34 @@ def build_parser() -> argparse.ArgumentParser:
     events = sub.add_parser("events", help="inspect stored events")
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
-    ev_list.add_argument("--source")
+    ev_list.add_argument("--source", help="only this source's events")
     ev_list.add_argument(
-        "--status", choices=["pending", "processing", "retrying", "processed", "dead"]
+        "--status",
+        choices=["pending", "processing", "retrying", "processed", "dead"],
+        help="only events in this status",
     )
-    ev_list.add_argument("--limit", type=positive_int, default=50)
-    ev_list.add_argument("--json", action="store_true")
+    ev_list.add_argument(
+        "--limit", type=positive_int, default=50, help="most events to show (default: %(default)s)"
+    )
+    ev_list.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per event"
+    )
     ev_show = evsub.add_parser("show", help="one event")
-    ev_show.add_argument("id")
-    ev_show.add_argument("--json", action="store_true")
+    ev_show.add_argument("id", metavar="EVENT_ID")
+    ev_show.add_argument("--json", action="store_true", help="print one JSON object")
     ev_show.add_argument("--body", action="store_true", help="also print the stored body")
 
     send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
     send.add_argument("source")
-    send.add_argument("--count", type=positive_int, default=1)
-    send.add_argument("--url", help="default: http://127.0.0.1:8000/hooks/SOURCE")
+    send.add_argument(
+        "--count", type=positive_int, default=1, help="events to send (default: %(default)s)"
+    )
+    send.add_argument(
+        "--url",
+        help="where to send (default: where hookd serve listens: "
+        f"http://$HOOKD_HOST:$HOOKD_PORT/hooks/SOURCE, else "
+        f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/hooks/SOURCE)",
+    )
     send.add_argument(
         "--signing-key",
         help="standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
@@ -124,15 +232,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.config is not None:
+        # Through the environment, not an override: `serve --workers N` processes
+        # and the app factory read their settings again, and must see the same file.
+        os.environ["HOOKD_CONFIG"] = str(args.config)
     try:
         settings = Settings.from_env()
         configure_logs(settings.log_level, settings.log_json)
-        return _dispatch(args, settings)
+        code = _dispatch(args, settings)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
     except ConfigError as exc:
         print(f"hookd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`hookd events list | head -1`): stop quietly. What is
+        # still buffered cannot be written, so point stdout at /dev/null for the
+        # interpreter's final flush (as the Python docs on SIGPIPE recommend).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return code
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911
@@ -151,10 +272,13 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
     if args.command == "sources":
         return asyncio.run(cmd_sources(args, settings, load_sources(settings.config)))
     if args.command == "db":
-        from store import migrate
+        from store import db, migrate
 
         migrate.upgrade(settings.database_url)
-        print(f"hookd: database at schema {migrate.head_revision(settings.database_url)}")
+        print(
+            f"hookd: database {db.describe(settings.database_url)} at schema "
+            f"{migrate.head_revision(settings.database_url)}"
+        )
         return EXIT_OK
     if args.command == "events":
         return asyncio.run(cmd_events(args, settings))
@@ -190,12 +314,32 @@ async def cmd_keys_rotate(settings: Settings) -> int:
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ingest.handlers import import_handler
     from ingest.metrics import prepare_multiprocess
+    from store.crypto import BodyCipher
 
+    # The options win; else HOOKD_HOST/HOOKD_PORT, which send-test also follows.
+    args.host = args.host or settings.host or DEFAULT_HOST
+    args.port = args.port or listen_port(settings, "--port")
     sources = load_sources(settings.config)  # fail here, with one line, not in every worker
     for source in sources:
         for ref in source.config.handlers:
             import_handler(ref)
+    # Checked here, before "serving on": otherwise each receiver process fails on
+    # its own, after start-up was announced.
+    BodyCipher(settings.encryption_keys)
     asyncio.run(preflight(settings))
+    check_listen(args.host, args.port)
+    if settings.redis_url:
+        from ingest.dispatch import warn_if_redis_unreachable
+
+        asyncio.run(
+            warn_if_redis_unreachable(
+                settings.redis_url,
+                "events are still stored and acknowledged, but their wake-ups are lost and "
+                "/readyz answers 503 until it is back; a hookd worker's database sweep "
+                "(every HOOKD_SWEEP_S) processes them meanwhile",
+                sweep_s=settings.sweep_s,
+            )
+        )
     print(
         f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
         file=sys.stderr,
@@ -211,6 +355,31 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def check_listen(host: str, port: int) -> None:
+    """Bind and listen as uvicorn will, then let go, so a taken port is one line.
+
+    uvicorn only finds out after start-up was announced, in the middle of its own
+    log, and exits 3. There is a moment between this check and uvicorn's bind;
+    losing that race gives uvicorn's error, as before.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            advice = "pick another --port (or HOOKD_PORT), or stop what is listening there"
+        elif exc.errno == errno.EACCES:
+            advice = "ports below 1024 need privileges: pick another --port (or HOOKD_PORT)"
+        else:  # not an address of this machine, or a name that does not resolve
+            advice = "pass --host (or HOOKD_HOST) an address of this machine, or 0.0.0.0"
+        raise ConfigError(
+            f"serve: cannot listen on {host}:{port} ({exc.strerror or exc}); {advice}"
+        ) from None
+
+
 def run_uvicorn(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -224,6 +393,9 @@ def run_uvicorn(args: argparse.Namespace) -> None:
         http="ingest.httpguard:GuardedHttpToolsProtocol",
         access_log=False,
         log_level="warning",
+        # Keep the handler ingest.logs put on uvicorn's loggers (in this process and,
+        # from the app factory, in each receiver process): same format, JSON or not.
+        log_config=None,
         server_header=False,
     )
 
@@ -233,10 +405,15 @@ async def preflight(settings: Settings) -> None:
     from ingest.app import check_schema
     from store import db
 
+    # Only `hookd db upgrade` may create a SQLite file; every command after this
+    # check reuses the file it found.
+    db.require_existing(settings.database_url)
     engine = db.create_engine(settings.database_url)
     try:
-        await check_schema(engine, settings.database_url)
-        if not await db.autovacuum_on(engine):
+        with db.opening(settings.database_url):
+            await check_schema(engine, settings.database_url)
+            autovacuum = await db.autovacuum_on(engine)
+        if not autovacuum:
             print(
                 "hookd: warning: PostgreSQL has autovacuum off: the events table will bloat "
                 "and its query plans go stale, and processing slows as it grows "
@@ -244,8 +421,6 @@ async def preflight(settings: Settings) -> None:
                 "handler_runs regularly",
                 file=sys.stderr,
             )
-    except (OSError, ConnectionError) as exc:
-        raise ConfigError(f"cannot reach the database: {type(exc).__name__}: {exc}") from None
     finally:
         await engine.dispose()
 
@@ -275,6 +450,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     deadline = time.monotonic() + args.timeout
     engine = db.create_engine(settings.database_url)
     status = "unknown"
+    last_error: str | None = None
     try:
         while True:
             try:
@@ -286,7 +462,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                 if row is None:
                     print(f"hookd: no event {args.id}", file=sys.stderr)
                     return EXIT_WAIT_UNKNOWN
-                status = row.status
+                status, last_error = row.status, row.last_error
                 if status == "processed":
                     print(f"{args.id} processed")
                     return EXIT_OK
@@ -295,7 +471,9 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                     return EXIT_WAIT_DEAD
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                print(f"{args.id} {status}: not done after {args.timeout:g}s")
+                # A retrying event says why, so the wait is not a blind one.
+                why = f"; last error: {last_error}" if last_error else ""
+                print(f"{args.id} {status}: not done after {args.timeout:g}s{why}")
                 return EXIT_WAIT_TIMEOUT
             await asyncio.sleep(min(args.interval, remaining))
     finally:
@@ -367,20 +545,67 @@ async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: S
                 on_repaired=waker.on_commit if waker else None,
                 lease_s=settings.reconcile_lease_s,
             )
-            for source in chosen:
-                outcome = await reconciler.run(
-                    source,
-                    trigger="cli",
-                    dry_run=args.dry_run,
-                    wait_for_lease_s=LEASE_WAIT_S if args.wait else 0.0,
-                )
-                print(describe_outcome(outcome, args.dry_run))
-                failed += outcome.status in ("failed", "disabled")
+            with stop_on_signals(reconciler) as received:
+                try:
+                    for source in chosen:
+                        outcome = await reconciler.run(
+                            source,
+                            trigger="cli",
+                            dry_run=args.dry_run,
+                            wait_for_lease_s=LEASE_WAIT_S if args.wait else 0.0,
+                        )
+                        print(describe_outcome(outcome, args.dry_run), flush=True)
+                        failed += outcome.status in ("failed", "disabled")
+                except asyncio.CancelledError:
+                    if not received:
+                        raise
+                    current = asyncio.current_task()
+                    if current is not None:
+                        current.uncancel()
+                    runs = ", ".join(reconciler.interrupted)
+                    print(
+                        f"hookd: reconcile {reconciler.interrupt_reason}; "
+                        + (
+                            f"run {runs} recorded as failed (the next run starts over from "
+                            "the same cursor)"
+                            if runs
+                            else "no run was in progress to record"
+                        ),
+                        file=sys.stderr,
+                    )
+                    return 128 + received[0].value
     finally:
         if waker is not None:
             await waker.close()
         await engine.dispose()
     return EXIT_FAIL if failed else EXIT_OK
+
+
+@contextlib.contextmanager
+def stop_on_signals(reconciler: Reconciler) -> Iterator[list[signal.Signals]]:
+    """SIGTERM (a CronJob's deadline, ``systemctl stop``) or SIGINT cancels the run in
+    progress, which records itself failed with the signal's name instead of staying
+    ``running``; the list says which signal came."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        # Cancel once: a second signal must not cut short the run's record of its end.
+        if not received:
+            received.append(sig)
+            reconciler.interrupt_reason = f"interrupted by {sig.name}"
+            task.cancel()
+
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        yield received
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
 
 
 def describe_outcome(outcome: Any, dry_run: bool) -> str:
@@ -526,7 +751,7 @@ def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources
                 f"{sources.path}: source {source.name!r}: key 'secrets.0': a whpk_ public key "
                 "cannot sign; pass --signing-key whsk_… (or set HOOKD_SEND_TEST_KEY)"
             )
-    url = args.url or f"http://127.0.0.1:8000/hooks/{source.name}"
+    url = args.url or send_test_url(settings, source.name)
     failures = 0
     with httpx.Client(timeout=10.0) as client:
         for seq in range(1, args.count + 1):

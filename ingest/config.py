@@ -7,6 +7,7 @@ file raises ``ConfigError`` whose text is one line naming file, source and key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -25,10 +26,11 @@ from ingest.providers.base import Key
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_BODY_LIMIT = 64 * 1024 * 1024
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
-    """Process-wide settings (CONTRACT §2), read from ``HOOKD_*`` and ``.env``."""
+    """Process-wide settings: field ``x`` is ``HOOKD_X`` in the environment or in ``.env``."""
 
     model_config = SettingsConfigDict(env_prefix="HOOKD_", env_file=".env", extra="ignore")
 
@@ -61,15 +63,58 @@ class Settings(BaseSettings):
     reconcile_schedule: bool = True
     log_level: str = "INFO"
     log_json: bool = False
+    # Where `hookd serve` listens by default, and so where `hookd send-test` sends.
+    # Kept as text and checked only by those two commands: Kubernetes sets
+    # HOOKD_PORT=tcp://… in every pod when a Service is named "hookd", and that
+    # must not stop the other commands.
+    host: str = ""
+    port: str = ""
     # `hookd worker` serves its own /metrics and /healthz here (bearer token as for
     # the receiver's /metrics); port 0 turns it off.
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int = Field(default=9464, ge=0, le=65_535)
 
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.strip().upper() not in LOG_LEVELS:
+            # Truncated: the value is one line of an error message, whatever was set.
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            raise ValueError(f"{shown!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return value.strip().upper()
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # The same parser the connection pools use, so a bad URL stops start-up here
+        # instead of raising from deep inside the first connection. The value is not
+        # quoted back: a Redis URL may carry a password.
+        from redis.asyncio.connection import parse_url
+
+        if value:
+            try:
+                parse_url(value)
+            except (ValueError, TypeError):
+                raise ValueError(
+                    "not a Redis URL: use redis://HOST:PORT/DB, rediss://HOST:PORT/DB or "
+                    "unix:///PATH (or leave it empty: hookd serve then processes events itself)"
+                ) from None
+        return value
+
     @model_validator(mode="after")
     def _lease_covers_handlers(self) -> Settings:
         if self.lease_s <= self.handler_timeout_s:
-            raise ValueError("lease_s must be longer than handler_timeout_s")
+
+            def shown(field: str) -> str:
+                value = f"HOOKD_{field.upper()}={getattr(self, field):g}"
+                return value if field in self.model_fields_set else value + " (the default)"
+
+            # A lease that can expire while a handler still runs lets a second
+            # worker claim the same event and run it again.
+            raise ValueError(
+                f"{shown('lease_s')} must be longer than {shown('handler_timeout_s')}: "
+                "raise HOOKD_LEASE_S or lower HOOKD_HANDLER_TIMEOUT_S"
+            )
         return self
 
     @classmethod
@@ -78,8 +123,13 @@ class Settings(BaseSettings):
             return cls(**overrides)
         except ValidationError as exc:
             err = exc.errors()[0]
-            key = "HOOKD_" + str(err["loc"][0]).upper() if err["loc"] else "HOOKD_*"
-            raise ConfigError(f"environment: {key}: {err['msg']}") from None
+            # Our own validators' text, without pydantic's "Value error, " prefix.
+            cause = (err.get("ctx") or {}).get("error")
+            message = str(cause) if err["type"] == "value_error" and cause else err["msg"]
+            if not err["loc"]:  # a rule across several variables names them itself
+                raise ConfigError(f"environment: {message}") from None
+            key = "HOOKD_" + str(err["loc"][0]).upper()
+            raise ConfigError(f"environment: {key}: {message}") from None
         except UnicodeDecodeError:
             raise ConfigError("environment: .env: not UTF-8 text") from None
         except OSError as exc:
@@ -251,6 +301,27 @@ def _key_path(loc: Sequence[Any]) -> str:
     return ".".join(str(part) for part in loc) or "(source)"
 
 
+# The tables of a source whose keys are checked, by where they sit in it.
+_TABLES: dict[tuple[str, ...], type[BaseModel]] = {
+    (): SourceConfig,
+    ("forward",): ForwardConfig,
+    ("reconcile",): ReconcileConfig,
+}
+
+
+def _suggestion(key: str, valid: Sequence[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _did_you_mean(loc: Sequence[Any]) -> str:
+    """The closest valid key to an unknown one, from the table it was written in."""
+    model = _TABLES.get(tuple(str(p) for p in loc[:-1]))
+    if model is None or not loc:
+        return ""
+    return _suggestion(str(loc[-1]), list(model.model_fields))
+
+
 def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -> Sources:
     env = os.environ if env is None else env
     try:
@@ -261,7 +332,8 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     unknown = sorted(set(data) - {"sources"})
     if unknown:
-        raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key")
+        hint = _suggestion(unknown[0], ["sources"])
+        raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key{hint}")
     raw_sources = data.get("sources", [])
     if not isinstance(raw_sources, list) or not raw_sources:
         raise ConfigError(f"{path}: key 'sources': at least one [[sources]] table is needed")
@@ -279,11 +351,18 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         try:
             config = SourceConfig.model_validate(resolved)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            errors = exc.errors()
+            # A misspelt key shows up twice: as unknown, and as the real key missing.
+            # The unknown one is what was written, so it is the one to report.
+            err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
             loc = [
                 p for p in err["loc"] if not isinstance(p, int) or err["type"] != "extra_forbidden"
             ]
-            message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            message = (
+                "unknown key" + _did_you_mean(loc)
+                if err["type"] == "extra_forbidden"
+                else err["msg"]
+            )
             raise ConfigError(f"{path}: {label}: key {_key_path(loc)!r}: {message}") from None
         if config.name in by_name:
             raise ConfigError(f"{path}: {label}: key 'name': duplicate source name")

@@ -13,9 +13,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from arq.connections import ArqRedis
-from redis.asyncio import ConnectionPool
+from redis.asyncio import ConnectionPool, Redis
 
 from ingest.processing import Processor
 
@@ -118,3 +119,50 @@ class ArqWaker:
             with contextlib.suppress(Exception):
                 await self._pending
         await self._redis.aclose()
+
+
+# Query keys redis-py reads a credential from; their values never reach a log line.
+_SECRET_QUERY_KEYS = frozenset({"password"})
+
+
+def redact_redis_url(url: str) -> str:
+    """``url`` fit for a log line: a password, in the URL's user part or its query
+    (``?password=``, which redis-py also reads), shown as ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(k, "***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*"
+        )
+    # By hand, not urlunsplit: that drops the empty host of unix:///PATH.
+    shown = f"{parts.scheme}://{netloc}{parts.path}"
+    return shown + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+
+
+async def warn_if_redis_unreachable(url: str, meanwhile: str, *, sweep_s: float) -> None:
+    """One warning at start when Redis does not answer: a reason to look now, not to
+    refuse to start (``serve`` and ``worker`` both carry on without it)."""
+    error = await redis_unreachable(url)
+    if error is not None:
+        log.warning(
+            f"Redis is unreachable: {meanwhile}",
+            extra={"redis": redact_redis_url(url), "error": error, "sweep_s": sweep_s},
+        )
+
+
+async def redis_unreachable(url: str, timeout_s: float = 2.0) -> str | None:
+    """None if Redis at ``url`` answers a PING within ``timeout_s``; else why not
+    (an exception's class name: never its text, which may quote the URL)."""
+    client = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await client.ping()
+    except Exception as exc:  # refused, timed out, wrong password: all mean "not there"
+        return type(exc).__name__
+    finally:
+        await client.aclose()
+    return None

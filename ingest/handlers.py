@@ -1,4 +1,5 @@
-"""Handlers (CONTRACT §5): what they receive, how they are found, and ``forward``.
+"""Handlers, the code run for each stored event: what they receive, how they are found,
+and ``forward``.
 
 A handler is ``async def handler(event) -> None``. Raising means "retry later";
 raising ``PermanentError`` means "this will never work": the event goes dead

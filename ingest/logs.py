@@ -11,7 +11,12 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+# uvicorn's records carry ``color_message``, a copy of the message with terminal colours.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -37,6 +42,8 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            # `hookd serve --workers N` writes N+1 processes' lines to one stream.
+            "pid": record.process,
             **_fields(record),
         }
         if record.exc_info:
@@ -45,6 +52,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(level: str = "INFO", json_lines: bool = False) -> None:
+    """Send hookd's, arq's and uvicorn's records to stderr in one format.
+
+    Every process calls it: ``hookd`` itself, and each process ``hookd serve
+    --workers N`` starts (from the app factory), since those are spawned, not
+    forked, and inherit none of this.
+    """
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if json_lines else KeyValueFormatter())
     root = logging.getLogger("hookd")
@@ -56,3 +69,10 @@ def configure(level: str = "INFO", json_lines: bool = False) -> None:
     arq.handlers[:] = [handler]
     arq.setLevel(logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING)
     arq.propagate = False
+    # uvicorn's own warnings and errors (an exception in a request, a receiver process
+    # that died) in the same format, so a JSON log stays one object a line. Its levels
+    # are set by uvicorn's ``log_level``; uvicorn must be given ``log_config=None``, or
+    # it replaces this handler with its own.
+    server = logging.getLogger("uvicorn")
+    server.handlers[:] = [handler]
+    server.propagate = False

@@ -1,4 +1,4 @@
-"""Prometheus metric families (CONTRACT §3) and how this process renders them.
+"""The Prometheus metric families ``/metrics`` exports, and how this process renders them.
 
 Per-process families (received, rejections, ack latency, processed, processing
 time) live here and in ``ingest.processing``. With several ``hookd serve`` worker

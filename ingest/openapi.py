@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 document of the operations API (CONTRACT §3), served at
+"""The OpenAPI 3.1 document of the operations API, served at
 ``GET /api/openapi.json`` behind the same bearer token as the rest of ``/api``.
 
 It describes ``ingest/api.py`` as implemented; ``tests/integration/test_openapi.py``
@@ -139,8 +139,23 @@ SCHEMAS: dict[str, Any] = {
         optional=("detail",),
     ),
     "EventError": _obj(
-        {"message": {"type": "string", "description": "The last handler error."}},
-        "Why a dead event gave up.",
+        {
+            "message": {
+                "type": "string",
+                "description": "One line: the handler, the exception type and its message.",
+            },
+            "handler": _nullable(
+                {
+                    "type": "string",
+                    "description": "The handler that raised; null when processing failed "
+                    "outside the handlers (e.g. a body no configured key decrypts).",
+                }
+            ),
+            "type": _nullable(
+                {"type": "string", "description": "The exception's type name, e.g. `ValueError`."}
+            ),
+        },
+        "The last failed attempt: why a retrying event is retrying, or why a dead one gave up.",
     ),
     "Event": _obj(
         {

@@ -25,6 +25,7 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ingest.config import Sources
+from ingest.errors import ConfigError
 from ingest.handlers import Event, Handler, PermanentError, idempotency_key
 from store import claims
 from store.crypto import BodyCipher
@@ -33,6 +34,13 @@ log = logging.getLogger("hookd.processing")
 
 # A crashed worker's claims are taken over at most this long after their lease ends.
 EXPIRED_CHECK_S = 2.0
+
+# The dead letter's reason for a body no configured key opens. Retrying cannot help
+# (the keys are this process's configuration); the key back in the set and a replay can.
+UNDECRYPTABLE = (
+    "body cannot be decrypted with the configured HOOKD_ENCRYPTION_KEYS: add the key it "
+    "was stored with (see docs/operations.md, Encryption keys), then replay the event"
+)
 
 EVENTS_PROCESSED = Counter(
     "hookd_events_processed_total",
@@ -171,7 +179,14 @@ class Processor:
             for row, result, retry_at in failed:
                 assert result.error is not None
                 if await claims.mark_failed(
-                    conn, row.id, owner=self.owner, error=result.error, now=now, retry_at=retry_at
+                    conn,
+                    row.id,
+                    owner=self.owner,
+                    error=result.error,
+                    handler=result.handler,
+                    error_type=result.error_type,
+                    now=now,
+                    retry_at=retry_at,
                 ):
                     owned.add(row.id)
         elapsed = time.perf_counter() - started
@@ -183,19 +198,22 @@ class Processor:
             if result.ok:
                 _processed(row.source, "processed").inc()
                 _processing_seconds(row.source).observe(elapsed)
-        for row, _, retry_at in failed:
+        for row, result, retry_at in failed:
             outcome = "dead" if retry_at is None else "retry"
             if row.id in owned:
                 _processed(row.source, outcome).inc()
-            log.warning(
-                "handler failed",
-                extra={
-                    "event_id": row.id,
-                    "source": row.source,
-                    "attempt": row.attempts,
-                    "outcome": outcome,
-                },
-            )
+            # Which handler and what type, never the message: it may quote the body.
+            fields = {
+                "event_id": row.id,
+                "source": row.source,
+                "attempt": row.attempts,
+                "outcome": outcome,
+                "error_type": result.error_type,
+            }
+            if result.handler is not None:
+                log.warning("handler failed", extra={**fields, "handler": result.handler})
+            else:  # nothing a handler did: the configuration or hookd itself
+                log.error("processing failed", extra=fields)
 
     def _retry_at(self, row: sa.Row[Any], result: _Result, now: datetime) -> datetime | None:
         source = self._sources.get(row.source)
@@ -239,20 +257,46 @@ class Processor:
         async with self._semaphore:
             try:
                 return await self._process(row, finished, done)
-            except Exception as exc:  # e.g. a body no key opens: the lease expires, it is retried
-                log.error(  # noqa: TRY400 - no traceback: it may quote the body
-                    "processing failed",
-                    extra={"event_id": row.id, "source": row.source, "error": type(exc).__name__},
+            except Exception as exc:
+                # Failing outside the handlers (building the Event, a bug) is an attempt
+                # like any other: recorded, retried with backoff, dead at max_attempts.
+                # Left unrecorded, the event would sit in "processing" until its lease
+                # ran out and be claimed again, past max_attempts, for ever. The text is
+                # neither stored nor logged: it may quote the body.
+                kind = type(exc).__name__
+                return _Result(
+                    ok=False,
+                    error=f"processing failed before the handlers ran: {kind}",
+                    error_type=kind,
                 )
-                return _Result(ok=False)
 
     async def _process(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
         """Run the handlers not yet in the ledger, in order, appending each that finishes."""
-        if self._sources.get(row.source) is None:
+        source = self._sources.get(row.source)
+        if source is None:
             return _Result(ok=False, error="source is no longer configured", permanent=True)
+        if row.attempts > source.config.max_attempts:
+            # Claimed again after an attempt that recorded no outcome (its worker died or
+            # its lease ran out) was already the last one: stop here, or a handler that
+            # kills its worker would be run for ever.
+            return _Result(
+                ok=False,
+                error=(
+                    f"attempt {row.attempts} is past max_attempts ({source.config.max_attempts}):"
+                    " an earlier attempt ended without an outcome (its worker stopped or its"
+                    " lease ran out), or max_attempts was lowered"
+                ),
+                permanent=True,
+            )
         chain = self._handlers.get(row.source, [])
         if not chain:
             return _Result(ok=True)
+        try:
+            body = self._cipher.open(row.body or b"", row.body_encrypted)
+        except ConfigError as exc:
+            return _Result(
+                ok=False, error=UNDECRYPTABLE, error_type=type(exc).__name__, permanent=True
+            )
         event = Event(
             id=row.id,
             source=row.source,
@@ -262,26 +306,47 @@ class Processor:
             origin=row.origin,
             received_at=row.received_at,
             headers=dict(row.headers),
-            body=self._cipher.open(row.body or b"", row.body_encrypted),
+            body=body,
         )
         for name, handler in chain:
             if name in finished:
                 continue
+            deadline = asyncio.timeout(self._handler_timeout_s)
             try:
-                async with asyncio.timeout(self._handler_timeout_s):
+                async with deadline:
                     await handler(replace(event, idempotency_key=idempotency_key(row.id, name)))
-            except PermanentError as exc:
-                return _Result(ok=False, error=f"{name}: {exc}", permanent=True)
-            except Exception as exc:  # any handler failure is retried
-                return _Result(ok=False, error=f"{name}: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # any handler failure is retried, a PermanentError not
+                kind = type(exc).__name__
+                permanent = isinstance(exc, PermanentError)
+                text = str(exc)
+                if deadline.expired():
+                    text = f"did not finish within {self._handler_timeout_s:g}s"
+                if permanent:  # its reason code says what it is
+                    summary = f"{name}: {text}"
+                else:
+                    summary = f"{name}: {kind}: {text}" if text else f"{name}: {kind}"
+                return _Result(
+                    ok=False,
+                    error=summary,
+                    handler=name,
+                    error_type=kind,
+                    permanent=permanent,
+                )
             done.append(name)
         return _Result(ok=True)
 
 
 @dataclass(frozen=True, slots=True)
 class _Result:
-    """One event's pass: all handlers done, or the failure to record (None: crashed)."""
+    """One event's pass: all handlers done, or the failure to record.
+
+    ``error`` is the one-line summary stored on the event; ``handler`` the handler
+    that raised (None when processing failed outside the handlers) and
+    ``error_type`` the exception's type name, stored beside it.
+    """
 
     ok: bool
     error: str | None = None
+    handler: str | None = None
+    error_type: str | None = None
     permanent: bool = False

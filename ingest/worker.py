@@ -22,7 +22,7 @@ from redis.asyncio import ConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ingest.config import Settings, Sources
-from ingest.dispatch import WAKE_JOB
+from ingest.dispatch import WAKE_JOB, warn_if_redis_unreachable
 from ingest.handlers import load_handlers
 from ingest.processing import Processor, RetryPolicy
 from reconcile.poller import Reconciler
@@ -248,12 +248,26 @@ async def run(settings: Settings, sources: Sources) -> None:
     runtime = build_runtime(settings, sources)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        # A scheduled reconciliation run cancelled by the shutdown records this as its
+        # end, instead of staying ``running``.
+        runtime.reconciler.interrupt_reason = f"interrupted by {sig.name}"
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     metrics = (
         asyncio.create_task(workermetrics.serve(sock, settings.admin_token, stop))
         if sock is not None
         else None
+    )
+    # After the checks that stop start-up (the metrics port, the keys): this one warns.
+    await warn_if_redis_unreachable(
+        settings.redis_url,
+        "processing from the database (a sweep every HOOKD_SWEEP_S) and reconnecting "
+        "with back-off until it is back",
+        sweep_s=settings.sweep_s,
     )
     log.info("worker started", extra={"owner": runtime.processor.owner})
     sweeping = asyncio.create_task(backstop(runtime, stop))

@@ -78,6 +78,8 @@ async def serve(sock: socket.socket, token: str, stop: asyncio.Event) -> None:
         lifespan="off",
         access_log=False,
         log_level="warning",
+        # Keep the handler ingest.logs put on uvicorn's loggers (JSON or not).
+        log_config=None,
         server_header=False,
     )
     server = _EmbeddedServer(config)

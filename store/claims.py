@@ -133,6 +133,9 @@ def _held(conn: AsyncConnection, event_ids: Sequence[str], owner: str) -> sa.Col
     )
 
 
+_NO_ERROR: dict[str, Any] = dict.fromkeys(("last_error", "last_error_handler", "last_error_type"))
+
+
 def _unleased(now: datetime) -> dict[str, Any]:
     return {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
 
@@ -146,7 +149,7 @@ async def mark_processed(
     result = await conn.execute(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
-        .values(status="processed", processed_at=now, last_error=None, **_unleased(now))
+        .values(status="processed", processed_at=now, **_NO_ERROR, **_unleased(now))
         .returning(EVENTS.c.id)
     )
     return {row[0] for row in result}
@@ -155,11 +158,21 @@ async def mark_processed(
 async def release(
     conn: AsyncConnection, event_ids: Sequence[str], owner: str, now: datetime
 ) -> None:
-    """Give back claims still held by ``owner``, due at once (a clean shutdown)."""
+    """Give back claims still held by ``owner``, due at once (a clean shutdown).
+
+    The attempt is given back too: it was cut short, not failed, and counting it
+    would let a few restarts use up an event's last attempts (an event claimed
+    past ``max_attempts`` goes dead without running).
+    """
     await conn.execute(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
-        .values(status="retrying", next_attempt_at=now, **_unleased(now))
+        .values(
+            status="retrying",
+            next_attempt_at=now,
+            attempts=EVENTS.c.attempts - 1,  # >= 1 while held: claiming added it
+            **_unleased(now),
+        )
     )
 
 
@@ -169,11 +182,24 @@ async def mark_failed(
     *,
     owner: str,
     error: str,
+    handler: str | None = None,
+    error_type: str | None = None,
     now: datetime,
     retry_at: datetime | None,
 ) -> bool:
-    """``retrying`` until ``retry_at``, or ``dead`` when there is no retry left."""
-    values: dict[str, Any] = {"last_error": error[:2000], **_unleased(now)}
+    """``retrying`` until ``retry_at``, or ``dead`` when there is no retry left.
+
+    The error is written at every failed attempt, not only the last, so why an
+    event is retrying can be seen while it does: ``error`` is the one-line
+    summary, ``handler`` the handler that raised (None outside the handlers) and
+    ``error_type`` the exception's type name.
+    """
+    values: dict[str, Any] = {
+        "last_error": error[:2000],
+        "last_error_handler": None if handler is None else handler[:255],
+        "last_error_type": None if error_type is None else error_type[:128],
+        **_unleased(now),
+    }
     if retry_at is None:
         values["status"] = "dead"
     else:
@@ -210,8 +236,8 @@ async def replay(conn: AsyncConnection, event_ids: Sequence[str], now: datetime)
                 status="pending",
                 attempts=0,
                 next_attempt_at=now,
-                last_error=None,
                 processed_at=None,
+                **_NO_ERROR,
                 lease_owner=None,
                 lease_expires_at=None,
                 updated_at=now,

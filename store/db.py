@@ -6,6 +6,9 @@ durability setting than its safe default; group commit pays for the fsync.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -42,6 +45,136 @@ def redact(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except sa.exc.ArgumentError:
         return "<unparseable>"
+
+
+def sqlite_path(url: str) -> str | None:
+    """The absolute path of a SQLite database file; None for PostgreSQL or in-memory SQLite."""
+    parsed = check_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:") or parsed.query.get("uri") in ("true", "1"):
+        return None  # a SQLite URI filename: its own rules, left to SQLite
+    # SQLite opens a relative path from the current folder, as abspath resolves it.
+    return os.path.abspath(database)
+
+
+def describe(url: str) -> str:
+    """How one line names a database: a SQLite file's absolute path, else the URL sans password."""
+    path = sqlite_path(url)
+    return f"SQLite file {path}" if path is not None else redact(url)
+
+
+def require_existing(url: str) -> None:
+    """Refuse a SQLite file that is not there: connecting would create an empty one.
+
+    Only ``hookd db upgrade`` creates the file; every other command run from the
+    wrong folder would otherwise leave a stray empty database behind and then send
+    the user to migrate that one instead of finding theirs.
+    """
+    path = sqlite_path(url)
+    if path is None or os.path.exists(path):
+        return
+    folder = os.path.dirname(path)
+    relative = not os.path.isabs(check_url(url).database or "")
+    where = " (a relative path: looked for from the current folder)" if relative else ""
+    if not os.path.isdir(folder):
+        raise ConfigError(
+            f"database: SQLite file {path} does not exist, nor does its folder{where}: "
+            "set HOOKD_DATABASE_URL to your database, or create the folder and run "
+            "`hookd db upgrade`"
+        )
+    raise ConfigError(
+        f"database: SQLite file {path} does not exist{where}: set HOOKD_DATABASE_URL to "
+        "your database (or run hookd from its folder), or create it with `hookd db upgrade`"
+    )
+
+
+@contextlib.contextmanager
+def opening(url: str) -> Iterator[None]:
+    """Turn a failure to open the database into one ``ConfigError`` line: which, and what to do.
+
+    Wraps the first connection of a command (the start-up check, ``db upgrade``),
+    not the engine: once running, the receiver and workers keep treating a lost
+    database as transient and retry.
+    """
+    try:
+        yield
+    except sa.exc.DBAPIError as exc:
+        message = _open_failure(url, exc.orig)
+        if message is None:
+            raise
+        raise ConfigError(message) from None
+    except (OSError, ConnectionError) as exc:
+        raise ConfigError(
+            f"database {describe(url)}: cannot reach it: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}: "
+            "check that the server is running and HOOKD_DATABASE_URL's host and port"
+        ) from None
+
+
+def _open_failure(url: str, orig: BaseException | None) -> str | None:
+    """The line for a database that refuses to open; None for any other error."""
+    sqlite_error = getattr(orig, "sqlite_errorname", None)
+    if isinstance(sqlite_error, str):
+        return _sqlite_failure(url, sqlite_error)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if not isinstance(sqlstate, str):
+        return None
+    # The server's own words name the database or role; they never carry the password.
+    said = " ".join(str(orig).split())
+    advice = _postgres_advice(make_url(url), sqlstate, said)
+    return None if advice is None else f"database {describe(url)}: {said}: {advice}"
+
+
+def _sqlite_failure(url: str, error: str) -> str | None:
+    if error == "SQLITE_NOTADB":
+        return (
+            f"database: {describe(url)} is not a SQLite database: "
+            "set HOOKD_DATABASE_URL to hookd's database file"
+        )
+    if error != "SQLITE_CANTOPEN":
+        return None
+    path = sqlite_path(url)
+    if path is None:  # a URI filename: SQLite's own rules
+        return f"database {redact(url)}: SQLite cannot open it: check HOOKD_DATABASE_URL"
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        return (
+            f"database: SQLite file {path}: its folder {folder} does not exist: create "
+            f"it (mkdir -p {folder}), or set HOOKD_DATABASE_URL to another path"
+        )
+    return (
+        f"database: SQLite file {path}: cannot open it: check that this user may read "
+        f"and write it and its folder {folder}"
+    )
+
+
+def _postgres_advice(parsed: sa.URL, sqlstate: str, said: str) -> str | None:
+    """What to do about a refused connection, by its SQLSTATE; None: not a refusal."""
+    if sqlstate == "3D000":  # invalid_catalog_name: no such database
+        flags = "".join(
+            f"{flag} {value} "
+            for flag, value in (("-h", parsed.host), ("-p", parsed.port), ("-U", parsed.username))
+            if value
+        )
+        return f"create it (e.g. `createdb {flags}{parsed.database}`), then run `hookd db upgrade`"
+    if sqlstate == "28P01":  # invalid_password
+        return "fix the password in HOOKD_DATABASE_URL"
+    if sqlstate.startswith("28"):  # invalid_authorization_specification: no role, pg_hba.conf
+        if "role" in said:
+            return (
+                f"create the role (e.g. `createuser {parsed.username or 'NAME'}`), "
+                "or fix the user in HOOKD_DATABASE_URL"
+            )
+        return "check the user in HOOKD_DATABASE_URL and the server's pg_hba.conf"
+    if sqlstate == "42501":
+        # CONNECT on the database, or CREATE on schema public (PostgreSQL 15+) at upgrade.
+        return (
+            "grant that privilege to the role in HOOKD_DATABASE_URL "
+            "(e.g. make it the database's owner)"
+        )
+    return None
 
 
 def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5.0) -> AsyncEngine:

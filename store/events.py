@@ -3,7 +3,7 @@ per batch, in SQLAlchemy Core; the unique constraint decides what is new."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -171,7 +171,9 @@ async def list_events(
 
 
 def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
-    """The operation-shaped resource of CONTRACT §3."""
+    """An event as the API and ``hookd events`` show it, shaped like a long-running
+    operation: ``name`` (``events/ID``), ``done`` once processed or dead, ``error`` and
+    ``poll_after_seconds`` (null once done) for a client that polls it."""
     m = row._mapping
     done = m["status"] in ("processed", "dead")
     return {
@@ -189,10 +191,21 @@ def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
         "occurred_at": _iso(m["occurred_at"]),
         "processed_at": _iso(m["processed_at"]),
         "verified_with": m["verified_with"],
-        "error": {"message": m["last_error"]}
-        if m["last_error"] and m["status"] == "dead"
-        else None,
+        "error": event_error(m),
         "poll_after_seconds": None if done else 1,
+    }
+
+
+def event_error(m: Mapping[Any, Any]) -> dict[str, str | None] | None:
+    """The last failed attempt's error, while the event retries and once it is dead
+    (processing and replay clear it): the summary line, the handler that raised
+    (None when processing failed outside the handlers) and the exception type."""
+    if not m["last_error"]:
+        return None
+    return {
+        "message": m["last_error"],
+        "handler": m["last_error_handler"],
+        "type": m["last_error_type"],
     }
 
 

@@ -11,6 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from store import db
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -22,7 +24,9 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Migrate; a database that cannot be opened is one ``ConfigError`` line, not a traceback."""
+    with db.opening(url):
+        command.upgrade(alembic_config(url), revision)
 
 
 def head_revision(url: str) -> str:

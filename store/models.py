@@ -74,7 +74,11 @@ class Event(SQLModel, table=True):
     next_attempt_at: datetime = _utc()
     lease_owner: str | None = Field(default=None, max_length=64)
     lease_expires_at: datetime | None = _utc(nullable=True)
-    last_error: str | None = Field(default=None)
+    # The last failed attempt: a one-line summary, and apart the handler that
+    # raised (None when processing failed outside the handlers) and the type.
+    last_error: str | None = Field(default=None, sa_type=sa.Text)
+    last_error_handler: str | None = Field(default=None, max_length=255)
+    last_error_type: str | None = Field(default=None, max_length=128)
     processed_at: datetime | None = _utc(nullable=True)
     created_at: datetime = _utc()
     updated_at: datetime = _utc()
@@ -112,7 +116,7 @@ class ReconcileState(SQLModel, table=True):
     lease_owner: str | None = Field(default=None, max_length=64)
     lease_expires_at: datetime | None = _utc(nullable=True)
     disabled: bool = Field(default=False)
-    disabled_reason: str | None = Field(default=None)
+    disabled_reason: str | None = Field(default=None, sa_type=sa.Text)
     auth_failures: int = Field(default=0)
     error_count: int = Field(default=0)
     interval_s: float | None = Field(default=None)
@@ -143,7 +147,7 @@ class ReconcileRun(SQLModel, table=True):
     rate_limited: int = Field(default=0)
     cursor_before: float | None = Field(default=None)
     cursor_after: float | None = Field(default=None)
-    error: str | None = Field(default=None)
+    error: str | None = Field(default=None, sa_type=sa.Text)
 
 
 RECONCILE_STATE: sa.Table = ReconcileState.__table__  # type: ignore[attr-defined]

@@ -34,7 +34,7 @@ COMPOSE = DEPLOY / "compose.yaml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "hookd.json"
 K8S = DEPLOY / "k8s"
 
-# CONTRACT §3: what /metrics must export. The dashboard shows every one of them.
+# What /metrics must export (README: Health and metrics). The dashboard shows every one.
 DB_FAMILIES = frozenset(
     {
         "hookd_events_pending",

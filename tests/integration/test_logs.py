@@ -78,6 +78,11 @@ max_attempts = 2
     failed = [r for r in records if r["msg"] == "handler failed"]
     assert {r["event_id"] for r in failed} == set(ids)
     assert {r["outcome"] for r in failed} == {"retry", "dead"}
+    # Which handler failed and how, on every attempt (the message stays out: see below).
+    assert {(r["handler"], r["error_type"]) for r in failed} == {
+        ("tests.support.handlers:echo_failure", "RuntimeError")
+    }
+    assert {r["attempt"] for r in failed} == {1, 2}
 
     # Nothing secret or from a payload: the signing secret, the token, the bodies
     # (the handler's exception message is the body itself) and signature headers.
@@ -87,3 +92,44 @@ max_attempts = 2
         assert headers["X-Hub-Signature-256"] not in text
         assert json.loads(body)["repository"]["full_name"] not in text
     assert "logically awesome" not in text
+
+
+def test_serve_with_two_workers_logs_from_each_receiver_process_as_json(
+    tmp_path: Path, sqlite_url: str, sources_file: Path
+) -> None:
+    """The receiver processes uvicorn spawns configure logging themselves: before, the
+    log of ``serve --workers 2`` held only the parent's "serving on" line."""
+    env = {
+        "HOOKD_CONFIG": str(sources_file),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_LOG_JSON": "true",
+        "HOOKD_LOG_LEVEL": "INFO",
+    }
+    headers, body = sample_event("github", SECRETS["github"], 1)
+    with HookdServer(env, tmp_path, workers=2) as server:
+        assert server.proc is not None
+        parent = server.proc.pid
+        response = httpx.post(server.url + "/hooks/github", content=body, headers=headers)
+        assert response.status_code == 202
+        event_id = response.json()["event_id"]
+        line = server.wait_for_line(lambda line: event_id in line and '"accepted"' in line)
+        started: set[int] = set()
+
+        def second_receiver_started(line: str) -> bool:
+            if line.startswith("{") and json.loads(line)["msg"] == "receiver started":
+                started.add(json.loads(line)["pid"])
+            return len(started) == 2
+
+        server.wait_for_line(second_receiver_started)
+        server.stop()
+        text = server.log_path.read_text()
+
+    accepted = json.loads(line)
+    assert accepted["msg"] == "accepted"
+    assert (accepted["event_id"], accepted["source"]) == (event_id, "github")
+    assert accepted["pid"] != parent, "the parent only supervises; a receiver process accepts"
+    assert parent not in started
+    # Nothing falls to Python's bare last-resort output: every line is a JSON record,
+    # or one of the CLI's own "hookd: ..." lines.
+    for other in text.splitlines():
+        assert other.startswith(("{", "hookd: ")), other

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ingest.config import Sources
 from ingest.handlers import Event, Handler, PermanentError
-from ingest.processing import Processor, RetryPolicy
+from ingest.processing import UNDECRYPTABLE, Processor, RetryPolicy
 from store import claims, db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
 from tests.support.data import new_event
+from tests.support.logcapture import Records, captured
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
@@ -265,3 +267,130 @@ async def test_cancelled_pass_gives_its_claims_back(engine: AsyncEngine, sources
     assert released.status == "retrying"
     assert released.lease_owner is None
     assert released.next_attempt_at <= datetime.now(UTC)
+    assert released.attempts == 0, "a pass cut short by a shutdown is not an attempt"
+
+
+@pytest.fixture
+def processing_log() -> Iterator[Records]:
+    with captured("hookd.processing") as records:
+        yield records
+
+
+@pytest.mark.parametrize("configured", ["other key", "no key"])
+async def test_body_no_configured_key_opens_goes_dead_at_once_and_replays_with_the_key(
+    engine: AsyncEngine, sources: Sources, processing_log: Records, configured: str
+) -> None:
+    """After a rotation the worker missed: dead with the reason, not ``processing`` for ever."""
+    key_a, key_b = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    async with engine.begin() as conn:
+        [stored] = await insert_events(
+            conn, [new_event("sealed", body=b'{"n": 1}')], BodyCipher(key_a)
+        )
+    event_id = stored.event_id
+    seen: list[bytes] = []
+
+    async def handler(event: Event) -> None:
+        seen.append(event.body)
+
+    def with_keys(keys: str) -> Processor:
+        return Processor(
+            engine,
+            sources,
+            {"github": [("h", handler)]},
+            BodyCipher(keys),
+            retry=FAST,
+            rng=random.Random(7),
+        )
+
+    wrong = with_keys(key_b if configured == "other key" else "")
+    assert await run_until_done(wrong, [event_id], engine) == {event_id: "dead"}
+    dead = await row(engine, event_id)
+    assert dead.attempts == 1, "retrying cannot open it: dead at the first attempt"
+    assert dead.last_error == UNDECRYPTABLE
+    assert "HOOKD_ENCRYPTION_KEYS" in dead.last_error
+    assert (dead.last_error_handler, dead.last_error_type) == (None, "ConfigError")
+    assert dead.lease_owner is None
+    assert seen == []
+    [record] = processing_log.about(event_id)
+    assert record.getMessage() == "processing failed"
+    assert (record.__dict__["error_type"], record.__dict__["outcome"]) == ("ConfigError", "dead")
+
+    # The key back in the set, then a replay: processed, on the same row.
+    async with engine.begin() as conn:
+        assert await claims.replay(conn, [event_id], datetime.now(UTC)) == [event_id]
+    fixed = with_keys(f"{key_b},{key_a}")
+    assert await run_until_done(fixed, [event_id], engine) == {event_id: "processed"}
+    assert seen == [b'{"n": 1}']
+    done = await row(engine, event_id)
+    assert (done.attempts, done.last_error, done.last_error_type) == (1, None, None)
+
+
+class BrokenCipher(BodyCipher):
+    """Fails while the Event is built, with the body in its message."""
+
+    def open(self, body: bytes, encrypted: bool) -> bytes:
+        raise RuntimeError(body.decode())
+
+
+async def test_failure_outside_the_handlers_is_an_attempt_and_ends_dead(
+    engine: AsyncEngine, sources: Sources
+) -> None:
+    calls = 0
+
+    async def handler(_: Event) -> None:
+        nonlocal calls
+        calls += 1
+
+    async with engine.begin() as conn:
+        [stored] = await insert_events(
+            conn, [new_event("broken", body=b"secret-payload")], BodyCipher("")
+        )
+    proc = Processor(
+        engine,
+        sources,
+        {"github": [("h", handler)]},
+        BrokenCipher(""),
+        retry=FAST,
+        rng=random.Random(7),
+    )
+    await proc.run_once()
+    retrying = await row(engine, stored.event_id)
+    assert (retrying.status, retrying.attempts) == ("retrying", 1)
+    assert retrying.last_error == "processing failed before the handlers ran: RuntimeError"
+    assert (retrying.last_error_handler, retrying.last_error_type) == (None, "RuntimeError")
+
+    assert await run_until_done(proc, [stored.event_id], engine) == {stored.event_id: "dead"}
+    dead = await row(engine, stored.event_id)
+    assert dead.attempts == 8  # the source's default max_attempts, and no more
+    assert "secret-payload" not in dead.last_error
+    assert calls == 0
+
+
+async def test_event_claimed_past_its_last_attempt_goes_dead_without_running(
+    engine: AsyncEngine, sources: Sources
+) -> None:
+    """A last attempt whose worker died mid-handler: its expired lease is taken over
+    once more, and that claim buries it instead of running the handler a ninth time."""
+    calls = 0
+
+    async def handler(_: Event) -> None:
+        nonlocal calls
+        calls += 1
+
+    [event_id] = await store(engine, 1)
+    async with engine.begin() as conn:
+        await conn.execute(
+            sa.update(EVENTS)
+            .where(EVENTS.c.id == event_id)
+            .values(
+                status="processing",
+                attempts=8,
+                lease_owner="crashed-worker",
+                lease_expires_at=datetime.now(UTC) - timedelta(seconds=1),
+            )
+        )
+    proc = processor(engine, sources, [("h", handler)])
+    assert await proc.run_once() == 1
+    dead = await row(engine, event_id)
+    assert (dead.status, dead.attempts, calls) == ("dead", 9, 0)
+    assert "past max_attempts (8)" in dead.last_error

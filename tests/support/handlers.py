@@ -89,3 +89,8 @@ async def until_fixed(event: Event) -> None:
 async def echo_failure(event: Event) -> None:
     """Fails with the payload in its message: logs must not print it."""
     raise RuntimeError(event.body.decode(errors="replace"))
+
+
+async def value_error(_: Event) -> None:
+    """Always fails the same way: a retrying event's error is predictable."""
+    raise ValueError("boom")

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -56,6 +57,22 @@ class HookdProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def wait_for_line(self, wanted: Callable[[str], bool], timeout_s: float = 30.0) -> str:
+        """The first complete line of the log that ``wanted`` accepts, as soon as it is
+        written; fails when the process exits or ``timeout_s`` passes without one."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+            # Only whole lines: another process may be in the middle of writing one.
+            for line in text[: text.rfind("\n") + 1].splitlines():
+                if wanted(line):
+                    return line
+            if not self.alive():
+                raise AssertionError(f"{self.args[0]} exited without that line: {self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no such line after {timeout_s:g}s: {self.log()}")
+            time.sleep(0.05)
 
     def kill9(self) -> None:
         """SIGKILL the whole process group: no shutdown hook, no flush, nothing."""

@@ -176,3 +176,82 @@ def test_undecodable_secret_is_refused_without_quoting_it(provider: str) -> None
     message = str(info.value)
     assert "secrets.0" in message
     assert "SECRETPART" not in message and "\\udcff" not in message and "abc" not in message
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "suggestion"),
+    [
+        ('secret = ["s"]', "secret", "secrets"),  # secrets itself is then missing
+        ('max_attempt = 3\nsecrets = ["s"]', "max_attempt", "max_attempts"),
+    ],
+)
+def test_misspelt_key_is_reported_not_the_missing_one(line: str, key: str, suggestion: str) -> None:
+    message = error_of(f'[[sources]]\nname = "gh"\nprovider = "github"\n{line}\n')
+    assert message == (
+        f"hookd.toml: source 'gh': key {key!r}: unknown key (did you mean {suggestion!r}?)"
+    )
+
+
+def test_misspelt_provider_is_reported_not_the_missing_one() -> None:
+    message = error_of('[[sources]]\nname = "gh"\nprovidr = "github"\nsecrets = ["s"]\n')
+    assert message == (
+        "hookd.toml: source 'gh': key 'providr': unknown key (did you mean 'provider'?)"
+    )
+
+
+def test_misspelt_key_in_a_subtable_suggests_a_key_of_that_table() -> None:
+    reconcile = GH + '[sources.reconcile]\ntokn = "t"\nhook = "app"\n'
+    assert error_of(reconcile) == (
+        "hookd.toml: source 'gh': key 'reconcile.tokn': unknown key (did you mean 'token'?)"
+    )
+    forward = GH + '[sources.forward]\nurl = "http://x"\nsecet = "whsec_x"\n'
+    assert error_of(forward) == (
+        "hookd.toml: source 'gh': key 'forward.secet': unknown key (did you mean 'secret'?)"
+    )
+
+
+def test_misspelt_top_level_table_suggests_sources() -> None:
+    message = error_of('[[source]]\nname = "gh"\n')
+    assert message == "hookd.toml: key 'source': unknown top-level key (did you mean 'sources'?)"
+
+
+def test_lease_not_longer_than_handler_timeout_names_both_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOOKD_LEASE_S", "10")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    assert str(info.value) == (
+        "environment: HOOKD_LEASE_S=10 must be longer than HOOKD_HANDLER_TIMEOUT_S=30 "
+        "(the default): raise HOOKD_LEASE_S or lower HOOKD_HANDLER_TIMEOUT_S"
+    )
+    monkeypatch.setenv("HOOKD_HANDLER_TIMEOUT_S", "12.5")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    assert str(info.value).startswith(
+        "environment: HOOKD_LEASE_S=10 must be longer than HOOKD_HANDLER_TIMEOUT_S=12.5: "
+    )
+
+
+def test_bad_log_level_names_the_variable_and_the_levels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOKD_LOG_LEVEL", "LOUD")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    assert str(info.value) == (
+        "environment: HOOKD_LOG_LEVEL: 'LOUD' is not a log level; "
+        "use one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )
+    monkeypatch.setenv("HOOKD_LOG_LEVEL", "debug")
+    assert Settings.from_env().log_level == "DEBUG"
+
+
+@pytest.mark.parametrize("url", ["notaurl", "redis://:hunter2@h:port/0", "http://:hunter2@h/"])
+def test_bad_redis_url_names_the_variable_without_quoting_it(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("HOOKD_REDIS_URL", url)
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    message = str(info.value)
+    assert message.startswith("environment: HOOKD_REDIS_URL: not a Redis URL: use redis://")
+    assert "hunter2" not in message and url not in message

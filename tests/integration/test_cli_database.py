@@ -1,0 +1,142 @@
+"""A database hookd cannot open, as a new user meets it: one line and exit 2, no traceback.
+
+Runs the installed ``hookd`` console script, as a user does, with only the
+environment each case sets.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.support import services
+
+HOOKD = Path(sys.executable).with_name("hookd")
+PASSWORD = "never-shown-pw"
+UNKNOWN_ID = "01J0000000000000000000000A"
+
+
+def run_hookd(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HOOKD_")}
+    return subprocess.run(
+        [str(HOOKD), *args],
+        cwd=cwd,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def one_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single ``hookd:`` line of a refused start, checked to be the whole output."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hookd: "), result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+@pytest.fixture
+def pg() -> None:
+    services.require_pg()
+
+
+def pg_url(database: str, user: str | None = None) -> str:
+    url = make_url(services.sqlalchemy_url(database)).set(password=PASSWORD)
+    if user is not None:
+        url = url.set(username=user)
+    return url.render_as_string(hide_password=False)
+
+
+PG_COMMANDS = [["db", "upgrade"], ["events", "list"], ["serve", "--port", "1"], ["worker"]]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("args", PG_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_missing_postgres_database_is_one_line(
+    pg: None, tmp_path: Path, sources_file: Path, args: list[str]
+) -> None:
+    name = f"hookd_missing_{uuid.uuid4().hex[:12]}"
+    result = run_hookd(
+        tmp_path,
+        *args,
+        HOOKD_DATABASE_URL=pg_url(name),
+        HOOKD_CONFIG=str(sources_file),
+        HOOKD_REDIS_URL="redis://127.0.0.1:6379/0",  # worker's own check comes first
+    )
+    line = one_line(result)
+    assert f'database "{name}" does not exist' in line
+    assert "createdb " in line and line.count(name) >= 2, "names the database and the fix"
+    assert PASSWORD not in result.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("args", PG_COMMANDS[:2], ids=" ".join)
+def test_a_missing_postgres_role_is_one_line(
+    pg: None, tmp_path: Path, sources_file: Path, args: list[str]
+) -> None:
+    role = f"hookd_nobody_{uuid.uuid4().hex[:8]}"
+    result = run_hookd(
+        tmp_path,
+        *args,
+        HOOKD_DATABASE_URL=pg_url("postgres", user=role),
+        HOOKD_CONFIG=str(sources_file),
+    )
+    line = one_line(result)
+    assert f'role "{role}" does not exist' in line
+    assert f"createuser {role}" in line
+    assert PASSWORD not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["db", "upgrade"], ["events", "list"]], ids=" ".join)
+def test_a_sqlite_path_in_a_missing_folder_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    folder = tmp_path / "not-there"
+    result = run_hookd(
+        tmp_path, *args, HOOKD_DATABASE_URL=f"sqlite+aiosqlite:///{folder / 'hookd.db'}"
+    )
+    line = one_line(result)
+    assert str(folder.resolve() / "hookd.db") in line
+    assert "folder" in line
+    assert not folder.exists()
+
+
+READ_COMMANDS = [
+    ["events", "list"],
+    ["events", "show", UNKNOWN_ID],
+    ["sources", "list"],
+    ["wait", UNKNOWN_ID, "--timeout", "1"],
+    ["replay", UNKNOWN_ID],
+    ["serve", "--port", "1"],
+]
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_command_in_a_folder_without_the_database_creates_none(
+    tmp_path: Path, sources_file: Path, args: list[str]
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # No HOOKD_DATABASE_URL: the default, ./hookd.db, is looked for in this folder.
+    result = run_hookd(elsewhere, *args, HOOKD_CONFIG=str(sources_file))
+    line = one_line(result)
+    assert str(elsewhere.resolve() / "hookd.db") in line
+    assert "hookd db upgrade" in line
+    assert sorted(p.name for p in elsewhere.iterdir()) == [], "no stray database file"
+
+
+def test_db_upgrade_creates_the_file_and_names_it(tmp_path: Path, sources_file: Path) -> None:
+    made = run_hookd(tmp_path, "db", "upgrade")
+    assert made.returncode == 0, made.stderr
+    assert str(tmp_path.resolve() / "hookd.db") in made.stdout
+    listed = run_hookd(tmp_path, "events", "list", HOOKD_CONFIG=str(sources_file))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[-1] == "(none)"

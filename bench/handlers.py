@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.handlers import Event
+from hookd import Event
 
 
 async def noop(event: Event) -> None:

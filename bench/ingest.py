@@ -204,7 +204,7 @@ def start_server(target: str, work: Path, env: dict[str, str]) -> Server:
         cmd = [
             sys.executable,
             "-m",
-            "ingest.cli",
+            "hookd.cli",
             "serve",
             "--host",
             "127.0.0.1",
@@ -714,7 +714,7 @@ def bench_target(
             **dict(args.hookd_env),
         )
         upgrade = subprocess.run(
-            [sys.executable, "-m", "ingest.cli", "db", "upgrade"],
+            [sys.executable, "-m", "hookd.cli", "db", "upgrade"],
             cwd=work,
             env=env,
             capture_output=True,

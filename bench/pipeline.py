@@ -232,7 +232,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "HOOKD_RECONCILE_SCHEDULE": "false",
         "HOOKD_WORKER_METRICS_PORT": "0",
     }
-    cli = [sys.executable, "-m", "ingest.cli"]
+    cli = [sys.executable, "-m", "hookd.cli"]
     subprocess.run([*cli, "db", "upgrade"], env=env, check=True, capture_output=True)
     serve = Proc([*cli, "serve", "--port", str(http_port)], env, tmp / "serve.log")
     procs: list[Proc] = []

@@ -32,7 +32,7 @@ sys.path.insert(0, str(BENCH.parent))
 
 import httpx  # noqa: E402
 
-from ingest.config import parse_sources  # noqa: E402
+from hookd.sources import parse_sources  # noqa: E402
 from reconcile.poller import Reconciler  # noqa: E402
 from store import db, migrate  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402

@@ -790,7 +790,7 @@ def soak_hookd(
         **dict(args.hookd_env),
     )
     upgrade = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "db", "upgrade"],
+        [sys.executable, "-m", "hookd.cli", "db", "upgrade"],
         cwd=work,
         env=env,
         capture_output=True,
@@ -805,7 +805,7 @@ def soak_hookd(
     worker_log = work / "worker.log"
     with worker_log.open("wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "ingest.cli", "worker"],
+            [sys.executable, "-m", "hookd.cli", "worker"],
             cwd=work,
             env=env,
             stdout=out,

@@ -40,7 +40,7 @@ from chaos.harness import (
     pg_database,
     prepare_handlers,
 )
-from ingest.processing import EXPIRED_CHECK_S
+from processing.processor import EXPIRED_CHECK_S
 from store import claims, db
 from store.models import EVENTS
 
@@ -317,7 +317,7 @@ def report(figures: dict[str, Any]) -> str:
         "Each kill also leaves the arq jobs that were running (wake-ups, the sweep) in "
         "Redis, marked in progress for the longest job timeout (3,610 s with the "
         "reconciliation schedule). arq only looks at the first 100 jobs of its queue: before "
-        "the worker's backstop sweep (`ingest/worker.py`), about 40 kills within the hour "
+        "the worker's backstop sweep (`hookd/runtime/worker.py`), about 40 kills within the hour "
         "filled that window and every worker stopped processing, wake-ups and sweeps alike, "
         "until the ghosts expired. The backstop drains from the database whenever arq has "
         "run nothing in the process for two sweep periods.",

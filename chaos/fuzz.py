@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported inside the target process only after instrumentation
-    from ingest.providers.base import Envelope, HeaderMap, Key
+    from hookd.providers.base import Envelope, HeaderMap, Key
 
 TITLE = "Fuzzing: verifiers, envelopes and the config loader"
 QUICK: dict[str, Any] = {"inputs_per_target": 10_000}
@@ -60,7 +60,7 @@ TARGETS = (
     "config-toml",
     "config-env",
 )
-INSTRUMENTED = ["ingest"]
+INSTRUMENTED = ["hookd"]
 
 NOW = 1_700_000_000
 TOLERANCE_S = 300
@@ -369,7 +369,7 @@ def key_sets(provider: str) -> list[list[str]]:
 def check_envelope(env: Envelope) -> None:
     from datetime import datetime
 
-    from ingest.providers.base import MAX_DEDUPE_KEY_CHARS, Envelope
+    from hookd.providers.base import MAX_DEDUPE_KEY_CHARS, Envelope
 
     assert isinstance(env, Envelope)
     assert isinstance(env.dedupe_key, str)
@@ -388,8 +388,8 @@ def check_envelope(env: Envelope) -> None:
 def verify_target(provider: str) -> Callable[[bytes], None]:
     import atheris
 
-    from ingest.errors import PayloadError, SignatureError
-    from ingest.providers import PROVIDERS as ADAPTERS
+    from hookd.errors import PayloadError, SignatureError
+    from hookd.providers import PROVIDERS as ADAPTERS
 
     adapter = ADAPTERS[provider]
     configured = key_sets(provider)
@@ -554,8 +554,8 @@ def fuzz_body(fdp: Any, provider: str) -> bytes:
 def envelope_target(provider: str) -> Callable[[bytes], None]:
     import atheris
 
-    from ingest.errors import PayloadError, SignatureError
-    from ingest.providers import PROVIDERS as ADAPTERS
+    from hookd.errors import PayloadError, SignatureError
+    from hookd.providers import PROVIDERS as ADAPTERS
 
     adapter = ADAPTERS[provider]
     keys = [adapter.parse_secret(SECRET[provider])]
@@ -828,8 +828,8 @@ def env_text(fdp: Any, max_len: int) -> str:
 def config_toml_target() -> Callable[[bytes], None]:
     import atheris
 
-    from ingest.config import NAME_RE, load_sources, parse_sources
-    from ingest.errors import ConfigError
+    from hookd.errors import ConfigError
+    from hookd.sources import NAME_RE, load_sources, parse_sources
 
     path = Path("hookd.toml")
 
@@ -886,8 +886,8 @@ ENV_VALUES = [
 def config_env_target() -> Callable[[bytes], None]:
     import atheris
 
-    from ingest.config import Settings
-    from ingest.errors import ConfigError
+    from hookd.errors import ConfigError
+    from hookd.settings import Settings
 
     fields = sorted(Settings.model_fields)
     base = {k: v for k, v in os.environ.items() if not k.upper().startswith("HOOKD_")}
@@ -944,8 +944,8 @@ def fuzz_target_main() -> None:
 
     name, *flags = sys.argv[1:]
     with atheris.instrument_imports(include=INSTRUMENTED):
-        import ingest.config
-        import ingest.providers  # noqa: F401
+        import hookd.providers
+        import hookd.sources  # noqa: F401
     target = build_target(name)
     runs = next((int(f.split("=", 1)[1]) for f in flags if f.startswith("-runs=")), 0)
     calls = 0

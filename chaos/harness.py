@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ingest.signing import sample_event
+from hookd.providers.signing import sample_event
 from store import migrate
-from tests.conftest import SECRETS
 from tests.support import handlers, services
+from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer, free_port
 

@@ -36,7 +36,7 @@ from chaos.harness import (
     wait_until,
     workdir,
 )
-from ingest.signing import sample_event
+from hookd.providers.signing import sample_event
 from tests.support.server import HookdProcess
 
 TITLE = "Redis lost (FLUSHALL, restart without persistence) while events arrive"

@@ -44,8 +44,8 @@ import httpx
 
 from chaos import harness
 from chaos.harness import Delivery, HookdServer, Result, config, deliveries, pg_database
-from ingest.signing import sample_event
-from tests.conftest import SECRETS
+from hookd.providers.signing import sample_event
+from tests.support.constants import SECRETS
 
 TITLE = "Slow and large clients"
 QUICK: dict[str, Any] = {

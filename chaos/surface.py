@@ -32,7 +32,7 @@ from chaos.harness import (
     send,
     workdir,
 )
-from ingest.signing import github_headers, sample_event
+from hookd.providers.signing import github_headers, sample_event
 from store import db
 from store.crypto import BodyCipher
 from store.models import EVENTS
@@ -153,7 +153,7 @@ def _hookd(url: str, keys: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT)}
     env["HOOKD_ENCRYPTION_KEYS"] = keys
     return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", *args],
+        [sys.executable, "-m", "hookd.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -1,1 +1,1 @@
-"""hookd receiver, CLI and processing."""
+"""Receiving: the raw ASGI receiver, its head guard and the group committer."""

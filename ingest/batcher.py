@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from ingest.errors import HookdError
+from hookd.errors import HookdError
 from store.events import NewEvent, Stored
 from store.fastpath import Inserter
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from hookd.settings import Settings
 from ingest import metrics
-from ingest.config import Settings
 from ingest.receiver import peer
 
 # The receiver's logger: every refused delivery is a "rejected" line there.

@@ -1,12 +1,12 @@
 """The Prometheus metric families ``/metrics`` exports, and how this process renders them.
 
 Per-process families (received, rejections, ack latency, processed, processing
-time) live here and in ``ingest.processing``. With several ``hookd serve`` worker
+time) live here and in ``processing.processor``. With several ``hookd serve`` worker
 processes they use prometheus-client's multiprocess mode: ``hookd serve --workers N``
 points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start,
 and every scrape, whichever process answers it, sums the files of all of them.
 Queue and reconciliation families are read from the database at scrape time
-(``ingest.dbmetrics``), so every process and every replica reports the same value.
+(``hookd.metrics.db``), so every process and every replica reports the same value.
 """
 
 from __future__ import annotations

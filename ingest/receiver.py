@@ -25,12 +25,12 @@ from prometheus_client.metrics import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers import PROVIDERS
+from hookd.providers.base import HeaderMap
+from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
-from ingest.config import Source, Sources
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers import PROVIDERS
-from ingest.providers.base import HeaderMap
 from store.events import NewEvent
 
 log = logging.getLogger("hookd.receiver")

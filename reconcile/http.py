@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from reconcile.errors import AuthFailure, RateLimited, ReconcileError
+from hookd.errors import AuthFailure, RateLimited, ReconcileError
 
 log = logging.getLogger("hookd.reconcile")
 

@@ -28,17 +28,16 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import ReconcileConfig, Source
-from ingest.processing import worker_id
+from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
+from hookd.sources import ReconcileConfig, Source
 from reconcile import schedule
-from reconcile.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
 from reconcile.http import Api
 from reconcile.providers import github, slack, stripe
 from reconcile.providers.base import Adapter, Item
 from store import reconcile as state
 from store.crypto import BodyCipher
 from store.events import insert_events
-from store.ids import new_id
+from store.ids import new_id, worker_id
 
 log = logging.getLogger("hookd.reconcile")
 

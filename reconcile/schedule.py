@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from ingest.config import ReconcileConfig
+from hookd.sources import ReconcileConfig
 
 
 def bounds(rc: ReconcileConfig) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import Source, Sources
+from hookd.sources import Source, Sources
 from reconcile.poller import Outcome, Reconciler
 from store import reconcile as state
 from store.models import EVENTS

@@ -17,6 +17,8 @@ while IFS= read -r line; do
 done < examples/demo.env
 
 export HOOKD_CONFIG=${HOOKD_CONFIG:-examples/hookd.toml}
+# examples/hookd.toml runs examples/handlers.py: make the repository importable.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/hookd db upgrade
 echo "hookd: try it from another shell: .venv/bin/hookd send-test github && .venv/bin/hookd events list" >&2
 exec .venv/bin/hookd serve --host "${HOOKD_HOST:-127.0.0.1}" --port "${HOOKD_PORT:-8000}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quickstart command 2: install hookd with its test dependencies into .venv, then
-# lint, type-check and run the whole test suite. Tests that need PostgreSQL
+# lint, type-check, check the import layers and run the whole test suite. Tests that need PostgreSQL
 # (127.0.0.1:5432, or HOOKD_TEST_PG_DSN) skip without it, except under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +12,7 @@ python=${PYTHON:-python3}
 
 .venv/bin/ruff check .
 .venv/bin/mypy
+# The layers (hookd.cli → runtime → web → metrics → ingest | processing | reconcile → …
+# → store → errors) are kept by import-linter; its contracts are in pyproject.toml.
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest "$@"

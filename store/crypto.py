@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from ingest.errors import ConfigError
+from hookd.errors import ConfigError
 
 
 class BodyCipher:

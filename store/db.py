@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ingest.errors import ConfigError
+from hookd.errors import ConfigError
 
 SQLITE_PRAGMAS = (
     "PRAGMA journal_mode=WAL",

@@ -12,7 +12,7 @@ with ``store.events.prepare``), at a fraction of the CPU:
   one thread, with the same pragmas as the engine (WAL, ``synchronous=FULL``).
 
 Each also has ``probe``: one write through that same path, committed, that leaves no
-row (``ingest.health`` uses it to tell when a database that refused commits takes
+row (``hookd.web.health`` uses it to tell when a database that refused commits takes
 them again).
 """
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
+import uuid
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -20,3 +22,8 @@ def new_id(now_ms: int | None = None) -> str:
 
 def is_id(value: str) -> bool:
     return len(value) == 26 and all(c in _ALPHABET for c in value)
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+

@@ -1,1 +1,1 @@
-"""Provider list APIs for reconciliation; keys are those of ``ingest.providers``."""
+"""Provider list APIs for reconciliation; keys are those of ``hookd.providers``."""

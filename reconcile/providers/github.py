@@ -20,8 +20,8 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from ingest.config import Source, api_url
-from reconcile.errors import ReconcileError
+from hookd.errors import ReconcileError
+from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, reconciled
 from store.events import NewEvent

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from ingest.config import Source, api_url
-from ingest.providers.slack import is_history_message, message_key
-from reconcile.errors import AuthFailure, ReconcileError
+from hookd.errors import AuthFailure, ReconcileError
+from hookd.providers.slack import is_history_message, message_key
+from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, reconciled
 from store.events import NewEvent

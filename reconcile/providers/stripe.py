@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from ingest.config import Source, api_url
+from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, reconciled
 from store.events import NewEvent

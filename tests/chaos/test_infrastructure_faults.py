@@ -18,9 +18,9 @@ import redis.exceptions
 
 from chaos import netfaults, pg_restart, redis_loss
 from chaos.proxy import FaultProxy
-from ingest import worker
+from hookd.runtime import worker
+from hookd.settings import Settings
 from ingest.batcher import GroupCommitter, StoreUnavailable
-from ingest.config import Settings
 from store.crypto import BodyCipher
 from store.fastpath import inserter_for
 from tests.support import services

@@ -21,14 +21,14 @@ import sqlalchemy as sa
 from itsdangerous import TimestampSigner
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest import admin
-from ingest.config import Sources, parse_sources
-from ingest.signing import sample_event, standard_headers
+from hookd.providers.signing import sample_event, standard_headers
+from hookd.sources import Sources, parse_sources
+from hookd.web import admin
 from store import db
 from store import reconcile as rstate
 from store.models import EVENTS
-from tests.conftest import SECRETS
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 

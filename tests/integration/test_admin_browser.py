@@ -17,10 +17,10 @@ import pytest
 import sqlalchemy as sa
 from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 
-from ingest.signing import sample_event
+from hookd.providers.signing import sample_event
 from store import db
-from tests.conftest import SECRETS
 from tests.support import handlers
+from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
 from tests.support.services import require_tool
 

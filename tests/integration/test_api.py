@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from ingest.config import Sources
-from ingest.signing import sample_event
-from tests.conftest import SECRETS
+from hookd.providers.signing import sample_event
+from hookd.sources import Sources
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 
 pytestmark = pytest.mark.anyio
 TOKEN = "ops-token"

@@ -30,7 +30,7 @@ def hookd(
 ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **extra}
     return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", *args],
+        [sys.executable, "-m", "hookd.cli", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -282,7 +282,7 @@ def test_events_list_into_a_closed_pipe_stops_quietly(sqlite_url: str, as_json: 
     asyncio.run(add_many(sqlite_url, 2000))
     args = ["events", "list", "--limit", "2000", *(["--json"] if as_json else [])]
     with subprocess.Popen(
-        [sys.executable, "-m", "ingest.cli", *args],
+        [sys.executable, "-m", "hookd.cli", *args],
         env={**os.environ, "HOOKD_DATABASE_URL": sqlite_url, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

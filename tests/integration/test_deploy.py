@@ -22,8 +22,9 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
-from ingest.cli import build_parser
-from ingest.config import Settings, parse_sources
+from hookd.cli.main import build_parser
+from hookd.settings import Settings
+from hookd.sources import parse_sources
 from tests.support.services import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +209,7 @@ METRIC_TOKEN = re.compile(r"\bhookd_\w+")
 def exported_families() -> set[str]:
     """Family names as the code declares them (``_total`` added to counters)."""
     names: set[str] = set()
-    for package in ("ingest", "reconcile", "store"):
+    for package in ("hookd", "ingest", "processing", "reconcile", "store"):
         for path in (ROOT / package).rglob("*.py"):
             for name in METRIC_CTOR.findall(path.read_text(encoding="utf-8")):
                 names.add(name)

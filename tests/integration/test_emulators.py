@@ -23,11 +23,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingest.config import Sources
+from hookd.sources import Sources
 from store import db
 from store.models import EVENTS
-from tests.conftest import SECRETS
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.emulators import (
     GITHUB_SUMMARY_FIELDS,
     GitHubEmulator,

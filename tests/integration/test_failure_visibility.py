@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from ingest.config import Sources, parse_sources
-from ingest.signing import sample_event
-from tests.conftest import SECRETS
+from hookd.providers.signing import sample_event
+from hookd.sources import Sources, parse_sources
 from tests.integration.test_admin import login
 from tests.integration.test_cli import hookd
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.logcapture import Records, captured
 
 pytestmark = pytest.mark.anyio

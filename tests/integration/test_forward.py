@@ -15,9 +15,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ingest.config import ForwardConfig
-from ingest.handlers import Event, PermanentError, forward_handler
-from ingest.providers import PROVIDERS
+from hookd import Event, PermanentError
+from hookd.providers import PROVIDERS
+from hookd.sources import ForwardConfig
+from processing.handlers import forward_handler
 from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio

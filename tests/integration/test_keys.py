@@ -13,13 +13,13 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from ingest.config import Sources
-from ingest.signing import github_headers, sample_event
+from hookd.providers.signing import github_headers, sample_event
+from hookd.sources import Sources
 from store import db
 from store.crypto import BodyCipher
 from store.models import EVENTS
-from tests.conftest import SECRETS
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.server import ROOT
 from tests.support.services import PG_DSN, in_ci
 
@@ -33,7 +33,7 @@ def hookd(url: str, keys: str | None, *args: str) -> subprocess.CompletedProcess
     if keys is not None:
         env["HOOKD_ENCRYPTION_KEYS"] = keys
     return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", *args],
+        [sys.executable, "-m", "hookd.cli", *args],
         env=env,
         capture_output=True,
         text=True,

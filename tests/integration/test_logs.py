@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from ingest.signing import sample_event
-from tests.conftest import SECRETS
+from hookd.providers.signing import sample_event
+from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
 
 TOKEN = "log-test-admin-token-6d1f"

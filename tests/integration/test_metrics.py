@@ -14,9 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.signing import sample_event
-from tests.conftest import SECRETS
+from hookd.providers.signing import sample_event
 from tests.integration.test_pipeline import config, prepare, send, wait_processed
+from tests.support.constants import SECRETS
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -156,7 +156,7 @@ def test_worker_with_a_taken_metrics_port_stops_with_one_line(
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "ingest.cli", "worker"],
+            [sys.executable, "-m", "hookd.cli", "worker"],
             check=False,
             env={
                 "PATH": "/usr/bin:/bin",

@@ -26,13 +26,13 @@ from schemathesis.specs.openapi.checks import (
 )
 from starlette.routing import BaseRoute, Mount, Route
 
-from ingest import openapi
-from ingest.api import ApiFallback
-from ingest.config import Sources, parse_sources
-from ingest.signing import sample_event
+from hookd.providers.signing import sample_event
+from hookd.sources import Sources, parse_sources
+from hookd.web import openapi
+from hookd.web.api import ApiFallback
 from store import reconcile as rstate
-from tests.conftest import SECRETS, SOURCES_TOML
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.emulators import GitHubEmulator
 from tests.support.http import serve_app
 

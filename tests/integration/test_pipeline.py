@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest.signing import sample_event
+from hookd.providers.signing import sample_event
 from store import db
-from tests.conftest import SECRETS
 from tests.support import handlers
+from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 

@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import Sources
-from ingest.handlers import Event, Handler, PermanentError
-from ingest.processing import UNDECRYPTABLE, Processor, RetryPolicy
+from hookd.errors import PermanentError
+from hookd.event import Event, Handler
+from hookd.sources import Sources
+from processing.processor import UNDECRYPTABLE, Processor, RetryPolicy
 from store import claims, db
 from store.crypto import BodyCipher
 from store.events import insert_events

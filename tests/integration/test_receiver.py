@@ -9,13 +9,13 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from ingest.config import Sources
-from ingest.signing import github_headers, sample_event, slack_headers
+from hookd.providers.signing import github_headers, sample_event, slack_headers
+from hookd.sources import Sources
 from store import db
 from store.crypto import BodyCipher
 from store.models import EVENTS
-from tests.conftest import SECRETS
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 
 pytestmark = pytest.mark.anyio
 PROVIDERS = ["github", "stripe", "slack", "standard"]

@@ -22,13 +22,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from ingest.config import Sources, parse_sources
+from hookd.sources import Sources, parse_sources
 from store import db
 from store import reconcile as rstate
 from store.ids import new_id
-from tests.conftest import SECRETS
 from tests.support import handlers
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app

@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest.config import parse_sources
+from hookd.sources import parse_sources
 from store import db
-from tests.conftest import SECRETS
 from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
@@ -36,7 +36,7 @@ async def reconcile_cli(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "ingest.cli",
+        "hookd.cli",
         "reconcile",
         *args,
         env={**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_LOG_LEVEL": "WARNING", **env},
@@ -195,7 +195,7 @@ async def test_cli_auth_failures_disable_then_sources_enable_restores(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "ingest.cli",
+                "hookd.cli",
                 *args,
                 env={**os.environ, "PYTHONPATH": str(ROOT), **env},
                 stdout=asyncio.subprocess.PIPE,

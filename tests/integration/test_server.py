@@ -18,11 +18,11 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest.signing import github_headers, sample_event
+from hookd.providers.signing import github_headers, sample_event
 from store import db
 from store.models import EVENTS
-from tests.conftest import SECRETS
 from tests.support import services
+from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
 
 pytestmark = pytest.mark.anyio

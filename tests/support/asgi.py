@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 
-from ingest.app import create_app
-from ingest.config import Settings, Sources
+from hookd.runtime.app import create_app
+from hookd.settings import Settings
+from hookd.sources import Sources
 
 
 @contextlib.asynccontextmanager

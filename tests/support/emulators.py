@@ -52,7 +52,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ingest.signing import github_headers, slack_headers, stripe_headers
+from hookd.providers.signing import github_headers, slack_headers, stripe_headers
 
 Handler = Callable[[Request], Awaitable[Response]]
 Clock = Callable[[], float]

@@ -17,7 +17,7 @@ import os
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ingest.handlers import Event
+from hookd import Event
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS effects (idempotency_key VARCHAR(64) PRIMARY KEY, "

@@ -1,7 +1,7 @@
 """The log records one hookd logger emits, in-process.
 
 A handler on the logger itself, not pytest's ``caplog`` on the root: once
-``ingest.logs.configure`` has run in the test process, "hookd" no longer
+``hookd.logs.configure`` has run in the test process, "hookd" no longer
 propagates to the root logger.
 """
 

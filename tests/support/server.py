@@ -27,7 +27,7 @@ def free_port() -> int:
 
 
 class HookdProcess:
-    """``python -m ingest.cli ARGS`` in its own process group, logging to a file."""
+    """``python -m hookd.cli ARGS`` in its own process group, logging to a file."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
         self.args = args
@@ -44,7 +44,7 @@ class HookdProcess:
     def launch(self) -> None:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "ingest.cli", *self.args],
+                [sys.executable, "-m", "hookd.cli", *self.args],
                 env=self.env,
                 cwd=self.cwd,
                 stdout=log,

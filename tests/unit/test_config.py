@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.config import Settings, load_sources, parse_sources
-from ingest.errors import ConfigError
-from ingest.providers.base import Ed25519Key, HmacKey
+from hookd.errors import ConfigError
+from hookd.providers.base import Ed25519Key, HmacKey
+from hookd.settings import Settings
+from hookd.sources import load_sources, parse_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 P = Path("hookd.toml")

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.config import NAME_RE, Settings, Sources, load_sources, parse_sources
-from ingest.errors import ConfigError
+from hookd.errors import ConfigError
+from hookd.settings import Settings
+from hookd.sources import NAME_RE, Sources, load_sources, parse_sources
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 P = Path("hookd.toml")

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("ingest", "reconcile", "store")
+PACKAGES = ("hookd", "ingest", "processing", "reconcile", "store")
 SENSITIVE = re.compile(
     r"(^|_)(sig|sigs|signature|signatures|token|tokens|secret|secrets|digest|mac|hmac|csrf|"
     r"password|expected|given)($|_)",

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from ingest.config import Sources, parse_sources
-from ingest.errors import SignatureError
-from ingest.providers import PROVIDERS
+from hookd.errors import SignatureError
+from hookd.providers import PROVIDERS
+from hookd.sources import Sources, parse_sources
 from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app

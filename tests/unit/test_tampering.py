@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers import PROVIDERS
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers import PROVIDERS
 from tests.unit.webhook_requests import (
     CASE_IDS,
     CASES,

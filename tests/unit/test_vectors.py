@@ -1,6 +1,6 @@
 """Published examples and signatures made by the providers' own SDKs verify.
 
-Also the other way round: what ``ingest.signing`` produces passes each SDK's
+Also the other way round: what ``hookd.providers.signing`` produces passes each SDK's
 verifier, and the envelope of each provider's typical payload is right.
 """
 
@@ -19,8 +19,8 @@ import stripe
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from ingest import signing
-from ingest.providers.base import Envelope
+from hookd.providers import signing
+from hookd.providers.base import Envelope
 from tests.unit.webhook_requests import (
     DELIVERY,
     MSG_ID,
@@ -91,7 +91,7 @@ def test_stripe_sdk_signature_header_verifies() -> None:
 
 
 def test_stripe_signing_passes_stripe_sdk_verifier() -> None:
-    """ingest.signing.stripe_headers output is accepted by stripe.WebhookSignature.verify_header."""
+    """signing.stripe_headers output is accepted by stripe.WebhookSignature.verify_header."""
     body = to_json(STRIPE_EVENT)
     header = signing.stripe_headers(SECRETS["stripe"], body, NOW)["Stripe-Signature"]
     # tolerance=None: the SDK then skips its wall-clock check and only checks the HMAC.
@@ -141,7 +141,7 @@ def test_slack_sdk_signature_verifies() -> None:
 
 
 def test_slack_signing_passes_slack_sdk_verifier() -> None:
-    """ingest.signing.slack_headers output passes SignatureVerifier.is_valid."""
+    """signing.slack_headers output passes SignatureVerifier.is_valid."""
     headers = signing.slack_headers(SECRETS["slack"], SLACK_BODY, NOW)
     verifier = SignatureVerifier(SECRETS["slack"], clock=FixedClock())
     timestamp, signature = headers["X-Slack-Request-Timestamp"], headers["X-Slack-Signature"]
@@ -169,7 +169,7 @@ def test_standardwebhooks_sdk_signature_verifies() -> None:
 
 
 def test_standard_signing_passes_standardwebhooks_verifier() -> None:
-    """ingest.signing.standard_headers output passes standardwebhooks' Webhook.verify."""
+    """signing.standard_headers output passes standardwebhooks' Webhook.verify."""
     # Webhook.verify reads the wall clock and has no way to pass another.
     now = int(time.time())
     headers = signing.standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, now)
@@ -194,7 +194,7 @@ def test_standard_v1a_ed25519_signature_verifies() -> None:
 
 
 def test_standard_signing_with_whsk_key_verifies_as_v1a() -> None:
-    """ingest.signing.standard_headers with a whsk_ seed gives a v1a header our verifier accepts."""
+    """signing.standard_headers with a whsk_ seed gives a v1a header our verifier accepts."""
     headers = signing.standard_headers(V1A_SIGNING, STANDARD_BODY, MSG_ID, NOW)
     assert headers["webhook-signature"].startswith("v1a,")
     verified = verify("standard", header_map(headers), STANDARD_BODY, V1A_PUBLIC)

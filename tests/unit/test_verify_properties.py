@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers import PROVIDERS
-from ingest.providers.base import MAX_DEDUPE_KEY_CHARS, Envelope
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers import PROVIDERS
+from hookd.providers.base import MAX_DEDUPE_KEY_CHARS, Envelope
 from tests.unit.webhook_requests import (
     CASE_IDS,
     CASES,

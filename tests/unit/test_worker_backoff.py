@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ingest import worker
+from hookd.runtime import worker
 
 
 class FakeWorker:

@@ -1,7 +1,7 @@
 """Signed requests for the provider tests: fixed secrets, a fixed clock, header maps.
 
 Signatures here are computed by hand from each provider's documented scheme, so
-the verifiers are never checked against ``ingest.signing`` alone.
+the verifiers are never checked against ``hookd.providers.signing`` alone.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ingest.providers import PROVIDERS
-from ingest.providers.base import Envelope, HeaderMap, Key, Verified
+from hookd.providers import PROVIDERS
+from hookd.providers.base import Envelope, HeaderMap, Key, Verified
 
 NOW = 1_700_000_000
 TOLERANCE_S = 300

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ingest.providers import github, slack, standard, stripe
-from ingest.providers.base import Provider
+from hookd.providers import github, slack, standard, stripe
+from hookd.providers.base import Provider
 
 PROVIDERS: dict[str, Provider] = {
     p.name: p for p in (github.PROVIDER, stripe.PROVIDER, slack.PROVIDER, standard.PROVIDER)

@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import random
-import socket
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -24,11 +21,12 @@ import sqlalchemy as sa
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import Sources
-from ingest.errors import ConfigError
-from ingest.handlers import Event, Handler, PermanentError, idempotency_key
+from hookd.errors import ConfigError, PermanentError
+from hookd.event import Event, Handler, idempotency_key
+from hookd.sources import Sources
 from store import claims
 from store.crypto import BodyCipher
+from store.ids import worker_id
 
 log = logging.getLogger("hookd.processing")
 
@@ -77,8 +75,6 @@ class RetryPolicy:
         return rng.uniform(0, ceiling)
 
 
-def worker_id() -> str:
-    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Processor:

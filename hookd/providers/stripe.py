@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers.base import (
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
     Envelope,
     HeaderMap,
     HmacKey,

@@ -1,4 +1,4 @@
-"""One error root for the receiver, with reason codes.
+"""One error tree for all of hookd, with reason codes.
 
 Exceptions carry a short machine-readable ``reason`` and never a body, header
 value or secret, so they are safe to log and to return to a caller.
@@ -33,3 +33,28 @@ class ConfigError(HookdError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class PermanentError(HookdError):
+    """A handler failure that retrying cannot fix (e.g. a 4xx from the target)."""
+
+
+class ReconcileError(HookdError):
+    """A run could not finish; the cursor stays where it was."""
+
+
+class AuthFailure(ReconcileError):
+    """The provider refused our credentials (401/403, Slack invalid_auth)."""
+
+
+class RateLimited(ReconcileError):
+    """The provider asked us to wait longer than a run may wait."""
+
+    def __init__(self, wait_s: float) -> None:
+        super().__init__("rate_limited", f"provider asks to wait {wait_s:.0f}s")
+        self.wait_s = wait_s
+
+
+class LeaseLost(ReconcileError):
+    """Another run took the source's lease over (ours expired)."""
+

@@ -8,54 +8,26 @@ at once with the reason.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
-import json
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import httpx
 
-from ingest.config import ForwardConfig, Sources
-from ingest.errors import ConfigError, HookdError
-from ingest.signing import standard_headers
+from hookd.errors import ConfigError, PermanentError
+from hookd.event import Event, Handler
+from hookd.providers.signing import standard_headers
+from hookd.sources import ForwardConfig, Sources
 
 FORWARD = "forward"
 
 
-class PermanentError(HookdError):
-    """A handler failure that retrying cannot fix (e.g. a 4xx from the target)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """What a handler sees of a stored event."""
-
-    id: str
-    source: str
-    provider: str
-    type: str | None
-    dedupe_key: str
-    origin: str
-    received_at: datetime
-    headers: Mapping[str, str]
-    body: bytes = field(repr=False)
-    idempotency_key: str = ""
-
-    def json(self) -> Any:
-        return json.loads(self.body)
 
 
-Handler = Callable[[Event], Awaitable[None]]
 
 
-def idempotency_key(event_id: str, handler: str) -> str:
-    """Stable per (event, handler): the same on every attempt, replay and worker."""
-    digest = hashlib.sha256(f"{event_id}\x00{handler}".encode()).hexdigest()[:32]
-    return f"hookd_{digest}"
 
 
 def import_handler(ref: str) -> Handler:

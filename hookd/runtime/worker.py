@@ -21,10 +21,11 @@ from arq.worker import Worker, func
 from redis.asyncio import ConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import Settings, Sources
-from ingest.dispatch import WAKE_JOB, warn_if_redis_unreachable
-from ingest.handlers import load_handlers
-from ingest.processing import Processor, RetryPolicy
+from hookd.settings import Settings
+from hookd.sources import Sources
+from processing.handlers import load_handlers
+from processing.processor import Processor, RetryPolicy
+from processing.wakeups import WAKE_JOB, warn_if_redis_unreachable
 from reconcile.poller import Reconciler
 from reconcile.service import TICK_S, run_due
 from store import db
@@ -241,7 +242,7 @@ async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
 
 
 async def run(settings: Settings, sources: Sources) -> None:
-    from ingest import workermetrics
+    from hookd.metrics import worker as workermetrics
 
     port = settings.worker_metrics_port
     sock = workermetrics.bind(settings.worker_metrics_host, port) if port else None

@@ -11,14 +11,15 @@ from collections.abc import AsyncIterator, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
-from ingest import admin, api, health
+from hookd.errors import ConfigError
+from hookd.logs import configure as configure_logs
+from hookd.runtime.worker import build_runtime
+from hookd.settings import Settings
+from hookd.sources import Sources, load_sources
+from hookd.web import admin, api, health
 from ingest.batcher import GroupCommitter
-from ingest.config import Settings, Sources, load_sources
-from ingest.dispatch import ArqWaker, InProcessConsumer
-from ingest.errors import ConfigError
-from ingest.logs import configure as configure_logs
 from ingest.receiver import HookdApp, Receiver
-from ingest.worker import build_runtime
+from processing.wakeups import ArqWaker, InProcessConsumer
 from reconcile.service import Scheduler
 from store import db, fastpath, migrate
 from store.crypto import BodyCipher

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import parse_qs
 
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers.base import (
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
     Envelope,
     HeaderMap,
     Key,

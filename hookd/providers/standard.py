@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ingest.errors import SignatureError
-from ingest.providers.base import (
+from hookd.errors import SignatureError
+from hookd.providers.base import (
     Ed25519Key,
     Envelope,
     HeaderMap,

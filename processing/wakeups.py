@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool, Redis
 
-from ingest.processing import Processor
+from processing.processor import Processor
 
 log = logging.getLogger("hookd.dispatch")
 

@@ -1,5 +1,5 @@
 """Operations API under ``/api``: events, replay, sources, reconcile runs and the OpenAPI
-document of all of them (`ingest/openapi.py`). Bearer token required, also for unknown paths."""
+document of all of them (`hookd/web/openapi.py`). Bearer token required, also for unknown paths."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Route
 from starlette.types import Receive, Scope, Send
 
-from ingest import openapi
-from ingest.auth import token_ok
-from ingest.config import Source, Sources
+from hookd.auth import token_ok
+from hookd.sources import Source, Sources
+from hookd.web import openapi
 from reconcile import service
 from reconcile.poller import INTERRUPT_WRITE_S, Reconciler
 from store import claims

@@ -11,12 +11,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ingest import dbmetrics
+from hookd.auth import token_ok
+from hookd.metrics import db as dbmetrics
+from hookd.sources import Sources
 from ingest import metrics as process_metrics
-from ingest.auth import token_ok
 from ingest.batcher import GroupCommitter
-from ingest.config import Sources
-from ingest.dispatch import ArqWaker
+from processing.wakeups import ArqWaker
 from store import db
 
 log = logging.getLogger("hookd.health")

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
-from ingest.errors import PayloadError, SignatureError
-from ingest.providers.base import (
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
     Envelope,
     HeaderMap,
     Key,

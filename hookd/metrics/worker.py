@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ingest.auth import token_ok
-from ingest.errors import ConfigError
+from hookd.auth import token_ok
+from hookd.errors import ConfigError
 from ingest.metrics import render_process_families
 
 log = logging.getLogger("hookd.worker")
@@ -78,7 +78,7 @@ async def serve(sock: socket.socket, token: str, stop: asyncio.Event) -> None:
         lifespan="off",
         access_log=False,
         log_level="warning",
-        # Keep the handler ingest.logs put on uvicorn's loggers (JSON or not).
+        # Keep the handler hookd.logs put on uvicorn's loggers (JSON or not).
         log_config=None,
         server_header=False,
     )

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the operations API, served at
 ``GET /api/openapi.json`` behind the same bearer token as the rest of ``/api``.
 
-It describes ``ingest/api.py`` as implemented; ``tests/integration/test_openapi.py``
+It describes ``hookd/web/api.py`` as implemented; ``tests/integration/test_openapi.py``
 checks that every ``/api`` route is in it (and nothing else) and fuzzes a real
 server against it, so a change to the API that is not made here fails the tests.
 """

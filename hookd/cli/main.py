@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy import exc as sa_exc
 
-from ingest.config import Settings, Sources, load_sources
-from ingest.errors import ConfigError
-from ingest.logs import configure as configure_logs
+from hookd.errors import ConfigError
+from hookd.logs import configure as configure_logs
+from hookd.settings import Settings
+from hookd.sources import Sources, load_sources
 
 if TYPE_CHECKING:
     from reconcile.poller import Reconciler
@@ -312,8 +313,8 @@ async def cmd_keys_rotate(settings: Settings) -> int:
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from ingest.handlers import import_handler
     from ingest.metrics import prepare_multiprocess
+    from processing.handlers import import_handler
     from store.crypto import BodyCipher
 
     # The options win; else HOOKD_HOST/HOOKD_PORT, which send-test also follows.
@@ -329,7 +330,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     asyncio.run(preflight(settings))
     check_listen(args.host, args.port)
     if settings.redis_url:
-        from ingest.dispatch import warn_if_redis_unreachable
+        from processing.wakeups import warn_if_redis_unreachable
 
         asyncio.run(
             warn_if_redis_unreachable(
@@ -384,7 +385,7 @@ def run_uvicorn(args: argparse.Namespace) -> None:
     import uvicorn
 
     uvicorn.run(
-        "ingest.app:app_from_env",
+        "hookd.runtime.app:app_from_env",
         factory=True,
         host=args.host,
         port=args.port,
@@ -393,7 +394,7 @@ def run_uvicorn(args: argparse.Namespace) -> None:
         http="ingest.httpguard:GuardedHttpToolsProtocol",
         access_log=False,
         log_level="warning",
-        # Keep the handler ingest.logs put on uvicorn's loggers (in this process and,
+        # Keep the handler hookd.logs put on uvicorn's loggers (in this process and,
         # from the app factory, in each receiver process): same format, JSON or not.
         log_config=None,
         server_header=False,
@@ -402,7 +403,7 @@ def run_uvicorn(args: argparse.Namespace) -> None:
 
 async def preflight(settings: Settings) -> None:
     """The database answers and is at this version's schema, or one clear line."""
-    from ingest.app import check_schema
+    from hookd.runtime.app import check_schema
     from store import db
 
     # Only `hookd db upgrade` may create a SQLite file; every command after this
@@ -426,7 +427,7 @@ async def preflight(settings: Settings) -> None:
 
 
 def cmd_worker(settings: Settings) -> int:
-    from ingest import worker
+    from hookd.runtime import worker
 
     if not settings.redis_url:
         raise ConfigError(
@@ -483,7 +484,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import UTC, datetime
 
-    from ingest.dispatch import ArqWaker
+    from processing.wakeups import ArqWaker
     from store import claims, db
     from store.events import get_event
 
@@ -516,7 +517,7 @@ LEASE_WAIT_S = 600.0
 
 
 async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from ingest.dispatch import ArqWaker
+    from processing.wakeups import ArqWaker
     from reconcile.poller import Reconciler
     from reconcile.service import reconciled
     from store import db
@@ -737,7 +738,7 @@ def print_table(resources: list[dict[str, Any]], columns: Sequence[str] = EVENT_
 
 
 def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from ingest.signing import sample_event
+    from hookd.providers.signing import sample_event
 
     source = sources.get(args.source)
     if source is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ingest.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError, SignatureError
 
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
@@ -83,7 +83,7 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class Provider:
-    """The four functions that make a provider; see ``ingest.providers.PROVIDERS``."""
+    """The four functions that make a provider; see ``hookd.providers.PROVIDERS``."""
 
     name: str
     parse_secret: Callable[[str], Key]

@@ -29,9 +29,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ingest.api import SourcesApi
-from ingest.config import Sources
-from ingest.handlers import FORWARD
+from hookd.sources import Sources
+from hookd.web.api import SourcesApi
+from processing.handlers import FORWARD
 from reconcile import service
 from store import claims
 from store import reconcile as rstate

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ingest.config import Sources
+from hookd.sources import Sources
 from store import reconcile as rstate
 from store.models import EVENTS
 

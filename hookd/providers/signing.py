@@ -13,8 +13,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ingest.providers.base import HmacKey
-from ingest.providers.standard import parse_signing_key
+from hookd.providers.base import HmacKey
+from hookd.providers.standard import parse_signing_key
 
 
 def _hex(key: bytes, message: bytes) -> str:

@@ -1,0 +1,7 @@
+"""``python -m hookd.cli``: the same as the ``hookd`` console script."""
+
+from __future__ import annotations
+
+from hookd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""What a handler receives: ``Event``, and its stable idempotency key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """What a handler sees of a stored event."""
+
+    id: str
+    source: str
+    provider: str
+    type: str | None
+    dedupe_key: str
+    origin: str
+    received_at: datetime
+    headers: Mapping[str, str]
+    body: bytes = field(repr=False)
+    idempotency_key: str = ""
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Handler = Callable[[Event], Awaitable[None]]
+
+
+def idempotency_key(event_id: str, handler: str) -> str:
+    """Stable per (event, handler): the same on every attempt, replay and worker."""
+    digest = hashlib.sha256(f"{event_id}\x00{handler}".encode()).hexdigest()[:32]
+    return f"hookd_{digest}"
+

@@ -1,0 +1,1 @@
+"""Metrics read at scrape time and the worker's own metrics server."""

@@ -1,0 +1,1 @@
+"""Composition: the Starlette app and the arq worker, built from settings."""

@@ -1,0 +1,125 @@
+"""Process-wide settings, read from ``HOOKD_*`` variables and ``.env``.
+
+``Settings.from_env()`` is the one place the environment is read; everything
+else is handed a ``Settings``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hookd.errors import ConfigError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class Settings(BaseSettings):
+    """Process-wide settings: field ``x`` is ``HOOKD_X`` in the environment or in ``.env``."""
+
+    model_config = SettingsConfigDict(env_prefix="HOOKD_", env_file=".env", extra="ignore")
+
+    config: Path = Path("./hookd.toml")
+    database_url: str = "sqlite+aiosqlite:///./hookd.db"
+    redis_url: str = ""
+    admin_token: str = ""
+    encryption_keys: str = ""
+    # Group commit: the most rows one INSERT carries, and how long the first
+    # request of a batch may wait for company (0: take what is queued).
+    commit_batch_max: int = Field(default=256, ge=1, le=5000)
+    commit_window_ms: float = Field(default=0.0, ge=0, le=100)
+    # A client must deliver its whole body within this time (slow-loris guard).
+    body_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # How long a commit may take before the request gets a 503.
+    commit_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Processing: a claimed event's lease, each handler's time limit, retries
+    # (full-jitter exponential backoff between base and cap), claim batch size,
+    # events run at once per process, and the outbox sweep's period.
+    lease_s: float = Field(default=120.0, gt=0, le=86_400)
+    handler_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    retry_base_s: float = Field(default=1.0, gt=0, le=3_600)
+    retry_cap_s: float = Field(default=600.0, gt=0, le=86_400)
+    process_batch: int = Field(default=128, ge=1, le=1_000)
+    process_concurrency: int = Field(default=32, ge=1, le=1_000)
+    sweep_s: float = Field(default=2.0, gt=0, le=600)
+    # A reconciliation run's lease on its source, renewed every page; and whether
+    # this process keeps the schedule (off when cron runs `hookd reconcile`).
+    reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
+    reconcile_schedule: bool = True
+    log_level: str = "INFO"
+    log_json: bool = False
+    # Where `hookd serve` listens by default, and so where `hookd send-test` sends.
+    # Kept as text and checked only by those two commands: Kubernetes sets
+    # HOOKD_PORT=tcp://… in every pod when a Service is named "hookd", and that
+    # must not stop the other commands.
+    host: str = ""
+    port: str = ""
+    # `hookd worker` serves its own /metrics and /healthz here (bearer token as for
+    # the receiver's /metrics); port 0 turns it off.
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int = Field(default=9464, ge=0, le=65_535)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.strip().upper() not in LOG_LEVELS:
+            # Truncated: the value is one line of an error message, whatever was set.
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            raise ValueError(f"{shown!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        return value.strip().upper()
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # The same parser the connection pools use, so a bad URL stops start-up here
+        # instead of raising from deep inside the first connection. The value is not
+        # quoted back: a Redis URL may carry a password.
+        from redis.asyncio.connection import parse_url
+
+        if value:
+            try:
+                parse_url(value)
+            except (ValueError, TypeError):
+                raise ValueError(
+                    "not a Redis URL: use redis://HOST:PORT/DB, rediss://HOST:PORT/DB or "
+                    "unix:///PATH (or leave it empty: hookd serve then processes events itself)"
+                ) from None
+        return value
+
+    @model_validator(mode="after")
+    def _lease_covers_handlers(self) -> Settings:
+        if self.lease_s <= self.handler_timeout_s:
+
+            def shown(field: str) -> str:
+                value = f"HOOKD_{field.upper()}={getattr(self, field):g}"
+                return value if field in self.model_fields_set else value + " (the default)"
+
+            # A lease that can expire while a handler still runs lets a second
+            # worker claim the same event and run it again.
+            raise ValueError(
+                f"{shown('lease_s')} must be longer than {shown('handler_timeout_s')}: "
+                "raise HOOKD_LEASE_S or lower HOOKD_HANDLER_TIMEOUT_S"
+            )
+        return self
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            # Our own validators' text, without pydantic's "Value error, " prefix.
+            cause = (err.get("ctx") or {}).get("error")
+            message = str(cause) if err["type"] == "value_error" and cause else err["msg"]
+            if not err["loc"]:  # a rule across several variables names them itself
+                raise ConfigError(f"environment: {message}") from None
+            key = "HOOKD_" + str(err["loc"][0]).upper()
+            raise ConfigError(f"environment: {key}: {message}") from None
+        except UnicodeDecodeError:
+            raise ConfigError("environment: .env: not UTF-8 text") from None
+        except OSError as exc:
+            raise ConfigError(f"environment: .env: cannot read: {exc.strerror}") from None
+

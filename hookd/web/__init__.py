@@ -1,0 +1,1 @@
+"""The HTTP surface besides the receiver: API, admin UI, health, auth."""

@@ -1,0 +1,1 @@
+"""Processing: claim stored events, run handlers, retry or bury them."""

@@ -185,6 +185,24 @@ async def _close(worker: Worker) -> None:
                 await pool.aclose(close_connection_pool=True)
 
 
+async def _finish_or_stop(worker: Worker, stop: asyncio.Event) -> bool:
+    """Wait for the worker's jobs in flight; False when ``stop`` came first (the caller
+    then closes the worker, which cancels them: each records its own interruption)."""
+    if not worker.tasks:
+        return not stop.is_set()
+    in_flight: asyncio.Future[list[Any]] = asyncio.gather(
+        *worker.tasks.values(), return_exceptions=True
+    )
+    stopper: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([in_flight, stopper], return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if in_flight.done():
+        return not stop.is_set()
+    # close() cancels the jobs; the gather then completes with their CancelledErrors.
+    in_flight.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return False
+
+
 async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
     failures = 0
     loop = asyncio.get_running_loop()
@@ -208,8 +226,12 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
             failures = 0
         failures += 1
         # Jobs in flight work on the database, not on Redis: let them finish
-        # rather than cancel them (close() would) and strand their claims.
-        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+        # rather than cancel them (close() would) and strand their claims. A shutdown
+        # meanwhile still wins: a reconcile run waiting on a provider that never answers
+        # would otherwise keep SIGTERM waiting past any Deployment's grace period.
+        if not await _finish_or_stop(worker, stop):
+            await _close(worker)
+            return
         await _close(worker)
         log.warning(
             "lost Redis; processing from the database until it is back",

@@ -303,11 +303,6 @@ async def test_sigterm_records_the_cli_run_failed_and_gives_the_lease_back(
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="intermittent (1 CI run in 3): the worker sometimes does not exit within 15 s of "
-    "SIGTERM while its scheduled run waits on the provider, and is killed; open defect",
-)
 async def test_worker_sigterm_records_its_scheduled_run_failed(tmp_path: Path, pg_url: str) -> None:
     emulator = StripeEmulator("sk_test_hookd")
     emulator.add_events(5, start=time.time() - 600, step_s=1.0)

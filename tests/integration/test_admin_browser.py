@@ -7,8 +7,6 @@ Processing runs in the server process (no Redis) on SQLite; the handler is
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,6 +21,7 @@ from tests.support import handlers
 from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
 from tests.support.services import require_tool
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "browser-admin-token"
@@ -63,10 +62,13 @@ async def status_of(url: str, event_id: str) -> str:
 
 
 async def wait_status(url: str, event_id: str, want: str, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (status := await status_of(url, event_id)) != want:
-        assert time.monotonic() < deadline, f"{event_id} is {status}, not {want}"
-        await asyncio.sleep(0.05)
+    async def reached() -> bool:
+        return await status_of(url, event_id) == want
+
+    async def still() -> str:
+        return f"{event_id} is {await status_of(url, event_id)}, not {want}"
+
+    await wait_for(reached, timeout_s=timeout_s, interval_s=0.05, message=still)
 
 
 def config(tmp_path: Path) -> Path:
@@ -156,11 +158,14 @@ async def test_login_see_a_dead_letter_replay_it_after_the_fix_and_see_it_proces
                 # 5. Reload the event's page until it shows processed.
                 await page.goto(f"{server.url}/admin/events/{event_id}")
                 status = page.locator("dd .status")
-                deadline = time.monotonic() + 10
-                while (await status.inner_text()) != "processed":
-                    assert time.monotonic() < deadline, await page.content()
-                    await asyncio.sleep(0.2)
+
+                async def shows_processed() -> bool:
+                    if await status.inner_text() == "processed":
+                        return True
                     await page.reload()
+                    return False
+
+                await wait_for(shows_processed, timeout_s=10, interval_s=0.2, message=page.content)
                 await expect(page.get_by_text("until_fixed")).to_be_visible()
                 # The stylesheet is allowed by the CSP and applied.
                 font = await page.evaluate("getComputedStyle(document.body).fontFamily")

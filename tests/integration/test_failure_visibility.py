@@ -4,10 +4,8 @@ handler and type (never the message, which may quote the body) in the log."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from tests.integration.test_cli import hookd
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.logcapture import Records, captured
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "ops-token"
@@ -56,12 +55,15 @@ async def test_a_retrying_event_shows_its_handler_error_type_and_message(
     async with running_app(failing, db_url, admin_token=TOKEN, **settings) as (_, client):
         accepted = await client.post("/hooks/github", content=body, headers=headers)
         event_id = accepted.json()["event_id"]
-        deadline = time.monotonic() + 20
-        while (resource := (await client.get(f"/api/events/{event_id}", headers=AUTH)).json())[
-            "error"
-        ] is None:
-            assert time.monotonic() < deadline, resource
-            await asyncio.sleep(0.02)
+        seen: list[dict[str, Any]] = []
+
+        async def failed_once() -> dict[str, Any]:
+            seen.append((await client.get(f"/api/events/{event_id}", headers=AUTH)).json())
+            return seen[-1] if seen[-1]["error"] is not None else {}
+
+        resource = await wait_for(
+            failed_once, timeout_s=20, interval_s=0.02, message=lambda: seen[-1]
+        )
         assert resource["status"] == "retrying", resource
         assert not resource["done"]
         assert resource["error"] == expected

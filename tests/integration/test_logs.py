@@ -4,14 +4,15 @@ ids on every event line, and never a payload, a secret or the admin token."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from hookd.providers.signing import sample_event
 from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
+from tests.support.waiting import wait_for_sync
 
 TOKEN = "log-test-admin-token-6d1f"
 
@@ -52,18 +53,17 @@ max_attempts = 2
             server.url + "/hooks/github", content=forged_body, headers=forged_headers
         )
         assert response.status_code == 401
-        api = httpx.get(
-            server.url + "/api/events?status=dead", headers={"Authorization": f"Bearer {TOKEN}"}
-        )
-        deadline = time.monotonic() + 30
-        while len(api.json()["events"]) < len(ids) and time.monotonic() < deadline:
-            time.sleep(0.2)
+
+        def dead() -> list[Any] | None:
             api = httpx.get(
                 server.url + "/api/events?status=dead", headers={"Authorization": f"Bearer {TOKEN}"}
             )
-        assert len(api.json()["events"]) == len(ids), (
-            "every event should have died (max_attempts=2)"
-        )
+            events: list[Any] = api.json()["events"]
+            return events if len(events) >= len(ids) else None
+
+        should = "every event should have died (max_attempts=2)"
+        died = wait_for_sync(dead, timeout_s=30, interval_s=0.2, message=should)
+        assert len(died or ()) == len(ids), should
         server.stop()
         text = server.log_path.read_text()
 

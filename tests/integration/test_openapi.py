@@ -35,6 +35,7 @@ from tests.support.asgi import running_app
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.emulators import GitHubEmulator
 from tests.support.http import serve_app
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "ops-token"
@@ -199,12 +200,16 @@ class Served:
 
 
 async def wait_done(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
-    for _ in range(200):
-        resource: dict[str, Any] = (await client.get(path, headers=AUTH)).json()
-        if resource["done"]:
-            return resource
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{path} not done: {resource}")
+    seen: list[dict[str, Any]] = []
+
+    async def done() -> dict[str, Any]:
+        seen.append((await client.get(path, headers=AUTH)).json())
+        return seen[-1] if seen[-1]["done"] else {}
+
+    # 10 s: the 200 pauses of 0.05 s this loop was written with.
+    return await wait_for(
+        done, timeout_s=10, interval_s=0.05, message=lambda: f"{path} not done: {seen[-1]}"
+    )
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from tests.support import handlers
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -63,13 +64,19 @@ async def send(base_url: str, requests: list[Request], concurrency: int = 32) ->
 
 
 async def wait_processed(url: str, expected: int, timeout_s: float = 90) -> float:
+    """Seconds until ``expected`` events are processed; fails after ``timeout_s``."""
+
+    async def done() -> bool:
+        processed = "SELECT count(*) FROM events WHERE status = 'processed'"
+        return await scalar(url, processed) >= expected
+
+    async def unprocessed() -> str:
+        states = await scalar(url, "SELECT count(*) FROM events WHERE status <> 'processed'")
+        return f"{states} events not processed after {timeout_s}s"
+
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if await scalar(url, "SELECT count(*) FROM events WHERE status = 'processed'") >= expected:
-            return time.monotonic() - started
-        await asyncio.sleep(0.2)
-    states = await scalar(url, "SELECT count(*) FROM events WHERE status <> 'processed'")
-    raise AssertionError(f"{states} events not processed after {timeout_s}s")
+    await wait_for(done, timeout_s=timeout_s, interval_s=0.2, message=unprocessed)
+    return time.monotonic() - started
 
 
 def github_requests(count: int, duplicates: int) -> list[Request]:
@@ -156,10 +163,11 @@ async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect
             for _ in range(5):
                 before = await scalar(pg_url, processed)
                 worker = HookdWorker(env, tmp_path).start()
-                deadline = time.monotonic() + 30
-                while await scalar(pg_url, processed) < before + 20:
-                    assert time.monotonic() < deadline, worker.log()
-                    await asyncio.sleep(0.05)
+
+                async def twenty_more(before: int = before) -> bool:
+                    return await scalar(pg_url, processed) >= before + 20
+
+                await wait_for(twenty_more, timeout_s=30, message=worker.log)
                 await asyncio.sleep(random.uniform(0, 0.3))
                 worker.kill9()
                 stuck_at_kill.append(

@@ -22,6 +22,7 @@ from store.events import insert_events
 from store.models import EVENTS
 from tests.support.data import new_event
 from tests.support.logcapture import Records, captured
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
@@ -55,13 +56,18 @@ def processor(
 
 
 async def run_until_done(proc: Processor, ids: list[str], engine: AsyncEngine) -> dict[str, str]:
-    for _ in range(400):
+    """Drain until every event is processed or dead: their statuses."""
+
+    async def done() -> dict[str, str]:
         await proc.drain()
         states = await statuses(engine, ids)
-        if all(s in ("processed", "dead") for s in states.values()):
-            return states
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not done: {await statuses(engine, ids)}")
+        return states if all(s in ("processed", "dead") for s in states.values()) else {}
+
+    async def not_done() -> str:
+        return f"not done: {await statuses(engine, ids)}"
+
+    # 8 s: the 400 pauses of 0.02 s this loop was written with; each drain takes far less.
+    return await wait_for(done, timeout_s=8, interval_s=0.02, message=not_done)
 
 
 async def statuses(engine: AsyncEngine, ids: list[str]) -> dict[str, str]:

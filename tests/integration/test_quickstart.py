@@ -7,13 +7,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.server import free_port
+from tests.support.waiting import wait_for_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,15 +52,21 @@ def test_quickstart_serves_and_send_test_reaches_every_source(tmp_path: Path) ->
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+    def healthy() -> bool:
+        assert proc.poll() is None, (tmp_path / "quickstart.log").read_text()[-3000:]
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     try:
-        deadline = time.monotonic() + 500
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "quickstart.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
+        wait_for_sync(
+            healthy,
+            timeout_s=500,
+            interval_s=0.5,
+            message=lambda: (tmp_path / "quickstart.log").read_text()[-3000:],
+        )
         cli_env = {**env, "HOOKD_CONFIG": "examples/hookd.toml"}
         for line in (repo / "examples/demo.env").read_text().splitlines():
             if line and not line.startswith("#"):

@@ -24,6 +24,7 @@ from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer, free_port
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 API_TOKEN = "provider-api-token"
@@ -98,12 +99,15 @@ async def test_run_killed_midway_then_rerun_repairs_the_rest_once(
             "HOOKD_RECONCILE_LEASE_S": "3",
         }
         proc, out = await reconcile_cli(env, "github")
-        deadline = time.monotonic() + 60
-        while (
-            await scalar(pg_url, "SELECT coalesce(sum(items_repaired), 0) FROM reconcile_runs") < 40
-        ):
-            assert time.monotonic() < deadline, (await out).decode()
-            await asyncio.sleep(0.05)
+
+        async def forty_repaired() -> bool:
+            repaired = "SELECT coalesce(sum(items_repaired), 0) FROM reconcile_runs"
+            return await scalar(pg_url, repaired) >= 40
+
+        async def output() -> str:
+            return (await out).decode()
+
+        await wait_for(forty_repaired, timeout_s=60, message=output)
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         out.cancel()
@@ -146,10 +150,11 @@ async def test_worker_schedule_reconciles_with_redis(tmp_path: Path, pg_url: str
                     )
                 assert await scalar(pg_url, "SELECT count(*) FROM events") == 180
                 with HookdWorker(env, tmp_path) as worker:
-                    deadline = time.monotonic() + 90
-                    while await scalar(pg_url, "SELECT count(*) FROM effects") < 200:
-                        assert time.monotonic() < deadline, worker.log()
-                        await asyncio.sleep(0.3)
+
+                    async def all_effects() -> bool:
+                        return await scalar(pg_url, "SELECT count(*) FROM effects") >= 200
+
+                    await wait_for(all_effects, timeout_s=90, interval_s=0.3, message=worker.log)
     assert await scalar(pg_url, "SELECT count(*) FROM events WHERE origin = 'reconcile'") == 20
     assert await scalar(pg_url, "SELECT count(*) FROM calls") == 200
     assert (
@@ -171,13 +176,12 @@ async def test_serve_without_redis_keeps_the_schedule_itself(
         )
         env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": sqlite_url}
         with HookdServer(env, tmp_path) as server:
-            deadline = time.monotonic() + 60
-            while (
-                await scalar(sqlite_url, "SELECT count(*) FROM events WHERE status = 'processed'")
-                < 30
-            ):
-                assert time.monotonic() < deadline, server.log()
-                await asyncio.sleep(0.3)
+
+            async def all_processed() -> bool:
+                processed = "SELECT count(*) FROM events WHERE status = 'processed'"
+                return await scalar(sqlite_url, processed) >= 30
+
+            await wait_for(all_processed, timeout_s=60, interval_s=0.3, message=server.log)
     assert await scalar(sqlite_url, "SELECT count(*) FROM events WHERE origin = 'reconcile'") == 30
 
 
@@ -270,10 +274,15 @@ async def test_sigterm_records_the_cli_run_failed_and_gives_the_lease_back(
         config.write_text(sources_toml("github", api_url))
         env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": pg_url}
         proc, out = await reconcile_cli(env, "github", "--wait")
-        deadline = time.monotonic() + 60
-        while emulator.api_calls < 1:
-            assert proc.returncode is None and time.monotonic() < deadline, (await out).decode()
-            await asyncio.sleep(0.05)
+
+        async def api_called() -> bool:
+            assert proc.returncode is None, (await out).decode()
+            return emulator.api_calls >= 1
+
+        async def output() -> str:
+            return (await out).decode()
+
+        await wait_for(api_called, timeout_s=60, message=output)
         assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE status = 'running'")
         proc.send_signal(signal.SIGTERM)
         try:
@@ -314,10 +323,12 @@ async def test_worker_sigterm_records_its_scheduled_run_failed(tmp_path: Path, p
         with RedisServer(tmp_path) as redis:
             env["HOOKD_REDIS_URL"] = redis.url
             with HookdWorker(env, tmp_path) as worker:
-                deadline = time.monotonic() + 60
-                while emulator.api_calls < 1:
-                    assert worker.alive() and time.monotonic() < deadline, worker.log()
-                    await asyncio.sleep(0.1)
+
+                def api_called() -> bool:
+                    assert worker.alive(), worker.log()
+                    return emulator.api_calls >= 1
+
+                await wait_for(api_called, timeout_s=60, interval_s=0.1, message=worker.log)
                 try:
                     await asyncio.to_thread(worker.stop)  # SIGTERM, as a Deployment does
                 finally:

@@ -18,12 +18,14 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from hookd.providers.signing import github_headers, sample_event
+from hookd.providers.github import github_headers
+from hookd.providers.signing import sample_event
 from store import db
 from store.models import EVENTS
 from tests.support import services
 from tests.support.constants import SECRETS
 from tests.support.server import HookdServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -278,13 +280,21 @@ def test_slow_and_oversized_heads_are_refused_like_other_rejections(
 
 
 async def ready_status(client: httpx.AsyncClient, want: int, timeout_s: float = 30.0) -> int:
-    """Poll ``/readyz`` until it answers ``want`` (or give up): the last status seen."""
-    deadline = time.monotonic() + timeout_s
-    status = (await client.get("/readyz")).status_code
-    while status != want and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-        status = (await client.get("/readyz")).status_code
-    return status
+    """Poll ``/readyz`` until it answers ``want``: the last status seen; fails after
+    ``timeout_s`` saying which status it answered instead."""
+    seen: list[int] = []
+
+    async def answered() -> bool:
+        seen.append((await client.get("/readyz")).status_code)
+        return seen[-1] == want
+
+    await wait_for(
+        answered,
+        timeout_s=timeout_s,
+        interval_s=0.1,
+        message=lambda: f"/readyz answers {seen[-1]}, not {want}",
+    )
+    return seen[-1]
 
 
 async def deliver(client: httpx.AsyncClient, seq: int) -> int:

@@ -13,6 +13,7 @@ from tests.support.data import scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import HookdWorker, RedisServer
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.redis]
 
@@ -32,10 +33,12 @@ async def test_sigterm_after_redis_loss_stops_a_scheduled_run_waiting_on_its_pro
         redis = RedisServer(tmp_path).start()
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdWorker(env, tmp_path) as worker:
-            deadline = time.monotonic() + 60
-            while emulator.api_calls < 1:
-                assert worker.alive() and time.monotonic() < deadline, worker.log()
-                await asyncio.sleep(0.1)
+
+            def api_called() -> bool:
+                assert worker.alive(), worker.log()
+                return emulator.api_calls >= 1
+
+            await wait_for(api_called, timeout_s=60, interval_s=0.1, message=worker.log)
             # arq's loop fails on its next poll; the worker then waits for its jobs in
             # flight, which is where a SIGTERM used to go unheard.
             redis.stop()

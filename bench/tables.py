@@ -1,0 +1,191 @@
+"""The Markdown of each scenario in ``bench/run.py``'s report and summary: its tables, and
+its errors and warnings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from bench.verdicts import ingest_rows, ratio
+
+
+def n0(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
+def n2(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
+def ingest_tables(s: dict[str, Any]) -> str:
+    rows = ingest_rows(s)
+    lines = [
+        "| deployment | hookd req/s | bare req/s | ratio to bare | hookd p50 ms | hookd p99 ms "
+        "| server CPU per req (hookd / bare) | CPU other |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        h, b = row["hookd"], row["bare"]
+        if not h or not b:
+            lines.append(f"| {row['label']} | failed: {row['error']} | | | | | | |")
+            continue
+        lines.append(
+            f"| {row['label']} | {n0(h['rps'])} | {n0(b['rps'])} | {row['ratio']:.2f}x "
+            f"| {n2(h['latency_ms']['p50'])} | {n2(h['latency_ms']['p99'])} "
+            f"| {h['cpu'].get('server_us_per_req', '-')} µs / "
+            f"{b['cpu'].get('server_us_per_req', '-')} µs "
+            f"| {h['cpu']['other_cpu_pct']:.0f}% / {b['cpu']['other_cpu_pct']:.0f}% |"
+        )
+    lines += [
+        "",
+        'Fixed rate, 70% of hookd\'s max (open loop; "from due" counts time waiting for a '
+        "free connection when the server stalls):",
+        "",
+        "| deployment | asked req/s | got req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms "
+        "| p99 from due ms | non-2xx | server CPU |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        f = row["fixed"]
+        if not f:
+            continue
+        lat = f["latency_ms"]
+        lines.append(
+            f"| {row['label']} | {n0(f['rate_asked'])} | {n0(f['rate_achieved'])} "
+            f"| {n2(lat['p50'])} | {n2(lat['p90'])} | {n2(lat['p99'])} | {n2(lat['p999'])} "
+            f"| {n2(lat['max'])} | {n2(f['latency_from_due_ms']['p99'])} | {f['non_2xx']} "
+            f"| {f['cpu']['server_cpu_pct']:.0f}% |"
+        )
+    events = [
+        f"{row['label']}: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted((row["events"] or {}).items()))
+        for row in rows
+        if row["events"]
+    ]
+    if events:
+        lines += ["", "Events by status when the server had stopped: " + "; ".join(events) + "."]
+    return "\n".join(lines)
+
+
+def pipeline_table(s: dict[str, Any]) -> str:
+    bare = s.get("bare") or {}
+    bare_rps = bare.get("rps")
+    lines = [
+        "| workers | events/s processed | ratio to bare | ingest req/s (workers stopped) "
+        "| lag rate /s | lag p50 ms | lag p99 ms | one attempt each |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in s.get("runs", []):
+        rr = ratio(r["throughput_events_per_s"], bare_rps)
+        lines.append(
+            f"| {r['workers']} | {n0(r['throughput_events_per_s'])} "
+            f"| {'-' if rr is None else f'{rr:.2f}x'} | {n0(r.get('ingest_rps'))} "
+            f"| {n0(r['lag_rate_per_s'])} | {n0(r['lag_p50_ms'])} | {n0(r['lag_p99_ms'])} "
+            f"| {'yes' if r['every_event_one_attempt'] else 'NO'} |"
+        )
+    if bare_rps:
+        cfg = s.get("config", {})
+        lines += [
+            "",
+            f"Bare app, same {cfg.get('events', '?'):,} requests and client "
+            f"({cfg.get('client_connections', 32)} connections, closed loop): "
+            f"**{bare_rps:,.0f} req/s**.",
+        ]
+    return "\n".join(lines)
+
+
+def reconcile_table(s: dict[str, Any]) -> str:
+    lines = [
+        "| provider | events | repaired | seconds | repaired/s | bare items/s | ratio to bare "
+        "| API calls | calls per 1,000 checked |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in s.get("providers", []):
+        b = p.get("bare") or {}
+        lines.append(
+            f"| {p['provider']} | {p['events']:,} | {p['repaired']:,} | {p['seconds']:.2f} "
+            f"| {n0(p['repaired_per_s'])} | {n0(b.get('items_per_s'))} "
+            f"| {n2(p.get('ratio_to_bare'))}x | {p['api_calls']:,} "
+            f"| {p['api_calls_per_1000_checked']:,.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def soak_text(s: dict[str, Any]) -> str:
+    lines = [s.get("table", "")]
+    cfg = s.get("config", {})
+    for r in s.get("results", []):
+        m = r.get("max_measurement")
+        if r["target"] == "hookd" and m:
+            e2e = m["end_to_end"]
+            lines += [
+                "",
+                f"Rate: {cfg.get('fraction', 0.5):.0%} of {m['max_rps']:,.0f} req/s, the lower "
+                f"of the receiver's maximum ({m['ack_rps']:,.0f} req/s, wrk with the worker "
+                f"running) and the rate at which that burst was stored and processed "
+                f"({n0(e2e['events_per_s'])} events/s). The bare app got the same rate.",
+            ]
+        c = r.get("checks")
+        if c:
+            lines += [
+                "",
+                f"hookd: {c['accepted_2xx']:,} requests answered 2xx, {c['rows_added']:,} rows "
+                f"added ({c['distinct_delivery_ids']:,} distinct delivery ids in "
+                f"{c['rows_total']:,} rows), {c['processed']:,} processed, "
+                f"{c['processed_attempts_not_1']} processed with attempts ≠ 1, "
+                f"{c['dead']} dead, {c['ledger_rows']:,} handler ledger rows. Backlog drained "
+                f"{r.get('drain_after_soak', {}).get('seconds', '?')} s after the last request.",
+            ]
+        lag = (r.get("summary") or {}).get("processing_lag_ms")
+        if lag:
+            lines += [
+                "",
+                f"Processing lag over the soak (received → processed): p50 "
+                f"{lag['p50_ms']:,.0f} ms, p99 {lag['p99_ms']:,.0f} ms, "
+                f"max {lag['max_ms']:,.0f} ms.",
+            ]
+    return "\n".join(lines)
+
+
+BUSY = re.compile(r"(other processes used|machine already) (\d+)%")
+
+
+def condensed(warnings: list[str]) -> list[str]:
+    """The "other load on the machine" warnings as one line; the rest as they are."""
+    busy = [int(m.group(2)) for w in warnings if (m := BUSY.search(w))]
+    rest = [w for w in warnings if not BUSY.search(w)]
+    if busy:
+        rest.insert(
+            0,
+            f"other processes on the machine used up to {max(busy)}% of a core "
+            f"({len(busy)} warnings): these numbers are lower and noisier than on a quiet "
+            "machine",
+        )
+    return rest
+
+
+def problems_of(s: dict[str, Any]) -> tuple[list[str], list[str]]:
+    errors, warnings = [], []
+    if s.get("error"):
+        errors.append(s["error"])
+    for v in s.get("variants", []):
+        errors += [f"{v['label']}: {e}" for e in v.get("errors", [])]
+        warnings += [f"{v['label']}: {w}" for w in v.get("warnings", [])]
+        if v.get("error"):
+            errors.append(f"{v['label']}: {v['error']}")
+    errors += s.get("errors", []) if "variants" not in s else []
+    warnings += s.get("warnings", []) if "variants" not in s else []
+    if s.get("exit_code") not in (0, None) and not errors:
+        errors.append(f"exited with {s['exit_code']}")
+    return errors, condensed(warnings)
+
+
+# Each scenario's Markdown, by id: the page's sections and the printed summary.
+RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "S1": ingest_tables,
+    "S2": ingest_tables,
+    "S3": pipeline_table,
+    "S4": reconcile_table,
+    "S5": soak_text,
+}

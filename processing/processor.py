@@ -15,9 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Any
 
-import sqlalchemy as sa
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,6 +25,8 @@ from hookd.sources import Sources
 from store import claims
 from store.crypto import BodyCipher
 from store.ids import worker_id
+from store.rows import EventRow
+from store.status import EventStatus
 
 log = logging.getLogger("hookd.processing")
 
@@ -40,6 +40,9 @@ UNDECRYPTABLE = (
     "was stored with (see docs/operations.md, Encryption keys), then replay the event"
 )
 
+# The outcome label of hookd_events_processed_total is the status an attempt left the
+# event in (processed, dead), except for one that will run again: "retry".
+RETRY = "retry"
 EVENTS_PROCESSED = Counter(
     "hookd_events_processed_total",
     "Processing outcomes per attempt (processed, retry, dead).",
@@ -151,7 +154,7 @@ class Processor:
 
     async def _settle(
         self,
-        rows: list[sa.Row[Any]],
+        rows: list[EventRow],
         results: list[_Result],
         done: dict[str, list[str]],
         started: float,
@@ -162,7 +165,7 @@ class Processor:
         again; effects stay single through the handlers' idempotency keys.
         """
         now = datetime.now(UTC)
-        failed: list[tuple[sa.Row[Any], _Result, datetime | None]] = []
+        failed: list[tuple[EventRow, _Result, datetime | None]] = []
         for row, result in zip(rows, results, strict=True):
             if result.error is not None:
                 failed.append((row, result, self._retry_at(row, result, now)))
@@ -192,10 +195,10 @@ class Processor:
                     log.warning("lease lost before completion", extra={"event_id": row.id})
                 continue
             if result.ok:
-                _processed(row.source, "processed").inc()
+                _processed(row.source, EventStatus.PROCESSED).inc()
                 _processing_seconds(row.source).observe(elapsed)
         for row, result, retry_at in failed:
-            outcome = "dead" if retry_at is None else "retry"
+            outcome = EventStatus.DEAD if retry_at is None else RETRY
             if row.id in owned:
                 _processed(row.source, outcome).inc()
             # Which handler and what type, never the message: it may quote the body.
@@ -211,7 +214,7 @@ class Processor:
             else:  # nothing a handler did: the configuration or hookd itself
                 log.error("processing failed", extra=fields)
 
-    def _retry_at(self, row: sa.Row[Any], result: _Result, now: datetime) -> datetime | None:
+    def _retry_at(self, row: EventRow, result: _Result, now: datetime) -> datetime | None:
         source = self._sources.get(row.source)
         max_attempts = source.config.max_attempts if source else 1
         if result.permanent or row.attempts >= max_attempts:
@@ -249,7 +252,7 @@ class Processor:
         """Seconds since a drain last ended in this process (0 while one runs)."""
         return 0.0 if self._draining else time.monotonic() - self._drained_at
 
-    async def _guarded(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
+    async def _guarded(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
         async with self._semaphore:
             try:
                 return await self._process(row, finished, done)
@@ -266,7 +269,7 @@ class Processor:
                     error_type=kind,
                 )
 
-    async def _process(self, row: sa.Row[Any], finished: set[str], done: list[str]) -> _Result:
+    async def _process(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
         """Run the handlers not yet in the ledger, in order, appending each that finishes."""
         source = self._sources.get(row.source)
         if source is None:

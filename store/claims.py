@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.models import EVENTS, HANDLER_RUNS
+from store.rows import EVENT_COLUMNS, EventRow
+from store.status import RUNNABLE_STATUSES, EventStatus
 
-RUNNABLE = ("pending", "retrying")
+# The name hookd.web.admin reads the runnable statuses under.
+RUNNABLE = RUNNABLE_STATUSES
 
 
 def one_of(
@@ -33,9 +35,6 @@ def one_of(
     return column.in_(list(values))
 
 
-DONE = ("processed", "dead")
-
-
 async def claim_due(
     conn: AsyncConnection,
     owner: str,
@@ -44,7 +43,7 @@ async def claim_due(
     now: datetime,
     *,
     expired: bool = True,
-) -> list[sa.Row[Any]]:
+) -> list[EventRow]:
     """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1.
 
     Two picks, each read in index order and cut at ``limit``: runnable events by
@@ -59,13 +58,13 @@ async def claim_due(
     """
     runnable = (
         sa.select(EVENTS.c.id)
-        .where(EVENTS.c.status.in_(RUNNABLE), EVENTS.c.next_attempt_at <= now)
+        .where(EVENTS.c.status.in_(RUNNABLE_STATUSES), EVENTS.c.next_attempt_at <= now)
         .order_by(EVENTS.c.next_attempt_at)
         .limit(limit)
     )
     leases = (
         sa.select(EVENTS.c.id)
-        .where(EVENTS.c.status == "processing", EVENTS.c.lease_expires_at < now)
+        .where(EVENTS.c.status == EventStatus.PROCESSING, EVENTS.c.lease_expires_at < now)
         .order_by(EVENTS.c.lease_expires_at)
         .limit(limit)
     )
@@ -83,15 +82,15 @@ async def claim_due(
         sa.update(EVENTS)
         .where(EVENTS.c.id.in_(chosen.scalar_subquery()))
         .values(
-            status="processing",
+            status=EventStatus.PROCESSING,
             lease_owner=owner,
             lease_expires_at=now + timedelta(seconds=lease_s),
             attempts=EVENTS.c.attempts + 1,
             updated_at=now,
         )
-        .returning(*EVENTS.c)
+        .returning(*EVENT_COLUMNS)
     )
-    return list((await conn.execute(stmt)).all())
+    return list(map(EventRow._make, await conn.execute(stmt)))
 
 
 async def finished_handlers_many(
@@ -129,14 +128,14 @@ def _held(conn: AsyncConnection, event_ids: Sequence[str], owner: str) -> sa.Col
     return sa.and_(
         one_of(conn, EVENTS.c.id, event_ids),
         EVENTS.c.lease_owner == owner,
-        EVENTS.c.status == "processing",
+        EVENTS.c.status == EventStatus.PROCESSING,
     )
 
 
-_NO_ERROR: dict[str, Any] = dict.fromkeys(("last_error", "last_error_handler", "last_error_type"))
+_NO_ERROR: dict[str, None] = dict.fromkeys(("last_error", "last_error_handler", "last_error_type"))
 
 
-def _unleased(now: datetime) -> dict[str, Any]:
+def _unleased(now: datetime) -> dict[str, datetime | None]:
     return {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
 
 
@@ -149,7 +148,7 @@ async def mark_processed(
     result = await conn.execute(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
-        .values(status="processed", processed_at=now, **_NO_ERROR, **_unleased(now))
+        .values(status=EventStatus.PROCESSED, processed_at=now, **_NO_ERROR, **_unleased(now))
         .returning(EVENTS.c.id)
     )
     return {row[0] for row in result}
@@ -168,7 +167,7 @@ async def release(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
         .values(
-            status="retrying",
+            status=EventStatus.RETRYING,
             next_attempt_at=now,
             attempts=EVENTS.c.attempts - 1,  # >= 1 while held: claiming added it
             **_unleased(now),
@@ -194,16 +193,16 @@ async def mark_failed(
     summary, ``handler`` the handler that raised (None outside the handlers) and
     ``error_type`` the exception's type name.
     """
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         "last_error": error[:2000],
         "last_error_handler": None if handler is None else handler[:255],
         "last_error_type": None if error_type is None else error_type[:128],
         **_unleased(now),
     }
     if retry_at is None:
-        values["status"] = "dead"
+        values["status"] = EventStatus.DEAD
     else:
-        values |= {"status": "retrying", "next_attempt_at": retry_at}
+        values |= {"status": EventStatus.RETRYING, "next_attempt_at": retry_at}
     result = await conn.execute(
         sa.update(EVENTS).where(_held(conn, [event_id], owner)).values(values)
     )
@@ -224,16 +223,16 @@ async def replay(conn: AsyncConnection, event_ids: Sequence[str], now: datetime)
             sa.select(EVENTS.c.id, EVENTS.c.status).where(EVENTS.c.id.in_(list(event_ids)))
         )
     ).all()
-    ids = [r.id for r in rows if r.status != "processing"]
-    processed = [r.id for r in rows if r.status == "processed"]
+    ids = [r.id for r in rows if r.status != EventStatus.PROCESSING]
+    processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
     if processed:
         await conn.execute(sa.delete(HANDLER_RUNS).where(HANDLER_RUNS.c.event_id.in_(processed)))
     if ids:
         await conn.execute(
             sa.update(EVENTS)
-            .where(EVENTS.c.id.in_(ids), EVENTS.c.status != "processing")
+            .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
             .values(
-                status="pending",
+                status=EventStatus.PENDING,
                 attempts=0,
                 next_attempt_at=now,
                 processed_at=None,

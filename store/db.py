@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from hookd.errors import ConfigError
 
@@ -183,7 +184,7 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
         engine = create_async_engine(parsed, connect_args={"timeout": 5})
 
         @sa.event.listens_for(engine.sync_engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        def _pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
             cursor = dbapi_conn.cursor()
             for pragma in SQLITE_PRAGMAS:
                 cursor.execute(pragma)

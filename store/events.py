@@ -3,10 +3,10 @@ per batch, in SQLAlchemy Core; the unique constraint decides what is new."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -15,6 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.crypto import BodyCipher
 from store.ids import new_id
 from store.models import EVENTS
+from store.rows import EVENT_COLUMNS, EVENT_COLUMNS_NO_BODY, EventRow
+from store.status import DONE_STATUSES, EventStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,29 @@ class Stored:
     created: bool
 
 
-def _insert(conn: AsyncConnection) -> Any:
+class NewRow(TypedDict):
+    """An ``events`` row as ``prepare`` builds it: the columns an insert sets."""
+
+    id: str
+    source: str
+    provider: str
+    dedupe_key: str
+    type: str | None
+    origin: str
+    received_at: datetime
+    occurred_at: datetime | None
+    verified_with: str
+    headers: dict[str, str]
+    body: bytes
+    body_encrypted: bool
+    status: EventStatus
+    attempts: int
+    next_attempt_at: datetime
+    created_at: datetime
+    updated_at: datetime
+
+
+def _insert(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
     if conn.dialect.name == "postgresql":
         return postgresql.insert(EVENTS)
     return sqlite.insert(EVENTS)
@@ -48,7 +72,7 @@ class Batch:
     """Rows to insert (first of each key, in key order) and how to answer every input."""
 
     events: Sequence[NewEvent]
-    rows: list[dict[str, Any]]
+    rows: list[NewRow]
     ids: list[str]
     first_of: dict[tuple[str, str], int]
 
@@ -72,7 +96,7 @@ class Batch:
 def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
     now = datetime.now(UTC)
     first_of: dict[tuple[str, str], int] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[NewRow] = []
     ids: list[str] = []
     for i, ev in enumerate(events):
         key = (ev.source, ev.dedupe_key)
@@ -97,7 +121,7 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
                 "headers": ev.headers,
                 "body": body,
                 "body_encrypted": encrypted,
-                "status": "pending",
+                "status": EventStatus.PENDING,
                 "attempts": 0,
                 "next_attempt_at": ev.received_at,
                 "created_at": now,
@@ -134,15 +158,13 @@ async def insert_events(
     return batch.resolve(created, existing)
 
 
-EVENT_COLUMNS = [c for c in EVENTS.c if c.name != "body"]
-
-
 async def get_event(
     conn: AsyncConnection, event_id: str, *, with_body: bool = False
-) -> sa.Row[Any] | None:
-    cols = list(EVENTS.c) if with_body else EVENT_COLUMNS
-    result = await conn.execute(sa.select(*cols).where(EVENTS.c.id == event_id))
-    return result.first()
+) -> EventRow | None:
+    """The event, its body read only ``with_body`` (None in its place otherwise)."""
+    cols = EVENT_COLUMNS if with_body else EVENT_COLUMNS_NO_BODY
+    row = (await conn.execute(sa.select(*cols).where(EVENTS.c.id == event_id))).first()
+    return None if row is None else EventRow._make(row)
 
 
 async def list_events(
@@ -154,9 +176,9 @@ async def list_events(
     origin: str | None = None,
     limit: int = 50,
     before_id: str | None = None,
-) -> list[sa.Row[Any]]:
-    """Newest first, keyset-paged on the time-ordered id."""
-    query = sa.select(*EVENT_COLUMNS).order_by(EVENTS.c.id.desc()).limit(limit)
+) -> list[EventRow]:
+    """Newest first, keyset-paged on the time-ordered id; bodies are not read."""
+    query = sa.select(*EVENT_COLUMNS_NO_BODY).order_by(EVENTS.c.id.desc()).limit(limit)
     if source is not None:
         query = query.where(EVENTS.c.source == source)
     if status is not None:
@@ -167,45 +189,47 @@ async def list_events(
         query = query.where(EVENTS.c.origin == origin)
     if before_id is not None:
         query = query.where(EVENTS.c.id < before_id)
-    return list((await conn.execute(query)).all())
+    return list(map(EventRow._make, await conn.execute(query)))
 
 
-def event_resource(row: sa.Row[Any]) -> dict[str, Any]:
+def event_resource(row: EventRow) -> dict[str, Any]:
     """An event as the API and ``hookd events`` show it, shaped like a long-running
     operation: ``name`` (``events/ID``), ``done`` once processed or dead, ``error`` and
-    ``poll_after_seconds`` (null once done) for a client that polls it."""
-    m = row._mapping
-    done = m["status"] in ("processed", "dead")
+    ``poll_after_seconds`` (null once done) for a client that polls it.
+
+    A JSON object that callers extend (the admin UI, ``hookd events --body``), hence
+    a plain dict."""
+    done = row.status in DONE_STATUSES
     return {
-        "name": f"events/{m['id']}",
-        "id": m["id"],
-        "source": m["source"],
-        "provider": m["provider"],
-        "type": m["type"],
-        "dedupe_key": m["dedupe_key"],
-        "origin": m["origin"],
-        "status": m["status"],
+        "name": f"events/{row.id}",
+        "id": row.id,
+        "source": row.source,
+        "provider": row.provider,
+        "type": row.type,
+        "dedupe_key": row.dedupe_key,
+        "origin": row.origin,
+        "status": row.status,
         "done": done,
-        "attempts": m["attempts"],
-        "received_at": _iso(m["received_at"]),
-        "occurred_at": _iso(m["occurred_at"]),
-        "processed_at": _iso(m["processed_at"]),
-        "verified_with": m["verified_with"],
-        "error": event_error(m),
+        "attempts": row.attempts,
+        "received_at": _iso(row.received_at),
+        "occurred_at": _iso(row.occurred_at),
+        "processed_at": _iso(row.processed_at),
+        "verified_with": row.verified_with,
+        "error": event_error(row),
         "poll_after_seconds": None if done else 1,
     }
 
 
-def event_error(m: Mapping[Any, Any]) -> dict[str, str | None] | None:
+def event_error(row: EventRow) -> dict[str, str | None] | None:
     """The last failed attempt's error, while the event retries and once it is dead
     (processing and replay clear it): the summary line, the handler that raised
     (None when processing failed outside the handlers) and the exception type."""
-    if not m["last_error"]:
+    if not row.last_error:
         return None
     return {
-        "message": m["last_error"],
-        "handler": m["last_error_handler"],
-        "type": m["last_error_type"],
+        "message": row.last_error,
+        "handler": row.last_error_handler,
+        "type": row.last_error_type,
     }
 
 

@@ -25,15 +25,16 @@ from base64 import b64encode
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
 import sqlalchemy as sa
 
 from store.crypto import BodyCipher
 from store.db import SQLITE_PRAGMAS, check_url
-from store.events import NewEvent, Stored, prepare
+from store.events import NewEvent, NewRow, Stored, prepare
 from store.ids import new_id
+from store.status import EventOrigin, EventStatus
 
 COLUMNS = (
     "id",
@@ -62,13 +63,14 @@ SQLITE_ROWS = 32_766 // len(COLUMNS)
 # The whole batch travels as one JSON text parameter and PostgreSQL unpacks it:
 # encoding a dozen typed arrays element by element cost the receiver's event
 # loop more than everything else per row, and the database has the other core.
-PG_INSERT = """
+# Every new row starts as pending with no attempt, as ``prepare`` writes it.
+PG_INSERT = f"""
 INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at, occurred_at,
                     verified_with, headers, body, body_encrypted, status, attempts,
                     next_attempt_at, created_at, updated_at)
 SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at, u.occurred_at,
-       u.verified_with, u.headers, decode(u.body, 'base64'), u.body_encrypted, 'pending', 0,
-       u.received_at, $2, $2
+       u.verified_with, u.headers, decode(u.body, 'base64'), u.body_encrypted,
+       '{EventStatus.PENDING}', 0, u.received_at, $2, $2
 FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text,
                                       dedupe_key text, type text, origin text,
                                       received_at timestamptz, occurred_at timestamptz,
@@ -77,7 +79,7 @@ FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text
 ORDER BY u.n
 ON CONFLICT (source, dedupe_key) DO NOTHING
 RETURNING id
-"""
+"""  # noqa: S608 - constants and placeholders only
 
 PG_EXISTING = """
 SELECT e.id, e.source, e.dedupe_key
@@ -99,7 +101,7 @@ def probe_event() -> NewEvent:
         provider=PROBE_SOURCE,
         dedupe_key=new_id(),
         type=None,
-        origin="webhook",
+        origin=EventOrigin.WEBHOOK,
         received_at=now,
         occurred_at=None,
         verified_with="",
@@ -127,10 +129,10 @@ class PgInserter:
         self._cipher = cipher
         self._size = size
         self._timeout_s = timeout_s
-        self._pool: Any = None
+        self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
 
-    async def _get_pool(self) -> Any:
+    async def _get_pool(self) -> asyncpg.Pool:
         if self._pool is None:
             async with self._lock:
                 if self._pool is None:
@@ -200,7 +202,7 @@ class PgInserter:
             self._pool = None
 
 
-def _pg_payload(rows: list[dict[str, Any]]) -> str:
+def _pg_payload(rows: list[NewRow]) -> str:
     return json.dumps(
         [
             {
@@ -224,7 +226,7 @@ def _pg_payload(rows: list[dict[str, Any]]) -> str:
     )
 
 
-async def _no_reset(_: Any) -> None:
+async def _no_reset(_: asyncpg.Connection) -> None:
     return None
 
 
@@ -238,9 +240,9 @@ def _sqlite_time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _sqlite_params(rows: list[dict[str, Any]]) -> list[Any]:
+def _sqlite_params(rows: list[NewRow]) -> list[str | int | bytes | None]:
     """The rows' values, flat, in ``COLUMNS`` order."""
-    params: list[Any] = []
+    params: list[str | int | bytes | None] = []
     for r in rows:
         params += (
             r["id"],
@@ -293,7 +295,7 @@ class SqliteInserter:
             self._statements[n] = sql
         return sql
 
-    def _write(self, rows: list[dict[str, Any]]) -> tuple[set[str], dict[tuple[str, str], str]]:
+    def _write(self, rows: list[NewRow]) -> tuple[set[str], dict[tuple[str, str], str]]:
         conn = self._connect()
         params = _sqlite_params(rows)
         width = len(COLUMNS)
@@ -322,7 +324,7 @@ class SqliteInserter:
                 existing[(source, key)] = found[0]
         return created, existing
 
-    def _probe(self, rows: list[dict[str, Any]]) -> None:
+    def _probe(self, rows: list[NewRow]) -> None:
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")

@@ -10,10 +10,14 @@ import sqlalchemy as sa
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from store.status import RUNNABLE_STATUSES, EventOrigin, EventStatus, sql_in
+
 UQ_EVENTS_SOURCE_KEY = "uq_events_source_dedupe_key"
 
-STATUSES = ("pending", "processing", "retrying", "processed", "dead")
-ORIGINS = ("webhook", "reconcile", "replay")
+# Plain strings, in the schema's order, for what lists or checks them (the API's
+# filters, the OpenAPI enums, the admin UI's menus).
+STATUSES: tuple[str, ...] = tuple(s.value for s in EventStatus)
+ORIGINS: tuple[str, ...] = tuple(o.value for o in EventOrigin)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -30,15 +34,16 @@ class UTCDateTime(TypeDecorator[datetime]):
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
-    def process_result_value(self, value: Any, dialect: sa.Dialect) -> datetime | None:
+    def process_result_value(self, value: object, dialect: sa.Dialect) -> datetime | None:
         if value is None:
             return None
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _utc(nullable: bool = False, **kw: Any) -> Any:
-    return Field(sa_column=sa.Column(UTCDateTime(), nullable=nullable, **kw))
+def _utc(nullable: bool = False) -> Any:
+    # Any, as sqlmodel.Field returns: the class attribute is annotated datetime.
+    return Field(sa_column=sa.Column(UTCDateTime(), nullable=nullable))
 
 
 class Event(SQLModel, table=True):
@@ -52,8 +57,8 @@ class Event(SQLModel, table=True):
         sa.Index(
             "ix_events_runnable",
             "next_attempt_at",
-            postgresql_where=sa.text("status IN ('pending', 'retrying')"),
-            sqlite_where=sa.text("status IN ('pending', 'retrying')"),
+            postgresql_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
+            sqlite_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
         ),
     )
 
@@ -69,7 +74,8 @@ class Event(SQLModel, table=True):
     headers: dict[str, str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     body: bytes | None = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=True))
     body_encrypted: bool = Field(default=False)
-    status: str = Field(default="pending", max_length=16)
+    # Typed str, not EventStatus: an enum annotation would make the column an ENUM.
+    status: str = Field(default=EventStatus.PENDING.value, max_length=16)
     attempts: int = Field(default=0)
     next_attempt_at: datetime = _utc()
     lease_owner: str | None = Field(default=None, max_length=64)
@@ -134,8 +140,8 @@ class ReconcileRun(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=26)
     source: str = Field(max_length=64)
-    status: str = Field(max_length=16)  # queued|running|succeeded|failed|lease_held
-    trigger: str = Field(max_length=16)  # cli|schedule|api
+    status: str = Field(max_length=16)  # a store.status.RunStatus
+    trigger: str = Field(max_length=16)  # a store.status.RunTrigger
     dry_run: bool = Field(default=False)
     started_at: datetime = _utc()
     finished_at: datetime | None = _utc(nullable=True)

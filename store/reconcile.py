@@ -2,15 +2,70 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
+from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
+from store.status import DONE_RUN_STATUSES, UNFINISHED_RUN_STATUSES, RunStatus
+
+
+class StateChange(TypedDict, total=False):
+    """Columns of ``reconcile_state`` that ``update_state`` may set."""
+
+    cursor: float | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    disabled: bool
+    disabled_reason: str | None
+    auth_failures: int
+    error_count: int
+    interval_s: float | None
+    next_run_at: datetime | None
+    last_run_id: str | None
+    meta: dict[str, str]
+    updated_at: datetime
+
+
+class _RunProgress(TypedDict, total=False):
+    """Columns of ``reconcile_runs`` a run sets as it goes and at its end."""
+
+    finished_at: datetime | None
+    items_checked: int
+    items_missing: int
+    items_repaired: int
+    pages: int
+    api_calls: int
+    rate_limited: int
+    cursor_before: float | None
+    cursor_after: float | None
+    error: str | None
+
+
+class NewRun(_RunProgress):
+    """A run record as ``create_run`` inserts it: these given, the counters 0 unless given."""
+
+    id: str
+    source: str
+    status: str  # a RunStatus
+    trigger: str  # a RunTrigger
+    dry_run: bool
+    started_at: datetime
+
+
+class RunChange(_RunProgress, total=False):
+    """Columns of ``reconcile_runs`` that ``update_run`` may set: all but the id."""
+
+    source: str
+    status: str  # a RunStatus
+    trigger: str  # a RunTrigger
+    dry_run: bool
+    started_at: datetime
 
 
 async def ensure_state(conn: AsyncConnection, source: str, now: datetime) -> None:
@@ -29,15 +84,17 @@ async def ensure_state(conn: AsyncConnection, source: str, now: datetime) -> Non
     )
 
 
-async def get_state(conn: AsyncConnection, source: str) -> sa.Row[Any] | None:
+async def get_state(conn: AsyncConnection, source: str) -> SourceStateRow | None:
     result = await conn.execute(
-        sa.select(RECONCILE_STATE).where(RECONCILE_STATE.c.source == source)
+        sa.select(*SOURCE_STATE_COLUMNS).where(RECONCILE_STATE.c.source == source)
     )
-    return result.first()
+    row = result.first()
+    return None if row is None else SourceStateRow._make(row)
 
 
-async def all_states(conn: AsyncConnection) -> dict[str, sa.Row[Any]]:
-    return {r.source: r for r in await conn.execute(sa.select(RECONCILE_STATE))}
+async def all_states(conn: AsyncConnection) -> dict[str, SourceStateRow]:
+    result = await conn.execute(sa.select(*SOURCE_STATE_COLUMNS))
+    return {state.source: state for state in map(SourceStateRow._make, result)}
 
 
 async def acquire_lease(
@@ -74,7 +131,7 @@ async def renew_lease(
 
 
 async def update_state(
-    conn: AsyncConnection, source: str, owner: str | None, **values: Any
+    conn: AsyncConnection, source: str, owner: str | None, **values: Unpack[StateChange]
 ) -> bool:
     """Change the state; with ``owner``, only while that owner holds the lease."""
     query = sa.update(RECONCILE_STATE).where(RECONCILE_STATE.c.source == source)
@@ -84,7 +141,7 @@ async def update_state(
     return bool(result.rowcount)
 
 
-async def create_run(conn: AsyncConnection, **values: Any) -> None:
+async def create_run(conn: AsyncConnection, **values: Unpack[NewRun]) -> None:
     defaults = {
         "items_checked": 0,
         "items_missing": 0,
@@ -105,13 +162,10 @@ async def add_run_counts(conn: AsyncConnection, run_id: str, **deltas: int) -> N
         )
 
 
-async def update_run(conn: AsyncConnection, run_id: str, **values: Any) -> None:
+async def update_run(conn: AsyncConnection, run_id: str, **values: Unpack[RunChange]) -> None:
     await conn.execute(
         sa.update(RECONCILE_RUNS).where(RECONCILE_RUNS.c.id == run_id).values(values)
     )
-
-
-UNFINISHED = ("queued", "running")
 
 
 async def fail_unfinished_run(
@@ -120,8 +174,10 @@ async def fail_unfinished_run(
     """Record a run as failed unless it already ended (an end that won the race stays)."""
     result = await conn.execute(
         sa.update(RECONCILE_RUNS)
-        .where(RECONCILE_RUNS.c.id == run_id, RECONCILE_RUNS.c.status.in_(UNFINISHED))
-        .values(status="failed", finished_at=now, error=error)
+        .where(
+            RECONCILE_RUNS.c.id == run_id, RECONCILE_RUNS.c.status.in_(UNFINISHED_RUN_STATUSES)
+        )
+        .values(status=RunStatus.FAILED, finished_at=now, error=error)
     )
     return bool(result.rowcount)
 
@@ -139,27 +195,28 @@ async def close_abandoned_runs(
         sa.update(RECONCILE_RUNS)
         .where(
             RECONCILE_RUNS.c.source == source,
-            RECONCILE_RUNS.c.status == "running",
+            RECONCILE_RUNS.c.status == RunStatus.RUNNING,
             RECONCILE_RUNS.c.id != (keep or ""),
         )
-        .values(status="failed", finished_at=now, error="abandoned: lease expired")
+        .values(status=RunStatus.FAILED, finished_at=now, error="abandoned: lease expired")
         .returning(RECONCILE_RUNS.c.id)
     )
     return [row[0] for row in result]
 
 
-async def get_run(conn: AsyncConnection, run_id: str) -> sa.Row[Any] | None:
-    result = await conn.execute(sa.select(RECONCILE_RUNS).where(RECONCILE_RUNS.c.id == run_id))
-    return result.first()
+async def get_run(conn: AsyncConnection, run_id: str) -> RunRow | None:
+    result = await conn.execute(sa.select(*RUN_COLUMNS).where(RECONCILE_RUNS.c.id == run_id))
+    row = result.first()
+    return None if row is None else RunRow._make(row)
 
 
 async def list_runs(
     conn: AsyncConnection, source: str | None = None, limit: int = 50
-) -> list[sa.Row[Any]]:
-    query = sa.select(RECONCILE_RUNS).order_by(RECONCILE_RUNS.c.id.desc()).limit(limit)
+) -> list[RunRow]:
+    query = sa.select(*RUN_COLUMNS).order_by(RECONCILE_RUNS.c.id.desc()).limit(limit)
     if source is not None:
         query = query.where(RECONCILE_RUNS.c.source == source)
-    return list((await conn.execute(query)).all())
+    return list(map(RunRow._make, await conn.execute(query)))
 
 
 async def existing_keys(conn: AsyncConnection, source: str, keys: Iterable[str]) -> set[str]:
@@ -176,7 +233,7 @@ async def existing_keys(conn: AsyncConnection, source: str, keys: Iterable[str])
     return found
 
 
-async def run_totals(conn: AsyncConnection) -> Sequence[sa.Row[Any]]:
+async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
     """Per source and status: run count and summed counters (for metrics)."""
     result = await conn.execute(
         sa.select(
@@ -188,30 +245,30 @@ async def run_totals(conn: AsyncConnection) -> Sequence[sa.Row[Any]]:
             sa.func.coalesce(sa.func.sum(RECONCILE_RUNS.c.rate_limited), 0).label("rate_limited"),
         ).group_by(RECONCILE_RUNS.c.source, RECONCILE_RUNS.c.status, RECONCILE_RUNS.c.dry_run)
     )
-    return result.all()
+    return list(map(RunTotalsRow._make, result))
 
 
-def run_resource(row: sa.Row[Any]) -> dict[str, Any]:
-    m = row._mapping
+def run_resource(row: RunRow) -> dict[str, Any]:
+    """A run as the API shows it; a JSON object, like ``event_resource``'s."""
     return {
-        "name": f"reconcile-runs/{m['id']}",
-        "id": m["id"],
-        "source": m["source"],
-        "status": m["status"],
-        "done": m["status"] in ("succeeded", "failed", "lease_held"),
-        "trigger": m["trigger"],
-        "dry_run": m["dry_run"],
-        "started_at": _iso(m["started_at"]),
-        "finished_at": _iso(m["finished_at"]),
-        "items_checked": m["items_checked"],
-        "items_missing": m["items_missing"],
-        "items_repaired": m["items_repaired"],
-        "pages": m["pages"],
-        "api_calls": m["api_calls"],
-        "rate_limited": m["rate_limited"],
-        "cursor_before": m["cursor_before"],
-        "cursor_after": m["cursor_after"],
-        "error": m["error"],
+        "name": f"reconcile-runs/{row.id}",
+        "id": row.id,
+        "source": row.source,
+        "status": row.status,
+        "done": row.status in DONE_RUN_STATUSES,
+        "trigger": row.trigger,
+        "dry_run": row.dry_run,
+        "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at),
+        "items_checked": row.items_checked,
+        "items_missing": row.items_missing,
+        "items_repaired": row.items_repaired,
+        "pages": row.pages,
+        "api_calls": row.api_calls,
+        "rate_limited": row.rate_limited,
+        "cursor_before": row.cursor_before,
+        "cursor_after": row.cursor_after,
+        "error": row.error,
     }
 
 

@@ -58,3 +58,26 @@ class RateLimited(ReconcileError):
 class LeaseLost(ReconcileError):
     """Another run took the source's lease over (ours expired)."""
 
+
+
+class BadRequest(HookdError):
+    """A query the operations refuse (HTTP 400); ``field`` names what is wrong
+    (``status``, ``origin``, ``limit``, ``cursor``, or ``text`` for a NUL in a filter)
+    and ``detail`` is the sentence the operations API answers with."""
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__("bad_request", detail)
+        self.field = field
+
+
+class NotFound(HookdError):
+    """No such event, source or reconciliation run (HTTP 404); ``kind`` says which."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__("not_found", kind)
+        self.kind = kind
+
+
+class Conflict(HookdError):
+    """The thing exists but cannot be done now (HTTP 409): ``in_progress`` (the event is
+    being processed), ``not_configured`` (the source has no reconciliation)."""

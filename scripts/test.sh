@@ -12,7 +12,7 @@ python=${PYTHON:-python3}
 
 .venv/bin/ruff check .
 .venv/bin/mypy
-# The layers (hookd.cli → runtime → web → metrics → ingest | processing | reconcile → …
+# The layers (hookd.cli → runtime → web → metrics → ops → ingest | processing | reconcile → …
 # → store → errors) are kept by import-linter; its contracts are in pyproject.toml.
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/pytest "$@"

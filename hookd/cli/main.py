@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from sqlalchemy import exc as sa_exc
 
+from hookd.cli.context import database, nothing_to_wake, waking
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.settings import Settings
@@ -291,7 +292,6 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
 
 
 async def cmd_keys_rotate(settings: Settings) -> int:
-    from store import db
     from store.crypto import BodyCipher
     from store.keys import rotate_bodies
 
@@ -300,11 +300,8 @@ async def cmd_keys_rotate(settings: Settings) -> int:
         raise ConfigError(
             "environment: HOOKD_ENCRYPTION_KEYS: set the new key first, followed by the old ones"
         )
-    engine = db.create_engine(settings.database_url)
-    try:
+    async with database(settings) as engine:
         done = await rotate_bodies(engine, cipher)
-    finally:
-        await engine.dispose()
     print(
         f"hookd: {done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
         "with the first key; the other keys can now be removed"
@@ -409,8 +406,7 @@ async def preflight(settings: Settings) -> None:
     # Only `hookd db upgrade` may create a SQLite file; every command after this
     # check reuses the file it found.
     db.require_existing(settings.database_url)
-    engine = db.create_engine(settings.database_url)
-    try:
+    async with database(settings) as engine:
         with db.opening(settings.database_url):
             await check_schema(engine, settings.database_url)
             autovacuum = await db.autovacuum_on(engine)
@@ -422,8 +418,6 @@ async def preflight(settings: Settings) -> None:
                 "handler_runs regularly",
                 file=sys.stderr,
             )
-    finally:
-        await engine.dispose()
 
 
 def cmd_worker(settings: Settings) -> int:
@@ -445,14 +439,12 @@ EXIT_WAIT_DEAD, EXIT_WAIT_TIMEOUT, EXIT_WAIT_UNKNOWN = 1, 3, 4
 
 async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Poll one event read-only until it is done or the monotonic deadline passes."""
-    from store import db
     from store.events import get_event
 
     deadline = time.monotonic() + args.timeout
-    engine = db.create_engine(settings.database_url)
     status = "unknown"
     last_error: str | None = None
-    try:
+    async with database(settings) as engine:
         while True:
             try:
                 async with engine.connect() as conn:
@@ -477,79 +469,67 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{args.id} {status}: not done after {args.timeout:g}s{why}")
                 return EXIT_WAIT_TIMEOUT
             await asyncio.sleep(min(args.interval, remaining))
-    finally:
-        await engine.dispose()
 
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from datetime import UTC, datetime
-
-    from processing.wakeups import ArqWaker
-    from store import claims, db
-    from store.events import get_event
+    from hookd.ops import EventOps
 
     if bool(args.ids) == bool(args.source or args.status):
         raise ConfigError("usage: hookd replay EVENT_ID ... | --source S --status dead")
     if not args.ids and not (args.source and args.status):
         raise ConfigError("usage: --source and --status go together")
-    engine = db.create_engine(settings.database_url)
-    try:
-        async with engine.begin() as conn:
-            ids = list(args.ids) or await claims.ids_with_status(conn, args.source, args.status)
-            unknown = [i for i in ids if await get_event(conn, i) is None]
-            replayed = await claims.replay(conn, ids, datetime.now(UTC))
-    finally:
-        await engine.dispose()
-    for event_id in unknown:
-        print(f"hookd: no event {event_id}", file=sys.stderr)
-    for event_id in ids:
-        if event_id not in unknown:
-            state = "replayed" if event_id in replayed else "skipped: being processed now"
-            print(f"{event_id} {state}")
-    if settings.redis_url and replayed:
-        waker = ArqWaker(settings.redis_url)
-        await waker.on_commit(replayed)
-        await waker.close()
-    return EXIT_FAIL if unknown else EXIT_OK
+    async with database(settings) as engine, waking(settings) as wake:
+        events = EventOps(engine, wake)
+        # --status has the one choice "dead"; the source need not be in the sources file.
+        done = await (events.replay_many(args.ids) if args.ids else events.replay_dead(args.source))
+        # Said before the wake-up's Redis is let go, which waits for the job to be sent.
+        for event_id in done.unknown:
+            print(f"hookd: no event {event_id}", file=sys.stderr)
+        for event_id in done.ids:
+            if event_id not in done.unknown:
+                state = "replayed" if event_id in done.replayed else "skipped: being processed now"
+                print(f"{event_id} {state}")
+    return EXIT_FAIL if done.unknown else EXIT_OK
 
 
 LEASE_WAIT_S = 600.0
 
 
 async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from processing.wakeups import ArqWaker
+    from hookd.errors import Conflict, NotFound
+    from hookd.ops import RunOps, SourceOps
     from reconcile.poller import Reconciler
-    from reconcile.service import reconciled
-    from store import db
     from store.crypto import BodyCipher
 
-    chosen = []
-    for name in args.sources:
-        source = sources.get(name)
-        if source is None:
-            raise ConfigError(f"{sources.path}: no source named {name!r}")
-        if source.config.reconcile is None:
-            raise ConfigError(f"{sources.path}: source {name!r}: no [sources.reconcile] table")
-        chosen.append(source)
-    chosen = chosen or reconciled(sources)
-    if not chosen:
-        raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")
-    engine = db.create_engine(settings.database_url)
-    waker = ArqWaker(settings.redis_url) if settings.redis_url else None
     failed = 0
-    try:
+    async with database(settings) as engine, waking(settings) as wake:
+        source_ops = SourceOps(engine, sources)
+        chosen = []
+        for name in args.sources:
+            try:
+                chosen.append(source_ops.reconcilable(name))
+            except NotFound:
+                raise ConfigError(f"{sources.path}: no source named {name!r}") from None
+            except Conflict:
+                raise ConfigError(
+                    f"{sources.path}: source {name!r}: no [sources.reconcile] table"
+                ) from None
+        chosen = chosen or source_ops.reconciled()
+        if not chosen:
+            raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")
         async with httpx.AsyncClient() as client:
             reconciler = Reconciler(
                 engine,
                 client,
                 BodyCipher(settings.encryption_keys),
-                on_repaired=waker.on_commit if waker else None,
+                on_repaired=lambda _ids: wake(),
                 lease_s=settings.reconcile_lease_s,
             )
+            run_ops = RunOps(reconciler, source_ops)
             with stop_on_signals(reconciler) as received:
                 try:
                     for source in chosen:
-                        outcome = await reconciler.run(
+                        outcome = await run_ops.run(
                             source,
                             trigger="cli",
                             dry_run=args.dry_run,
@@ -575,10 +555,6 @@ async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: S
                         file=sys.stderr,
                     )
                     return 128 + received[0].value
-    finally:
-        if waker is not None:
-            await waker.close()
-        await engine.dispose()
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -625,25 +601,23 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
 
 
 async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from reconcile import service
-    from store import db
+    from hookd.errors import Conflict, NotFound
+    from hookd.ops import SourceOps
 
-    engine = db.create_engine(settings.database_url)
-    try:
+    async with database(settings) as engine:
+        source_ops = SourceOps(engine, sources)
         if args.sources_command == "enable":
-            source = sources.get(args.name)
-            if source is None:
-                raise ConfigError(f"{sources.path}: no source named {args.name!r}")
-            if source.config.reconcile is None:
+            try:
+                await source_ops.enable(args.name)
+            except NotFound:
+                raise ConfigError(f"{sources.path}: no source named {args.name!r}") from None
+            except Conflict:
                 raise ConfigError(
                     f"{sources.path}: source {args.name!r} has no [sources.reconcile] table"
-                )
-            await service.enable(engine, args.name)
+                ) from None
             print(f"{args.name}: reconciliation enabled")
             return EXIT_OK
-        resources = await service.source_resources(engine, sources)
-    finally:
-        await engine.dispose()
+        resources = await source_ops.overview()
     if args.json:
         for res in resources:
             print(json.dumps(res))
@@ -683,45 +657,42 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
 
 
 async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
-    from store import db
+    from hookd.errors import NotFound
+    from hookd.ops import EventOps, EventQuery
     from store.crypto import BodyCipher
-    from store.events import event_resource, get_event, list_events
 
-    engine = db.create_engine(settings.database_url)
-    try:
-        async with engine.connect() as conn:
-            if args.events_command == "list":
-                rows = await list_events(
-                    conn, source=args.source, status=args.status, limit=args.limit
-                )
-                resources = [event_resource(r) for r in rows]
-                if args.json:
-                    for res in resources:
-                        print(json.dumps(res))
-                else:
-                    print_table(resources)
-                return EXIT_OK
-            row = await get_event(conn, args.id, with_body=args.body)
-            if row is None:
-                print(f"hookd: no event {args.id}", file=sys.stderr)
-                return EXIT_FAIL
-            res = event_resource(row)
-            res["headers"] = row._mapping["headers"]
-            if args.body:
-                body = BodyCipher(settings.encryption_keys).open(
-                    row._mapping["body"] or b"", row._mapping["body_encrypted"]
-                )
-                res["body"] = body.decode("utf-8", "replace")
+    async with database(settings) as engine:
+        events = EventOps(engine, nothing_to_wake)
+        if args.events_command == "list":
+            # Checked by the options already, and --limit has no upper bound here.
+            query = EventQuery(source=args.source, status=args.status, limit=args.limit)
+            resources = (await events.page(query)).events
             if args.json:
-                print(json.dumps(res))
+                for res in resources:
+                    print(json.dumps(res))
             else:
-                width = max(len(k) for k in res)
-                for key, value in res.items():
-                    shown = json.dumps(value) if isinstance(value, dict) else value
-                    print(f"{key.ljust(width)}  {'' if shown is None else shown}")
+                print_table(resources)
             return EXIT_OK
-    finally:
-        await engine.dispose()
+        try:
+            detail = await events.show(args.id, with_body=args.body)
+        except NotFound:
+            print(f"hookd: no event {args.id}", file=sys.stderr)
+            return EXIT_FAIL
+        res = detail.resource
+        res["headers"] = detail.headers
+        if args.body:
+            body = BodyCipher(settings.encryption_keys).open(
+                detail.body or b"", detail.body_encrypted
+            )
+            res["body"] = body.decode("utf-8", "replace")
+        if args.json:
+            print(json.dumps(res))
+        else:
+            width = max(len(k) for k in res)
+            for key, value in res.items():
+                shown = json.dumps(value) if isinstance(value, dict) else value
+                print(f"{key.ljust(width)}  {'' if shown is None else shown}")
+        return EXIT_OK
 
 
 EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")

@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
+from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
@@ -60,7 +61,11 @@ def create_app(
     )
     receiver = Receiver(sources, committer, body_timeout_s=settings.body_timeout_s, clock=clock)
     runtime.reconciler.on_repaired = dispatcher.on_commit
-    api_state = api.SourcesApi(runtime.reconciler, sources, settings.admin_token)
+    # One set of operations behind both the API and the admin UI: a replay from either
+    # wakes this process's dispatcher, a run started from either is cancelled below.
+    events = EventOps(engine, lambda: dispatcher.on_commit(()))
+    source_ops = SourceOps(engine, sources)
+    runs = RunOps(runtime.reconciler, source_ops)
     # Without Redis there is no worker: serve keeps the reconciliation schedule too.
     scheduled = settings.reconcile_schedule and not waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
@@ -92,7 +97,7 @@ def create_app(
             await inserter.close()
             if scheduler is not None:
                 await scheduler.stop()
-            await api_state.stop()
+            await runs.stop()
             if consumer is not None:
                 await consumer.stop()
             if waker is not None:
@@ -102,9 +107,8 @@ def create_app(
     app = HookdApp(
         routes=[
             *health.routes(engine, waker, settings.admin_token, sources, committer),
-            *api.routes(engine, settings.admin_token, lambda: dispatcher.on_commit(())),
-            *api_state.routes(),
-            *admin.routes(engine, settings.admin_token, sources, api_state, dispatcher.on_commit),
+            *api.routes(settings.admin_token, events, source_ops, runs),
+            *admin.routes(settings.admin_token, events, source_ops, runs),
         ],
         lifespan=lifespan,
     )

@@ -1,5 +1,5 @@
-"""The admin UI at ``/admin``: server-rendered pages over the same store
-functions as the Operations API, behind a login with the admin token.
+"""The admin UI at ``/admin``: server-rendered pages over the same operations
+(``hookd.ops``) as the Operations API, behind a login with the admin token.
 
 A session is a signed cookie (itsdangerous) whose key is derived from the admin
 token, so rotating the token logs everyone out. It holds a random CSRF token
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,19 +23,15 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import jinja2
 from itsdangerous import BadSignature, URLSafeTimedSerializer
-from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from hookd.sources import Sources
-from hookd.web.api import SourcesApi
+from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from processing.handlers import FORWARD
-from reconcile import service
 from store import claims
-from store import reconcile as rstate
-from store.events import event_resource, get_event, list_events
-from store.ids import is_id
 from store.models import ORIGINS, STATUSES
 
 log = logging.getLogger("hookd.admin")
@@ -74,9 +69,13 @@ ERRORS = {
     "nothing_dead": "Nothing to replay: no dead events.",
     "not_configured": "This source has no [sources.reconcile] table.",
 }
+# A refused filter in this UI's words where the API's would mean nothing here.
+BAD_FILTER = {
+    "cursor": "That page link is not one this page made.",
+    "text": "Filters must not contain NUL.",
+}
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-OnCommit = Callable[[Sequence[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,29 +215,20 @@ Action = Callable[[Request, Session, dict[str, str]], Awaitable[Response]]
 
 
 class AdminUI:
-    """The /admin pages over one engine and one set of sources.
-
-    ``api_state`` starts reconciliation runs exactly as ``POST
-    /api/sources/{name}/reconcile`` does (and cancels them at shutdown);
-    ``on_commit`` is the dispatcher's wake-up, called after a replay as the API does.
+    """The /admin pages over the operations the API offers: the same ``events``
+    (replay wakes processing as the API's does), ``sources`` and ``runs`` (a run
+    started here is one the API started, cancelled at shutdown like them).
     """
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        token: str,
-        sources: Sources,
-        api_state: SourcesApi,
-        on_commit: OnCommit,
-    ) -> None:
-        self._engine = engine
+    def __init__(self, token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> None:
         self._sessions = Sessions(token)
-        self._sources = sources
-        self._api_state = api_state
-        self._on_commit = on_commit
+        self._events = events
+        self._source_ops = sources
+        self._sources = sources.sources
+        self._runs = runs
         self._templates = _environment()
         self._stylesheet = (TEMPLATES / "admin.css").read_bytes()
-        self._names = [s.name for s in sources]
+        self._names = [s.name for s in self._sources]
 
     # -- plumbing ------------------------------------------------------------------
     def _render(
@@ -371,7 +361,7 @@ class AdminUI:
     # -- sources -------------------------------------------------------------------
     async def sources_page(self, request: Request, session: Session) -> Response:
         now = datetime.now(UTC).timestamp()
-        rows = await service.source_resources(self._engine, self._sources)
+        rows = await self._source_ops.overview()
         for row in rows:
             rc = row["reconcile"]
             if rc is not None:
@@ -384,43 +374,38 @@ class AdminUI:
         self, request: Request, session: Session, form: dict[str, str]
     ) -> Response:
         name = request.path_params["name"]
-        if self._sources.get(name) is None:
+        try:
+            started = await self._runs.start(name, dry_run=False)
+        except NotFound:
             return self._problem(request, session, 404, "No such source.")
-        # The API's own endpoint: the same queued run record, and the run's task
-        # is tracked by SourcesApi, which cancels it at shutdown.
-        scope = {**request.scope, "path_params": {"name": name}, "query_string": b""}
-        answer = await self._api_state.reconcile_now(Request(scope))
-        if answer.status_code == 409:
-            return self._back(form, PREFIX, error="not_configured")
-        if answer.status_code != 202:
-            return self._problem(request, session, answer.status_code, "Could not start a run.")
-        run_id = json.loads(bytes(answer.body))["id"]
+        except Conflict as exc:
+            return self._back(form, PREFIX, error=exc.reason)
+        run_id = started.run["id"]
         log.info("admin reconcile started", extra={"source": name, "run_id": run_id})
         return RedirectResponse(f"{PREFIX}/runs/{run_id}?done=reconcile_started", status_code=303)
 
     async def enable(self, request: Request, session: Session, form: dict[str, str]) -> Response:
-        source = self._sources.get(request.path_params["name"])
-        if source is None:
+        name = request.path_params["name"]
+        try:
+            await self._source_ops.enable(name)
+        except NotFound:
             return self._problem(request, session, 404, "No such source.")
-        if source.config.reconcile is None:
-            return self._back(form, PREFIX, error="not_configured")
-        await service.enable(self._engine, source.name)
-        log.info("admin enabled reconciliation", extra={"source": source.name})
+        except Conflict as exc:
+            return self._back(form, PREFIX, error=exc.reason)
+        log.info("admin enabled reconciliation", extra={"source": name})
         return self._back(form, PREFIX, done="enabled")
 
     async def replay_dead(
         self, request: Request, session: Session, form: dict[str, str]
     ) -> Response:
-        source = self._sources.get(request.path_params["name"])
-        if source is None:
+        try:
+            source = self._source_ops.source(request.path_params["name"])
+        except NotFound:
             return self._problem(request, session, 404, "No such source.")
-        # As `hookd replay --source S --status dead`: the same store calls.
-        async with self._engine.begin() as conn:
-            ids = await claims.ids_with_status(conn, source.name, "dead")
-            replayed = await claims.replay(conn, ids, datetime.now(UTC))
+        # As `hookd replay --source S --status dead`, of a source in the sources file.
+        replayed = (await self._events.replay_dead(source.name)).replayed
         if not replayed:
             return self._back(form, PREFIX + "/dead", error="nothing_dead")
-        await self._on_commit(replayed)
         log.info("admin replayed dead", extra={"source": source.name, "count": len(replayed)})
         return self._back(form, PREFIX + "/dead", done="replayed_many", count=str(len(replayed)))
 
@@ -428,51 +413,39 @@ class AdminUI:
     async def _event_list(
         self, request: Request, session: Session, *, dead: bool
     ) -> dict[str, Any] | Response:
-        """The filtered, keyset-paged list as GET /api/events makes it; or an error page."""
+        """The filtered, keyset-paged list as GET /api/events makes it; or an error page.
+
+        A filter left empty in the form means "any"; the dead page lists dead events
+        of one source or of all, whatever else the query says."""
         q = request.query_params
-        status = "dead" if dead else (q.get("status") or None)
-        origin = None if dead else (q.get("origin") or None)
-        type_ = None if dead else (q.get("type") or None)
-        source = q.get("source") or None
-        cursor = q.get("cursor") or None
-        if status is not None and status not in STATUSES:
-            text = f"status must be one of {', '.join(STATUSES)}"
+        params = _given(q, "source", "cursor") if dead else _given(q, *EVENT_FILTERS, "cursor")
+        if dead:
+            params["status"] = "dead"
+        try:
+            query = EventQuery.parse({**params, "limit": str(PAGE_SIZE)})
+        except BadRequest as exc:
+            text = BAD_FILTER.get(exc.field, exc.detail)
             return self._problem(request, session, 400, text)
-        if origin is not None and origin not in ORIGINS:
-            text = f"origin must be one of {', '.join(ORIGINS)}"
-            return self._problem(request, session, 400, text)
-        if cursor is not None and not is_id(cursor):
-            text = "That page link is not one this page made."
-            return self._problem(request, session, 400, text)
-        if _has_nul(source, type_):
-            return self._problem(request, session, 400, "Filters must not contain NUL.")
-        async with self._engine.connect() as conn:
-            rows = await list_events(
-                conn,
-                source=source,
-                status=status,
-                type_=type_,
-                origin=origin,
-                limit=PAGE_SIZE + 1,
-                before_id=cursor,
-            )
-        page_rows = rows[:PAGE_SIZE]
-        events = []
-        for row in page_rows:
-            resource = event_resource(row)
-            resource["last_error"] = row._mapping["last_error"]
-            events.append(resource)
-        filters = {"source": source, "status": status, "origin": origin, "type": type_}
+        page = await self._events.page(query)
+        for resource in page.events:
+            # The summary line the API gives as error.message, for the list's column.
+            resource["last_error"] = (resource["error"] or {}).get("message")
+        filters = {
+            "source": query.source,
+            "status": query.status,
+            "origin": query.origin,
+            "type": query.type,
+        }
         kept = {k: v for k, v in filters.items() if v and not (dead and k == "status")}
         older = None
-        if len(rows) > PAGE_SIZE:
-            older = "?" + urlencode({**kept, "cursor": page_rows[-1].id})
+        if page.next_cursor is not None:
+            older = "?" + urlencode({**kept, "cursor": page.next_cursor})
         return {
-            "events": events,
+            "events": page.events,
             "filters": filters,
             "older": older,
             "newest": "?" + urlencode(kept),
-            "first_page": cursor is None,
+            "first_page": query.cursor is None,
         }
 
     async def events_page(self, request: Request, session: Session) -> Response:
@@ -494,10 +467,7 @@ class AdminUI:
         listed = await self._event_list(request, session, dead=True)
         if isinstance(listed, Response):
             return listed
-        counts = [
-            {"name": r["name"], "dead": r["dead"]}
-            for r in await service.source_resources(self._engine, self._sources)
-        ]
+        counts = [{"name": r["name"], "dead": r["dead"]} for r in await self._source_ops.overview()]
         return self._render(
             request,
             "dead.html",
@@ -509,23 +479,18 @@ class AdminUI:
         )
 
     async def event_page(self, request: Request, session: Session) -> Response:
-        event_id = request.path_params["id"]
-        if not is_id(event_id):
+        try:
+            detail = await self._events.show(request.path_params["id"], with_ledger=True)
+        except NotFound:
             return self._problem(request, session, 404, "No such event.")
-        async with self._engine.connect() as conn:
-            row = await get_event(conn, event_id)
-            ledger = await claims.finished_handlers_many(conn, [event_id])
-        if row is None:
-            return self._problem(request, session, 404, "No such event.")
-        m = row._mapping
-        event = event_resource(row)
-        runnable = m["status"] in claims.RUNNABLE
-        event["next_attempt_at"] = _iso(m["next_attempt_at"]) if runnable else None
+        event = detail.resource
+        runnable = event["status"] in claims.RUNNABLE
+        event["next_attempt_at"] = _iso(detail.next_attempt_at) if runnable else None
         source = self._sources.get(event["source"])
         chain = [*source.config.handlers] if source else []
         if source is not None and source.config.forward is not None:
             chain.append(FORWARD)
-        finished = ledger.get(event_id, set())
+        finished = detail.finished
         handlers = [{"name": h, "finished": h in finished} for h in chain]
         handlers += [{"name": h, "finished": True} for h in sorted(finished - set(chain))]
         return self._render(
@@ -541,47 +506,40 @@ class AdminUI:
 
     async def replay(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         event_id = request.path_params["id"]
-        if not is_id(event_id):
-            return self._problem(request, session, 404, "No such event.")
-        # As POST /api/events/{id}/replay: the same store call, then wake processing.
-        async with self._engine.begin() as conn:
-            if await get_event(conn, event_id) is None:
-                return self._problem(request, session, 404, "No such event.")
-            replayed = await claims.replay(conn, [event_id], datetime.now(UTC))
         default = f"{PREFIX}/events/{event_id}"
-        if not replayed:
-            return self._back(form, default, error="in_progress")
-        await self._on_commit(replayed)
+        # As POST /api/events/{id}/replay, which wakes processing too.
+        try:
+            await self._events.replay(event_id)
+        except NotFound:
+            return self._problem(request, session, 404, "No such event.")
+        except Conflict as exc:
+            return self._back(form, default, error=exc.reason)
         log.info("admin replayed event", extra={"event_id": event_id})
         return self._back(form, default, done="replayed")
 
     # -- reconcile runs ------------------------------------------------------------
     async def runs_page(self, request: Request, session: Session) -> Response:
-        source = request.query_params.get("source") or None
-        if _has_nul(source):
-            return self._problem(request, session, 400, "Filters must not contain NUL.")
-        async with self._engine.connect() as conn:
-            rows = await rstate.list_runs(conn, source, PAGE_SIZE)
+        params = _given(request.query_params, "source")
+        try:
+            query = RunQuery.parse({**params, "limit": str(PAGE_SIZE)})
+        except BadRequest as exc:
+            return self._problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
         return self._render(
             request,
             "runs.html",
             csrf=session.csrf,
             section="runs",
-            runs=[rstate.run_resource(r) for r in rows],
-            reconciled=[s.name for s in self._sources if s.config.reconcile is not None],
+            runs=await self._runs.recent(query),
+            reconciled=[s.name for s in self._source_ops.reconciled()],
             sources=self._names,
-            source=source,
+            source=query.source,
         )
 
     async def run_page(self, request: Request, session: Session) -> Response:
-        run_id = request.path_params["id"]
-        if not is_id(run_id):
+        try:
+            run = await self._runs.get(request.path_params["id"])
+        except NotFound:
             return self._problem(request, session, 404, "No such reconciliation run.")
-        async with self._engine.connect() as conn:
-            row = await rstate.get_run(conn, run_id)
-        if row is None:
-            return self._problem(request, session, 404, "No such reconciliation run.")
-        run = rstate.run_resource(row)
         source = self._sources.get(run["source"])
         return self._render(
             request,
@@ -617,14 +575,8 @@ class AdminUI:
         ]
 
 
-def routes(
-    engine: AsyncEngine,
-    token: str,
-    sources: Sources,
-    api_state: SourcesApi,
-    on_commit: OnCommit,
-) -> list[Route]:
-    return AdminUI(engine, token, sources, api_state, on_commit).routes()
+def routes(token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> list[Route]:
+    return AdminUI(token, events, sources, runs).routes()
 
 
 def _here(request: Request) -> str:
@@ -632,9 +584,12 @@ def _here(request: Request) -> str:
     return request.url.path + ("?" + query if query else "")
 
 
-def _has_nul(*values: str | None) -> bool:
-    """PostgreSQL text cannot hold NUL: such a filter matches nothing and would only fail."""
-    return any(v is not None and "\x00" in v for v in values)
+EVENT_FILTERS = ("source", "status", "origin", "type")
+
+
+def _given(query: QueryParams, *names: str) -> dict[str, str]:
+    """The named parameters the form filled in: an empty field means "any"."""
+    return {name: value for name in names if (value := query.get(name))}
 
 
 def _iso(value: datetime | None) -> str | None:

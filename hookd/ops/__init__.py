@@ -1,0 +1,27 @@
+"""What an operator can do, written once for the operations API, the admin UI and
+the command line: list and show events, replay them, look at sources and switch
+their reconciliation back on, start, run, list and show reconciliation runs.
+
+Refusals are typed (``BadRequest``, ``NotFound``, ``Conflict`` in ``hookd.errors``,
+each with its ``reason``); each caller turns them into its own answer (a status
+code and JSON body, a flash message or error page, a line and an exit status).
+"""
+
+from hookd.ops.events import EventDetail, EventOps, EventPage, Replayed, Wake
+from hookd.ops.queries import MAX_LIMIT, EventQuery, RunQuery
+from hookd.ops.runs import RunOps, StartedRun
+from hookd.ops.sources import SourceOps
+
+__all__ = [
+    "MAX_LIMIT",
+    "EventDetail",
+    "EventOps",
+    "EventPage",
+    "EventQuery",
+    "Replayed",
+    "RunOps",
+    "RunQuery",
+    "SourceOps",
+    "StartedRun",
+    "Wake",
+]

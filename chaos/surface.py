@@ -32,7 +32,8 @@ from chaos.harness import (
     send,
     workdir,
 )
-from hookd.providers.signing import github_headers, sample_event
+from hookd.providers.github import github_headers
+from hookd.providers.signing import sample_event
 from store import db
 from store.crypto import BodyCipher
 from store.models import EVENTS

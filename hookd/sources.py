@@ -14,13 +14,15 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticKnownError
 
 from hookd.errors import ConfigError
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key
+from hookd.providers.reconciling import ReconcileConfig, validate_table
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -54,61 +56,31 @@ class ForwardConfig(_Strict):
         return value
 
 
-PROVIDER_RECONCILE_KEYS: dict[str, frozenset[str]] = {
-    "github": frozenset({"hook", "app_id", "private_key", "repair"}),
-    "stripe": frozenset(),
-    "slack": frozenset({"channels", "requests_per_minute"}),
-    "standard": frozenset(),
-}
-DEFAULT_API_URLS = {
-    "github": "https://api.github.com",
-    "stripe": "https://api.stripe.com",
-    "slack": "https://slack.com/api",
-}
+def _reconcile_models() -> list[type[ReconcileConfig]]:
+    return [p.reconcile.settings for p in PROVIDERS.values() if p.reconcile is not None]
 
 
-class ReconcileConfig(_Strict):
-    api_url: str | None = None
-    token: str | None = None
-    hook: str | None = None
-    app_id: int | None = None
-    private_key: str | None = None
-    repair: Literal["fetch", "redeliver"] = "fetch"
-    channels: tuple[str, ...] = ()
-    requests_per_minute: float = Field(default=1.0, gt=0, le=10_000)
-    every_s: float = Field(default=900.0, gt=0)
-    min_every_s: float | None = Field(default=None, gt=0)
-    max_every_s: float | None = Field(default=None, gt=0)
-    lookback_s: float = Field(default=259_200.0, gt=0)
-    overlap_s: float = Field(default=300.0, ge=0)
-    disable_after_auth_failures: int = Field(default=3, ge=1)
+def _reconcile_keys() -> set[str]:
+    """Every key some provider's ``[sources.reconcile]`` takes."""
+    return {key for model in _reconcile_models() for key in model.model_fields}
 
-    @field_validator("hook")
-    @classmethod
-    def _hook(cls, value: str | None) -> str | None:
-        if value is None or value == "app":
-            return value
-        if not re.fullmatch(r"(repos/[^/\s]+/[^/\s]+|orgs/[^/\s]+)/hooks/[0-9]+", value):
-            raise ValueError('must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app"')
-        return value
 
-    @model_validator(mode="after")
-    def _bounds(self) -> ReconcileConfig:
-        low = self.min_every_s if self.min_every_s is not None else self.every_s
-        high = self.max_every_s if self.max_every_s is not None else self.every_s
-        if not low <= self.every_s <= high:
-            raise ValueError("needs min_every_s <= every_s <= max_every_s")
-        return self
+def _expected(names: Sequence[str]) -> str:
+    """``'a', 'b' or 'c'``: how pydantic lists the values a ``Literal`` allows."""
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 class SourceConfig(_Strict):
     name: str
-    provider: Literal["github", "stripe", "slack", "standard"]
+    # One of the registered providers (checked by _provider, like a Literal of them).
+    provider: str
     secrets: tuple[str, ...] = Field(min_length=1)
     tolerance_s: int = Field(default=300, gt=0, le=86_400)
     max_body_bytes: int = Field(default=1_048_576, gt=0, le=MAX_BODY_LIMIT)
     handlers: tuple[str, ...] = ()
     forward: ForwardConfig | None = None
+    # Validated with the model of the source's provider (see _reconcile).
     reconcile: ReconcileConfig | None = None
     max_attempts: int = Field(default=8, ge=1, le=100)
 
@@ -118,6 +90,27 @@ class SourceConfig(_Strict):
         if not NAME_RE.fullmatch(value):
             raise ValueError("must match [a-z0-9][a-z0-9-]{0,63}")
         return value
+
+    @field_validator("provider", mode="before")
+    @classmethod
+    def _provider(cls, value: object) -> object:
+        if not (isinstance(value, str) and value in PROVIDERS):
+            raise PydanticKnownError("literal_error", {"expected": _expected(list(PROVIDERS))})
+        return value
+
+    @field_validator("reconcile", mode="before")
+    @classmethod
+    def _reconcile(cls, value: object, info: ValidationInfo) -> object:
+        """The table as the model of the source's provider (the shared keys' model when
+        it has none, or is unknown). ``_check_reconcile`` then refuses other providers'
+        keys, once the secrets are read."""
+        if not isinstance(value, dict):
+            return value  # not a table: the field's own type says so
+        provider = PROVIDERS.get(info.data.get("provider", ""))
+        model = ReconcileConfig
+        if provider is not None and provider.reconcile is not None:
+            model = provider.reconcile.settings
+        return validate_table(value, model, _reconcile_models())
 
     @field_validator("handlers")
     @classmethod
@@ -198,7 +191,6 @@ def _key_path(loc: Sequence[Any]) -> str:
 _TABLES: dict[tuple[str, ...], type[BaseModel]] = {
     (): SourceConfig,
     ("forward",): ForwardConfig,
-    ("reconcile",): ReconcileConfig,
 }
 
 
@@ -208,9 +200,15 @@ def _suggestion(key: str, valid: Sequence[str]) -> str:
 
 
 def _did_you_mean(loc: Sequence[Any]) -> str:
-    """The closest valid key to an unknown one, from the table it was written in."""
-    model = _TABLES.get(tuple(str(p) for p in loc[:-1]))
-    if model is None or not loc:
+    """The closest valid key to an unknown one, from the table it was written in (for
+    ``[sources.reconcile]``: from the keys of any provider)."""
+    if not loc:
+        return ""
+    table = tuple(str(p) for p in loc[:-1])
+    if table == ("reconcile",):
+        return _suggestion(str(loc[-1]), sorted(_reconcile_keys()))
+    model = _TABLES.get(table)
+    if model is None:
         return ""
     return _suggestion(str(loc[-1]), list(model.model_fields))
 
@@ -270,39 +268,38 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
                 ) from None
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
-        _check_reconcile(path, label, config)
+        _check_reconcile(path, label, config, resolved.get("reconcile"))
         by_name[config.name] = Source(config=config, keys=tuple(keys))
     return Sources(path=path, by_name=by_name)
 
 
-def _check_reconcile(path: Path, label: str, config: SourceConfig) -> None:
+def _check_reconcile(
+    path: Path, label: str, config: SourceConfig, table: Mapping[str, Any] | None
+) -> None:
+    """What the table's model cannot say: no list API, another provider's key, a key
+    this provider needs (``ReconcileConfig.incomplete``)."""
     rc = config.reconcile
-    if rc is None:
+    if rc is None or table is None:
         return
 
     def fail(key: str, message: str) -> ConfigError:
         return ConfigError(f"{path}: {label}: key 'reconcile.{key}': {message}")
 
-    if config.provider == "standard":
-        raise fail("(table)", "standard sources have no provider API to reconcile against")
-    given = {k for k in rc.model_fields_set if k in ReconcileConfig.model_fields}
-    for other, keys in PROVIDER_RECONCILE_KEYS.items():
-        if other == config.provider:
+    spec = PROVIDERS[config.provider].reconcile
+    if spec is None:
+        raise fail(
+            "(table)", f"{config.provider} sources have no provider API to reconcile against"
+        )
+    own = set(spec.settings.model_fields)
+    for other in PROVIDERS.values():
+        if other.name == config.provider or other.reconcile is None:
             continue
-        stray = sorted((given & keys) - PROVIDER_RECONCILE_KEYS[config.provider])
+        stray = sorted((set(table) & set(other.reconcile.settings.model_fields)) - own)
         if stray:
             raise fail(stray[0], f"not a {config.provider} setting")
-    if not rc.token and not (config.provider == "github" and rc.hook == "app"):
-        raise fail("token", "is required")
-    if config.provider == "github":
-        if rc.hook is None:
-            raise fail("hook", "is required for github")
-        if rc.hook == "app" and (rc.app_id is None or not rc.private_key):
-            raise fail(
-                "app_id" if rc.app_id is None else "private_key", 'is required with hook = "app"'
-            )
-    if config.provider == "slack" and not rc.channels:
-        raise fail("channels", "is required for slack")
+    missing = rc.incomplete()
+    if missing is not None:
+        raise fail(*missing)
 
 
 def load_sources(path: Path, env: Mapping[str, str] | None = None) -> Sources:
@@ -319,4 +316,5 @@ def api_url(source: SourceConfig) -> str:
     rc = source.reconcile
     if rc is not None and rc.api_url:
         return rc.api_url.rstrip("/")
-    return DEFAULT_API_URLS.get(source.provider, "")
+    spec = PROVIDERS[source.provider].reconcile
+    return spec.api_url if spec is not None else ""

@@ -16,7 +16,7 @@ import httpx
 
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler
-from hookd.providers.signing import standard_headers
+from hookd.providers.standard import standard_headers
 from hookd.sources import ForwardConfig, Sources
 
 FORWARD = "forward"

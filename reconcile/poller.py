@@ -29,11 +29,12 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
-from hookd.sources import ReconcileConfig, Source
+from hookd.providers.reconciling import ReconcileConfig
+from hookd.sources import Source
 from reconcile import schedule
 from reconcile.http import Api
-from reconcile.providers import github, slack, stripe
-from reconcile.providers.base import Adapter, Item
+from reconcile.providers import adapter_class
+from reconcile.providers.base import Item, ListAdapter
 from store import reconcile as state
 from store.crypto import BodyCipher
 from store.events import insert_events
@@ -80,28 +81,11 @@ class Reconciler:
     # Runs recorded as interrupted, for the command line to name.
     interrupted: list[str] = field(default_factory=list)
 
-    def _adapter(self, source: Source, api: Api, meta: dict[str, Any], now: float) -> Adapter:
-        if source.provider == "github":
-            return github.GitHubAdapter(source, api)
-        if source.provider == "stripe":
-            return stripe.StripeAdapter(source, api, now)
-        if source.provider == "slack":
-            return slack.SlackAdapter(source, api, meta.get("team_id"))
-        raise ReconcileError("unsupported", f"{source.provider} has no list API")
-
-    def _api(self, source: Source) -> Api:
-        rc = source.config.reconcile
-        assert rc is not None
-        headers = {
-            "github": github.auth_headers,
-            "stripe": stripe.auth_headers,
-            "slack": slack.auth_headers,
-        }[source.provider]
-        pace = 60.0 / rc.requests_per_minute if source.provider == "slack" else 0.0
+    def _api(self, source: Source, adapter: type[ListAdapter]) -> Api:
         return Api(
             self.client,
-            lambda: headers(source),
-            min_interval_s=pace,
+            lambda: adapter.auth_headers(source),
+            min_interval_s=adapter.request_interval_s(source),
             max_wait_s=self.max_wait_s,
             sleep=self.sleep,
             rng=self.rng,
@@ -239,9 +223,10 @@ class Reconciler:
         cursor = run.current.cursor
         since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
         await self._record(run, "running", finished=False, cursor_before=cursor)
-        api = self._api(run.source)
+        adapter_type = adapter_class(run.source.provider)
+        api = self._api(run.source, adapter_type)
         meta = dict(run.current.meta or {})
-        adapter = self._adapter(run.source, api, meta, now)
+        adapter = adapter_type(run.source, api, meta, now)
         tally = _Tally(api)
         outcome = Outcome(run.id, run.source.name, "running", cursor_before=cursor)
         log.info(
@@ -276,8 +261,7 @@ class Reconciler:
                 run, outcome, ReconcileError("bad_answer", type(exc).__name__)
             )
         await self._count(run, tally)
-        if isinstance(adapter, slack.SlackAdapter) and adapter.team_id:
-            meta["team_id"] = adapter.team_id
+        meta.update(adapter.kept())
         return await self._succeeded(run, outcome, now, meta)
 
     async def _count(self, run: _Run, tally: _Tally) -> None:
@@ -285,7 +269,7 @@ class Reconciler:
             await state.add_run_counts(conn, run.id, **tally.take())
 
     async def _page(
-        self, run: _Run, adapter: Adapter, items: list[Item], tally: _Tally, outcome: Outcome
+        self, run: _Run, adapter: ListAdapter, items: list[Item], tally: _Tally, outcome: Outcome
     ) -> None:
         """Check one page against the store and repair what is missing, counted with it."""
         source = run.source
@@ -295,10 +279,9 @@ class Reconciler:
                 raise LeaseLost("lease_lost", "another run took the source over")
             present = await state.existing_keys(conn, source.name, (i.key for i in items))
         missing = [i for i in items if i.key not in present]
-        redeliver = source.provider == "github" and run.rc.repair == "redeliver"
         events = []
         if missing and not run.dry_run:
-            if redeliver:
+            if adapter.redelivers:
                 for item in missing:
                     await adapter.redeliver(item)
             else:

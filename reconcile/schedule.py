@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hookd.sources import ReconcileConfig
+from hookd.providers.reconciling import ReconcileConfig
 
 
 def bounds(rc: ReconcileConfig) -> tuple[float, float]:

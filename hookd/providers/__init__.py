@@ -1,10 +1,27 @@
-"""Provider adapters: ``verify`` and ``envelope`` as pure functions per provider."""
+"""The provider registry: one ``Provider`` per name, each declared in its own module.
+
+Everything hookd does per provider (verify, envelope, sign a sample, validate
+``[sources.reconcile]``, find its list adapter) goes through ``PROVIDERS``, so a new
+provider is a module and one line below.
+"""
 
 from __future__ import annotations
 
 from hookd.providers import github, slack, standard, stripe
 from hookd.providers.base import Provider
 
-PROVIDERS: dict[str, Provider] = {
-    p.name: p for p in (github.PROVIDER, stripe.PROVIDER, slack.PROVIDER, standard.PROVIDER)
-}
+# In the order hookd lists them (the OpenAPI enum, "Input should be ..." messages).
+PROVIDERS: dict[str, Provider] = {}
+
+
+def register(provider: Provider) -> None:
+    """Make ``provider = "<name>"`` mean ``provider`` in the sources file."""
+    if provider.name in PROVIDERS:
+        raise ValueError(f"provider {provider.name!r} is already registered")
+    PROVIDERS[provider.name] = provider
+
+
+register(github.PROVIDER)
+register(stripe.PROVIDER)
+register(slack.PROVIDER)
+register(standard.PROVIDER)

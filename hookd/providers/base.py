@@ -19,6 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from hookd.errors import PayloadError, SignatureError
+from hookd.providers.reconciling import Reconciling
 
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
@@ -81,15 +82,25 @@ class Envelope:
     reply: dict[str, Any] | None = None
 
 
+# (secret, seq, now) -> (headers, body): a realistic event, signed as the provider signs.
+SampleEvent = Callable[[str, int, int], tuple[dict[str, str], bytes]]
+
+
 @dataclass(frozen=True, slots=True)
 class Provider:
-    """The four functions that make a provider; see ``hookd.providers.PROVIDERS``."""
+    """Everything hookd knows of one provider, declared in its module and registered
+    in ``hookd.providers.PROVIDERS``; nothing else in hookd names a provider."""
 
+    # What ``provider = "..."`` in the sources file says.
     name: str
     parse_secret: Callable[[str], Key]
     check_headers: Callable[[HeaderMap, int, int], SignedHeaders]
     verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
     envelope: Callable[[HeaderMap, bytes, Verified], Envelope]
+    # For ``hookd send-test`` and the tests: the n-th sample event, signed.
+    sample_event: SampleEvent
+    # Its list API, when it has one to reconcile against.
+    reconcile: Reconciling | None = None
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: int, tolerance_s: int
@@ -162,6 +173,11 @@ def b64decode_strict(raw: str) -> bytes:
     if binascii.b2a_base64(decoded, newline=False) != encoded:
         raise SignatureError("malformed_signature")
     return decoded
+
+
+def hmac_sha256_hex(key: bytes, message: bytes) -> str:
+    """The lower-case hex HMAC-SHA256 most providers sign with (for signing only)."""
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def match_hmac(

@@ -7,8 +7,14 @@ GitHub signs no timestamp, so replays are bounded by deduplication on
 
 from __future__ import annotations
 
+import json
+import re
+import uuid
 from collections.abc import Sequence
+from typing import Any, Literal
 from urllib.parse import parse_qs
+
+from pydantic import field_validator
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
@@ -19,6 +25,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     checked_key,
+    hmac_sha256_hex,
     match_hmac,
     media_type,
     one_header,
@@ -28,8 +35,11 @@ from hookd.providers.base import (
     plain_secret,
     select_headers,
 )
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 
 SIGNATURE_HEADER = "x-hub-signature-256"
+# The request headers an event keeps, whether it came by webhook or was fetched
+# from the deliveries API by reconciliation.
 KEPT_HEADERS = (
     "x-github-delivery",
     "x-github-event",
@@ -55,6 +65,12 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return match_hmac("github-sha256", signed, body, keys, "sha256")
 
 
+def event_type(event: str | None, action: object) -> str | None:
+    """``issues.opened``: the event and its action, when it has one; the event alone
+    otherwise. The same for a webhook and for a delivery found by reconciliation."""
+    return f"{event}.{action}" if event and isinstance(action, str) and action else event
+
+
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     delivery = checked_key(optional_header(headers, "x-github-delivery"), "X-GitHub-Delivery")
     event = checked_key(optional_header(headers, "x-github-event"), "X-GitHub-Event")
@@ -69,14 +85,64 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         payload = parse_json_object(payloads[0])
     else:
         payload = parse_json_object(body)
-    action = payload.get("action")
-    kind = f"{event}.{action}" if isinstance(action, str) and action else event
     return Envelope(
         dedupe_key=delivery,
-        type=kind,
+        type=event_type(event, payload.get("action")),
         occurred_at=None,
         headers=select_headers(headers, KEPT_HEADERS),
     )
+
+
+def github_headers(secret: str, body: bytes, event: str, delivery: str) -> dict[str, str]:
+    """The headers GitHub sends with ``body``, signed with ``secret``."""
+    return {
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": "sha256=" + hmac_sha256_hex(secret.encode(), body),
+        "Content-Type": "application/json",
+        "User-Agent": "GitHub-Hookshot/hookd-send-test",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    payload: dict[str, Any] = {
+        "zen": "Keep it logically awesome.",
+        "hook_id": 123,
+        "action": "opened",
+        "number": seq,
+        "repository": {"full_name": "octo-org/hello-world"},
+    }
+    body = json.dumps(payload).encode()
+    return github_headers(secret, body, "issues", str(uuid.uuid4())), body
+
+
+class GitHubReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a GitHub source: whose hook deliveries to list."""
+
+    hook: str | None = None
+    app_id: int | None = None
+    private_key: str | None = None
+    repair: Literal["fetch", "redeliver"] = "fetch"
+
+    @field_validator("hook")
+    @classmethod
+    def _hook(cls, value: str | None) -> str | None:
+        if value is None or value == "app":
+            return value
+        if not re.fullmatch(r"(repos/[^/\s]+/[^/\s]+|orgs/[^/\s]+)/hooks/[0-9]+", value):
+            raise ValueError('must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app"')
+        return value
+
+    def incomplete(self) -> tuple[str, str] | None:
+        # A GitHub App's hook is read with a JWT made from its key, not with a token.
+        if not self.token and self.hook != "app":
+            return "token", "is required"
+        if self.hook is None:
+            return "hook", "is required for github"
+        if self.hook == "app" and (self.app_id is None or not self.private_key):
+            key = "app_id" if self.app_id is None else "private_key"
+            return key, 'is required with hook = "app"'
+        return None
 
 
 PROVIDER = Provider(
@@ -85,4 +151,10 @@ PROVIDER = Provider(
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,
+    sample_event=sample_event,
+    reconcile=Reconciling(
+        settings=GitHubReconcile,
+        api_url="https://api.github.com",
+        adapter="reconcile.providers.github:GitHubAdapter",
+    ),
 )

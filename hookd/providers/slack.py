@@ -8,9 +8,13 @@ Slack keeps across its retries (``X-Slack-Retry-Num``).
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
+
+from pydantic import Field
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
@@ -22,6 +26,7 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
+    hmac_sha256_hex,
     match_hmac,
     media_type,
     one_header,
@@ -31,6 +36,7 @@ from hookd.providers.base import (
     plain_secret,
     select_headers,
 )
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -168,10 +174,61 @@ def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
     )
 
 
+def slack_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
+    """The headers Slack sends with ``body`` at ``now``, signed with ``secret``."""
+    signature = hmac_sha256_hex(secret.encode(), f"v0:{now}:".encode() + body)
+    return {
+        "X-Slack-Request-Timestamp": str(now),
+        "X-Slack-Signature": f"v0={signature}",
+        "Content-Type": "application/json",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    unique = uuid.uuid4()
+    payload: dict[str, Any] = {
+        "type": "event_callback",
+        "team_id": "T0HOOKD",
+        "api_app_id": "A0HOOKD",
+        "event_id": f"Ev{unique.hex[:10].upper()}",
+        "event_time": now,
+        "event": {
+            "type": "message",
+            "channel": "C0HOOKD",
+            "user": "U0HOOKD",
+            "text": f"hello from hookd send-test #{seq}",
+            # Unique per seq (its thousands move the seconds), and random below
+            # that, so two calls in the same second do not repeat a message.
+            "ts": f"{now + seq // 1000}.{(seq % 1000) * 1000 + unique.int % 1000:06d}",
+        },
+    }
+    body = json.dumps(payload).encode()
+    return slack_headers(secret, body, now), body
+
+
+class SlackReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Slack source: the channels to read, and how fast."""
+
+    channels: tuple[str, ...] = ()
+    requests_per_minute: float = Field(default=1.0, gt=0, le=10_000)
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is None and not self.channels:
+            return "channels", "is required for slack"
+        return missing
+
+
 PROVIDER = Provider(
     name="slack",
     parse_secret=plain_secret,
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,
+    sample_event=sample_event,
+    reconcile=Reconciling(
+        settings=SlackReconcile,
+        api_url="https://slack.com/api",
+        adapter="reconcile.providers.slack:SlackAdapter",
+    ),
 )

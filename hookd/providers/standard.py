@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import json
+import uuid
 from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidSignature
@@ -142,10 +146,35 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     )
 
 
+def standard_headers(key: str, body: bytes, msg_id: str, now: int) -> dict[str, str]:
+    """Sign with ``whsec_`` (v1) or ``whsk_`` (v1a, ed25519 private key)."""
+    signing_key = parse_signing_key(key)
+    content = f"{msg_id}.{now}.".encode() + body
+    if isinstance(signing_key, HmacKey):
+        mac = hmac.new(signing_key.key, content, hashlib.sha256).digest()
+        signature = "v1," + base64.b64encode(mac).decode()
+    else:
+        signature = "v1a," + base64.b64encode(signing_key.sign(content)).decode()
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(now),
+        "webhook-signature": signature,
+        "Content-Type": "application/json",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    payload = {"type": "invoice.paid", "timestamp": now, "data": {"invoice": seq}}
+    body = json.dumps(payload).encode()
+    return standard_headers(secret, body, f"msg_{uuid.uuid4().hex}", now), body
+
+
+# No reconcile: Standard Webhooks defines no API that lists what was sent.
 PROVIDER = Provider(
     name="standard",
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,
+    sample_event=sample_event,
 )

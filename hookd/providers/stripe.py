@@ -6,7 +6,10 @@ Unlike Stripe's SDK, a timestamp too far in the future is refused as well.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
@@ -19,6 +22,7 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
+    hmac_sha256_hex,
     match_hmac,
     one_header,
     parse_hex_digest,
@@ -26,6 +30,7 @@ from hookd.providers.base import (
     parse_timestamp,
     select_headers,
 )
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 
 SIGNATURE_HEADER = "stripe-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
@@ -81,10 +86,36 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     )
 
 
+def stripe_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
+    """The headers Stripe sends with ``body`` at ``now``, signed with ``secret``."""
+    signature = hmac_sha256_hex(secret.encode(), f"{now}.".encode() + body)
+    return {"Stripe-Signature": f"t={now},v1={signature}", "Content-Type": "application/json"}
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    payload: dict[str, Any] = {
+        "id": f"evt_test_{uuid.uuid4().hex[:24]}",
+        "object": "event",
+        "type": "payment_intent.succeeded",
+        "created": now,
+        "livemode": False,
+        "data": {"object": {"id": f"pi_test_{seq}", "object": "payment_intent", "amount": 1000}},
+    }
+    body = json.dumps(payload).encode()
+    return stripe_headers(secret, body, now), body
+
+
 PROVIDER = Provider(
     name="stripe",
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,
+    sample_event=sample_event,
+    # A token is all Stripe's events API needs: the shared keys, none of its own.
+    reconcile=Reconciling(
+        settings=ReconcileConfig,
+        api_url="https://api.stripe.com",
+        adapter="reconcile.providers.stripe:StripeAdapter",
+    ),
 )

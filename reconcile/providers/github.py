@@ -13,7 +13,7 @@ import base64
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,21 +21,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from hookd.errors import ReconcileError
+from hookd.providers.github import KEPT_HEADERS, GitHubReconcile, event_type
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, reconciled
+from reconcile.providers.base import Item, ListAdapter, reconciled
 from store.events import NewEvent
 
 LINK_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
-KEPT = (
-    "x-github-event",
-    "x-github-delivery",
-    "x-github-hook-id",
-    "x-github-hook-installation-target-id",
-    "x-github-hook-installation-target-type",
-    "content-type",
-    "user-agent",
-)
 
 
 def _b64url(data: bytes) -> str:
@@ -55,41 +47,49 @@ def app_jwt(app_id: int, private_key_pem: str, now: float | None = None) -> str:
     return f"{header}.{claims}.{_b64url(signature)}"
 
 
-def auth_headers(source: Source) -> dict[str, str]:
+def settings(source: Source) -> GitHubReconcile:
     rc = source.config.reconcile
-    assert rc is not None
-    if rc.hook == "app":
-        assert rc.app_id is not None
-        assert rc.private_key
-        token = app_jwt(rc.app_id, rc.private_key)
-    else:
-        token = rc.token or ""
-    return {
-        "Authorization": f"Bearer {token}",
-        "Accept": "application/vnd.github+json",
-        "X-GitHub-Api-Version": "2022-11-28",
-    }
+    assert isinstance(rc, GitHubReconcile)
+    return rc
 
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-class GitHubAdapter:
-    def __init__(self, source: Source, api: Api) -> None:
-        rc = source.config.reconcile
-        assert rc is not None
+class GitHubAdapter(ListAdapter):
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+        super().__init__(source, api, meta, now)
+        rc = settings(source)
         assert rc.hook is not None
-        self._source = source
-        self._api = api
+        self._redeliver = rc.repair == "redeliver"
         hook = "app/hook" if rc.hook == "app" else rc.hook
         self._base = f"{api_url(source.config)}/{hook}/deliveries"
+
+    @staticmethod
+    def auth_headers(source: Source) -> dict[str, str]:
+        rc = settings(source)
+        if rc.hook == "app":
+            assert rc.app_id is not None
+            assert rc.private_key
+            token = app_jwt(rc.app_id, rc.private_key)
+        else:
+            token = rc.token or ""
+        return {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+        }
+
+    @property
+    def redelivers(self) -> bool:
+        return self._redeliver
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         url: str | None = f"{self._base}?per_page=100"
         seen: set[str] = set()
         while url is not None:
-            response = await self._api.request("GET", url)
+            response = await self.api.request("GET", url)
             deliveries: list[dict[str, Any]] = response.json()
             items: list[Item] = []
             oldest = float("inf")
@@ -108,20 +108,19 @@ class GitHubAdapter:
             url = match.group(1) if match else None
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
-        full = (await self._api.request("GET", f"{self._base}/{item.ref}")).json()
+        full = (await self.api.request("GET", f"{self._base}/{item.ref}")).json()
         request = full.get("request") or {}
         raw_headers = request.get("headers") or {}
-        headers = {k.lower(): str(v) for k, v in raw_headers.items() if k.lower() in KEPT}
+        headers = {k.lower(): str(v) for k, v in raw_headers.items() if k.lower() in KEPT_HEADERS}
         payload = request.get("payload")
         body = json.dumps(payload, separators=(",", ":")).encode()
         event = full.get("event") or headers.get("x-github-event")
         action = full.get("action") or (payload or {}).get("action")
-        kind = f"{event}.{action}" if event and isinstance(action, str) and action else event
         return reconciled(
-            source=self._source.name,
+            source=self.source.name,
             provider="github",
             key=item.key,
-            type_=kind,
+            type_=event_type(event, action),
             occurred=item.time,
             headers=headers,
             body=body,
@@ -130,4 +129,4 @@ class GitHubAdapter:
         )
 
     async def redeliver(self, item: Item) -> None:
-        await self._api.request("POST", f"{self._base}/{item.ref}/attempts")
+        await self.api.request("POST", f"{self._base}/{item.ref}/attempts")

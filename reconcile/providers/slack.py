@@ -7,15 +7,15 @@ messages): requests are paced to ``requests_per_minute`` on our side."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from hookd.errors import AuthFailure, ReconcileError
-from hookd.providers.slack import is_history_message, message_key
+from hookd.providers.slack import SlackReconcile, is_history_message, message_key
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, reconciled
+from reconcile.providers.base import Item, ListAdapter, reconciled
 from store.events import NewEvent
 
 AUTH_ERRORS = frozenset(
@@ -24,25 +24,34 @@ AUTH_ERRORS = frozenset(
 PAGE_LIMIT = 15
 
 
-def auth_headers(source: Source) -> dict[str, str]:
+def settings(source: Source) -> SlackReconcile:
     rc = source.config.reconcile
-    assert rc is not None
-    return {"Authorization": f"Bearer {rc.token or ''}"}
+    assert isinstance(rc, SlackReconcile)
+    return rc
 
 
-class SlackAdapter:
-    def __init__(self, source: Source, api: Api, team_id: str | None) -> None:
-        rc = source.config.reconcile
-        assert rc is not None
-        self._source = source
-        self._api = api
+class SlackAdapter(ListAdapter):
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+        super().__init__(source, api, meta, now)
         self._base = api_url(source.config)
-        self._channels = rc.channels
-        self.team_id = team_id
+        self._channels = settings(source).channels
+        # Found by the first run (auth.test) and kept for the next ones.
+        self.team_id: str | None = meta.get("team_id")
+
+    @staticmethod
+    def auth_headers(source: Source) -> dict[str, str]:
+        return {"Authorization": f"Bearer {settings(source).token or ''}"}
+
+    @classmethod
+    def request_interval_s(cls, source: Source) -> float:
+        return 60.0 / settings(source).requests_per_minute
+
+    def kept(self) -> dict[str, Any]:
+        return {"team_id": self.team_id} if self.team_id else {}
 
     async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         answer: dict[str, Any] = (
-            await self._api.request("POST", f"{self._base}/{method}", data=params)
+            await self.api.request("POST", f"{self._base}/{method}", data=params)
         ).json()
         if not answer.get("ok"):
             error = str(answer.get("error", "unknown"))
@@ -90,7 +99,7 @@ class SlackAdapter:
             "hookd_reconciled": True,
         }
         return reconciled(
-            source=self._source.name,
+            source=self.source.name,
             provider="slack",
             key=item.key,
             type_="message",
@@ -100,6 +109,3 @@ class SlackAdapter:
             how="reconcile:slack-api",
             received_at=received_at,
         )
-
-    async def redeliver(self, item: Item) -> None:
-        raise NotImplementedError("Slack cannot be asked to resend an event")

@@ -5,30 +5,29 @@ further call. Stripe keeps events thirty days: the window is capped there."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, reconciled
+from reconcile.providers.base import Item, ListAdapter, reconciled
 from store.events import NewEvent
 
 RETENTION_S = 30 * 86_400
 
 
-def auth_headers(source: Source) -> dict[str, str]:
-    rc = source.config.reconcile
-    assert rc is not None
-    return {"Authorization": f"Bearer {rc.token or ''}", "Stripe-Version": "2024-06-20"}
-
-
-class StripeAdapter:
-    def __init__(self, source: Source, api: Api, now: float) -> None:
-        self._source = source
-        self._api = api
+class StripeAdapter(ListAdapter):
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+        super().__init__(source, api, meta, now)
         self._url = f"{api_url(source.config)}/v1/events"
         self._oldest_allowed = now - RETENTION_S + 60
+
+    @staticmethod
+    def auth_headers(source: Source) -> dict[str, str]:
+        rc = source.config.reconcile
+        assert rc is not None
+        return {"Authorization": f"Bearer {rc.token or ''}", "Stripe-Version": "2024-06-20"}
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         params: dict[str, Any] = {
@@ -36,7 +35,7 @@ class StripeAdapter:
             "created[gte]": int(max(since, self._oldest_allowed)),
         }
         while True:
-            page = (await self._api.request("GET", self._url, params=params)).json()
+            page = (await self.api.request("GET", self._url, params=params)).json()
             data: list[dict[str, Any]] = page.get("data", [])
             yield [
                 Item(key=e["id"], time=float(e["created"]), obj=e)
@@ -51,7 +50,7 @@ class StripeAdapter:
         obj = item.obj or {}
         kind = obj.get("type")
         return reconciled(
-            source=self._source.name,
+            source=self.source.name,
             provider="stripe",
             key=item.key,
             type_=kind if isinstance(kind, str) else None,
@@ -61,6 +60,3 @@ class StripeAdapter:
             how="reconcile:stripe-api",
             received_at=received_at,
         )
-
-    async def redeliver(self, item: Item) -> None:
-        raise NotImplementedError("Stripe cannot be asked to resend an event")

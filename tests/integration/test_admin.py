@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from itsdangerous import TimestampSigner
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hookd.providers.signing import sample_event, standard_headers
+from hookd.providers.signing import sample_event
+from hookd.providers.standard import standard_headers
 from hookd.sources import Sources, parse_sources
 from hookd.web import admin
 from store import db

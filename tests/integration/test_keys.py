@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from hookd.providers.signing import github_headers, sample_event
+from hookd.providers.github import github_headers
+from hookd.providers.signing import sample_event
 from hookd.sources import Sources
 from store import db
 from store.crypto import BodyCipher

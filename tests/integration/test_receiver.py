@@ -9,7 +9,9 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from hookd.providers.signing import github_headers, sample_event, slack_headers
+from hookd.providers.github import github_headers
+from hookd.providers.signing import sample_event
+from hookd.providers.slack import slack_headers
 from hookd.sources import Sources
 from store import db
 from store.crypto import BodyCipher

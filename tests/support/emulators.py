@@ -52,7 +52,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hookd.providers.signing import github_headers, slack_headers, stripe_headers
+from hookd.providers.github import github_headers
+from hookd.providers.slack import slack_headers
+from hookd.providers.stripe import stripe_headers
 
 Handler = Callable[[Request], Awaitable[Response]]
 Clock = Callable[[], float]

@@ -148,6 +148,67 @@ def test_reconcile_interval_bounds_are_checked() -> None:
     assert "min_every_s <= every_s <= max_every_s" in error_of(text)
 
 
+SLACK = '[[sources]]\nname = "sl"\nprovider = "slack"\nsecrets = ["s"]\n'
+UNKNOWN = '[[sources]]\nname = "x"\nprovider = "gitlab"\nsecrets = ["s"]\n'
+HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app"'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Another provider's key: a wrong value is named before the key is refused.
+        (
+            GH + '[sources.reconcile]\ntoken = "t"\nhook = "app"\nchannels = "C1"\n',
+            "source 'gh': key 'reconcile.channels': Input should be a valid tuple",
+        ),
+        (
+            '[[sources]]\nname = "st"\nprovider = "standard"\nsecrets = ["whsec_dGVzdA=="]\n'
+            '[sources.reconcile]\napp_id = "x"\n',
+            "source 'st': key 'reconcile.app_id': "
+            "Input should be a valid integer, unable to parse string as an integer",
+        ),
+        # Several wrong values: the provider keys' come before the schedule's, GitHub's
+        # before Slack's.
+        (
+            GH + '[sources.reconcile]\ntoken = "t"\nevery_s = 0\nhook = "bad"\n',
+            f"source 'gh': key 'reconcile.hook': {HOOK_FORMAT}",
+        ),
+        (
+            SLACK + '[sources.reconcile]\ntoken = "t"\nchannels = 5\nhook = "bad"\n',
+            f"source 'sl': key 'reconcile.hook': {HOOK_FORMAT}",
+        ),
+        (
+            SLACK + '[sources.reconcile]\ntoken = "t"\nchannels = ["C"]\nevery_s = 10\n'
+            'max_every_s = 5\nrepair = "x"\n',
+            "source 'sl': key 'reconcile.repair': Input should be 'fetch' or 'redeliver'",
+        ),
+        (
+            SLACK + '[sources.reconcile]\ntoken = "t"\nchannels = ["C"]\nevery_s = 10\n'
+            'max_every_s = 5\nrepair = "fetch"\n',
+            "source 'sl': key 'reconcile': Value error, needs min_every_s <= every_s <= "
+            "max_every_s",
+        ),
+        # An unknown provider's table is still read; an unknown key in it comes first.
+        (
+            UNKNOWN + '[sources.reconcile]\ntokn = "t"\n',
+            "source 'x': key 'reconcile.tokn': unknown key (did you mean 'token'?)",
+        ),
+        (
+            UNKNOWN + '[sources.reconcile]\nrepair = "x"\n',
+            "source 'x': key 'provider': Input should be 'github', 'stripe', 'slack' or 'standard'",
+        ),
+        # A wrong value elsewhere in the source comes before another provider's key.
+        (
+            GH.replace('"s"]', '"s"]\ntolerance_s = 0')
+            + '[sources.reconcile]\ntoken = "t"\nhook = "repos/o/r/hooks/1"\nchannels = ["C1"]\n',
+            "source 'gh': key 'tolerance_s': Input should be greater than 0",
+        ),
+    ],
+)
+def test_reconcile_errors_name_the_first_problem_in_a_fixed_order(text: str, expected: str) -> None:
+    assert error_of(text) == f"hookd.toml: {expected}"
+
+
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="sources file not found"):
         load_sources(tmp_path / "nope.toml")

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from hookd.errors import ReconcileError
-from hookd.sources import ReconcileConfig
+from hookd.providers.reconciling import ReconcileConfig
 from reconcile.http import Api, rate_limit_wait
 from reconcile.providers.github import app_jwt
 from reconcile.schedule import error_delay, next_interval

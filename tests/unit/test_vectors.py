@@ -1,6 +1,6 @@
 """Published examples and signatures made by the providers' own SDKs verify.
 
-Also the other way round: what ``hookd.providers.signing`` produces passes each SDK's
+Also the other way round: what each provider module's signer produces passes each SDK's
 verifier, and the envelope of each provider's typical payload is right.
 """
 
@@ -19,8 +19,11 @@ import stripe
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from slack_sdk.signature import Clock, SignatureVerifier
 
-from hookd.providers import signing
 from hookd.providers.base import Envelope
+from hookd.providers.github import github_headers
+from hookd.providers.slack import slack_headers
+from hookd.providers.standard import standard_headers
+from hookd.providers.stripe import stripe_headers
 from tests.unit.webhook_requests import (
     DELIVERY,
     MSG_ID,
@@ -58,7 +61,7 @@ GITHUB_DOC_SIGNATURE = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c4
 
 def test_github_documented_vector_is_reproduced_by_signing() -> None:
     """GitHub's docs example: our signer gives exactly the published header."""
-    headers = signing.github_headers(GITHUB_DOC_SECRET, GITHUB_DOC_BODY, "ping", DELIVERY)
+    headers = github_headers(GITHUB_DOC_SECRET, GITHUB_DOC_BODY, "ping", DELIVERY)
     assert headers["X-Hub-Signature-256"] == GITHUB_DOC_SIGNATURE
 
 
@@ -91,9 +94,9 @@ def test_stripe_sdk_signature_header_verifies() -> None:
 
 
 def test_stripe_signing_passes_stripe_sdk_verifier() -> None:
-    """signing.stripe_headers output is accepted by stripe.WebhookSignature.verify_header."""
+    """stripe_headers output is accepted by stripe.WebhookSignature.verify_header."""
     body = to_json(STRIPE_EVENT)
-    header = signing.stripe_headers(SECRETS["stripe"], body, NOW)["Stripe-Signature"]
+    header = stripe_headers(SECRETS["stripe"], body, NOW)["Stripe-Signature"]
     # tolerance=None: the SDK then skips its wall-clock check and only checks the HMAC.
     assert stripe.WebhookSignature.verify_header(body, header, SECRETS["stripe"], tolerance=None)
     with pytest.raises(stripe.SignatureVerificationError):
@@ -141,8 +144,8 @@ def test_slack_sdk_signature_verifies() -> None:
 
 
 def test_slack_signing_passes_slack_sdk_verifier() -> None:
-    """signing.slack_headers output passes SignatureVerifier.is_valid."""
-    headers = signing.slack_headers(SECRETS["slack"], SLACK_BODY, NOW)
+    """slack_headers output passes SignatureVerifier.is_valid."""
+    headers = slack_headers(SECRETS["slack"], SLACK_BODY, NOW)
     verifier = SignatureVerifier(SECRETS["slack"], clock=FixedClock())
     timestamp, signature = headers["X-Slack-Request-Timestamp"], headers["X-Slack-Signature"]
     assert verifier.is_valid(SLACK_BODY, timestamp, signature)
@@ -169,10 +172,10 @@ def test_standardwebhooks_sdk_signature_verifies() -> None:
 
 
 def test_standard_signing_passes_standardwebhooks_verifier() -> None:
-    """signing.standard_headers output passes standardwebhooks' Webhook.verify."""
+    """standard_headers output passes standardwebhooks' Webhook.verify."""
     # Webhook.verify reads the wall clock and has no way to pass another.
     now = int(time.time())
-    headers = signing.standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, now)
+    headers = standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, now)
     webhook = standardwebhooks.webhooks.Webhook(SECRETS["standard"])
     assert webhook.verify(STANDARD_BODY, headers) == json.loads(STANDARD_BODY)
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
@@ -194,8 +197,8 @@ def test_standard_v1a_ed25519_signature_verifies() -> None:
 
 
 def test_standard_signing_with_whsk_key_verifies_as_v1a() -> None:
-    """signing.standard_headers with a whsk_ seed gives a v1a header our verifier accepts."""
-    headers = signing.standard_headers(V1A_SIGNING, STANDARD_BODY, MSG_ID, NOW)
+    """standard_headers with a whsk_ seed gives a v1a header our verifier accepts."""
+    headers = standard_headers(V1A_SIGNING, STANDARD_BODY, MSG_ID, NOW)
     assert headers["webhook-signature"].startswith("v1a,")
     verified = verify("standard", header_map(headers), STANDARD_BODY, V1A_PUBLIC)
     assert verified.scheme == "standard-v1a"
@@ -203,8 +206,8 @@ def test_standard_signing_with_whsk_key_verifies_as_v1a() -> None:
 
 def test_standard_header_with_v1_and_v1a_entries_verifies_by_either_key() -> None:
     """A header carrying both schemes verifies against a whsec_ or a whpk_ key alone."""
-    v1 = signing.standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, NOW)
-    v1a = signing.standard_headers(V1A_SIGNING, STANDARD_BODY, MSG_ID, NOW)
+    v1 = standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, NOW)
+    v1a = standard_headers(V1A_SIGNING, STANDARD_BODY, MSG_ID, NOW)
     headers = header_map(v1)
     headers["webhook-signature"] = [f"{v1['webhook-signature']} {v1a['webhook-signature']}"]
     assert verify("standard", headers, STANDARD_BODY).scheme == "standard-v1"
@@ -334,7 +337,7 @@ def test_slack_non_message_event_is_keyed_by_event_id() -> None:
 
 def test_standard_envelope_is_keyed_by_id_and_typed_by_payload_type() -> None:
     """Standard Webhooks dedupe on webhook-id and take the payload's `type`."""
-    headers = header_map(signing.standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, NOW))
+    headers = header_map(standard_headers(SECRETS["standard"], STANDARD_BODY, MSG_ID, NOW))
     envelope = accept("standard", headers, STANDARD_BODY)
     assert (envelope.dedupe_key, envelope.type) == (MSG_ID, "invoice.paid")
     assert envelope.occurred_at == datetime.fromtimestamp(NOW, UTC)

@@ -1,7 +1,7 @@
 """Signed requests for the provider tests: fixed secrets, a fixed clock, header maps.
 
 Signatures here are computed by hand from each provider's documented scheme, so
-the verifiers are never checked against ``hookd.providers.signing`` alone.
+the verifiers are never checked against the signers in ``hookd.providers`` alone.
 """
 
 from __future__ import annotations

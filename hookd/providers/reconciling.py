@@ -1,0 +1,134 @@
+"""What a provider declares to be reconciled: the model of its ``[sources.reconcile]``
+table, its API's default URL and the list adapter that pages through that API.
+
+``ReconcileConfig`` holds the keys every provider takes (token, schedule); a provider
+with keys of its own subclasses it, giving each a default: what a key needs from
+the others is said by ``incomplete``, not by a validator, because a key's value is
+also checked alone (``validate_table``). ``hookd.sources`` validates a source's table
+with ``validate_table`` and the model of that source's provider.
+
+The adapter is named by a string, not imported: adapters live in ``reconcile/``, a
+layer above this one, and only the poller resolves the name (see
+``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+
+# The keys that shape the schedule: listed after the provider's own (README, errors).
+SCHEDULE_KEYS = frozenset(
+    {
+        "every_s",
+        "min_every_s",
+        "max_every_s",
+        "lookback_s",
+        "overlap_s",
+        "disable_after_auth_failures",
+    }
+)
+
+
+class ReconcileConfig(BaseModel):
+    """``[sources.reconcile]``: the keys of every provider that can be reconciled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    api_url: str | None = None
+    token: str | None = None
+    every_s: float = Field(default=900.0, gt=0)
+    min_every_s: float | None = Field(default=None, gt=0)
+    max_every_s: float | None = Field(default=None, gt=0)
+    lookback_s: float = Field(default=259_200.0, gt=0)
+    overlap_s: float = Field(default=300.0, ge=0)
+    disable_after_auth_failures: int = Field(default=3, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ReconcileConfig:
+        low = self.min_every_s if self.min_every_s is not None else self.every_s
+        high = self.max_every_s if self.max_every_s is not None else self.every_s
+        if not low <= self.every_s <= high:
+            raise ValueError("needs min_every_s <= every_s <= max_every_s")
+        return self
+
+    def incomplete(self) -> tuple[str, str] | None:
+        """The first key the provider needs that the table lacks, with what to say about
+        it; ``None`` when nothing is missing. Asked once the values themselves are valid,
+        so that a missing key is reported after a wrong one, never instead of it."""
+        if not self.token:
+            return "token", "is required"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciling:
+    """A provider's list API, for ``Provider.reconcile``."""
+
+    # The model of the provider's [sources.reconcile] table.
+    settings: type[ReconcileConfig]
+    # Where the API is when the table has no ``api_url``.
+    api_url: str
+    # "package.module:Class" of its ``reconcile.providers.base.ListAdapter``.
+    adapter: str
+
+
+def key_order(models: Sequence[type[ReconcileConfig]]) -> list[str]:
+    """Every key of the ``models``' tables, in the order their errors are reported: the
+    shared keys, each provider's own (in the order of ``models``), the schedule's."""
+    shared = list(ReconcileConfig.model_fields)
+    order = [key for key in shared if key not in SCHEDULE_KEYS]
+    for model in models:
+        order += [key for key in model.model_fields if key not in shared and key not in order]
+    return order + [key for key in shared if key in SCHEDULE_KEYS]
+
+
+def validate_table(
+    table: Mapping[str, Any],
+    model: type[ReconcileConfig],
+    models: Sequence[type[ReconcileConfig]],
+) -> ReconcileConfig:
+    """``table`` as ``model``, one of ``models`` (every provider's), or a
+    ``ValidationError`` naming each wrong key.
+
+    A key that only other providers take is not given to ``model``: the caller names
+    it as another provider's, once the source's secrets are read. Its value is checked
+    all the same, with the first of ``models`` that takes it, so that a wrong value
+    there is reported first and in its place, as for any key of the table."""
+    order = key_order(models)
+    own = set(model.model_fields)
+    errors: list[ErrorDetails] = []
+    settings: ReconcileConfig | None = None
+    try:
+        settings = model.model_validate(
+            {k: v for k, v in table.items() if k in own or k not in order}
+        )
+    except ValidationError as exc:
+        errors += exc.errors()
+    checked = set(own)
+    for other in models:
+        theirs = {k: v for k, v in table.items() if k in other.model_fields and k not in checked}
+        if not theirs:
+            continue
+        checked |= theirs.keys()
+        try:
+            other.model_validate(theirs)
+        except ValidationError as exc:
+            # Its keys' errors only: the rest of that provider's table is not there.
+            errors += [e for e in exc.errors() if e["loc"]]
+    if any(e["loc"] for e in errors):
+        # A check of the whole table (the interval bounds) counts once every key passed.
+        errors = [e for e in errors if e["loc"]]
+    if settings is not None and not errors:
+        return settings
+    place = {key: i for i, key in enumerate(order)}
+    errors.sort(key=lambda e: place.get(str(e["loc"][0]), len(place)) if e["loc"] else -1)
+    details: list[InitErrorDetails] = [
+        {"type": PydanticCustomError(e["type"], e["msg"]), "loc": e["loc"], "input": e["input"]}
+        for e in errors
+    ]
+    raise ValidationError.from_exception_data(model.__name__, details)

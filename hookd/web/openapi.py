@@ -1,8 +1,10 @@
 """The OpenAPI 3.1 document of the operations API, served at
 ``GET /api/openapi.json`` behind the same bearer token as the rest of ``/api``.
 
-It describes ``hookd/web/api.py`` as implemented; ``tests/integration/test_openapi.py``
-checks that every ``/api`` route is in it (and nothing else) and fuzzes a real
+It describes ``hookd/web/api.py`` as implemented: the operations are written here, the
+bodies they answer with are generated from the models of ``hookd/web/models.py``.
+``tests/integration/test_openapi.py`` checks that every ``/api`` route is in it (and
+nothing else), that real answers validate against the schemas, and fuzzes a real
 server against it, so a change to the API that is not made here fails the tests.
 """
 
@@ -10,41 +12,45 @@ from __future__ import annotations
 
 import copy
 import json
+from enum import StrEnum
 from importlib import metadata
 from typing import Any
 
-from store.models import ORIGINS, STATUSES
+from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
-ULID = "^[0-9A-HJKMNP-TV-Z]{26}$"
-MAX_LIMIT = 500
-PROVIDERS = ("github", "stripe", "slack", "standard")
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "lease_held")
-RUN_TRIGGERS = ("cli", "schedule", "api")
+from hookd.ops.queries import MAX_LIMIT
+from hookd.web import models
+from store.status import EventOrigin, EventStatus
 
 JSON = "application/json"
+REF = "#/components/schemas/{model}"
 
 
 def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+    return {"$ref": REF.format(model=name)}
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` or ``null`` (OpenAPI 3.1 / JSON Schema 2020-12 spelling)."""
-    if "$ref" in schema:
-        return {"oneOf": [schema, {"type": "null"}]}
-    return {**schema, "type": [schema["type"], "null"]}
+class _Schema(GenerateJsonSchema):
+    """pydantic's JSON Schema less the title it makes from each field's name, which
+    tells a client nothing the key does not."""
+
+    def field_title_should_be_set(self, schema: object) -> bool:
+        return False
 
 
-def _obj(
-    properties: dict[str, Any], description: str, optional: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "required": [name for name in properties if name not in optional],
-        "properties": properties,
-        "additionalProperties": False,
-    }
+def schemas() -> dict[str, Any]:
+    """``components.schemas``: the bodies of ``models.BODIES`` and every schema they
+    refer to, under their class names."""
+    _, top = models_json_schema(
+        [(model, "serialization") for model in models.BODIES],
+        ref_template=REF,
+        schema_generator=_Schema,
+    )
+    generated: dict[str, Any] = top["$defs"]
+    for schema in generated.values():
+        if "enum" in schema:  # the store's enums: their docstrings are about the database
+            schema.pop("description", None)
+    return generated
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -111,13 +117,13 @@ def _path(name: str, description: str, schema: dict[str, Any], example: str) -> 
 EVENT_ID = _path(
     "id",
     "Event id (a ULID). Any other value answers 404.",
-    {"type": "string", "pattern": ULID},
+    {"type": "string", "pattern": models.ULID},
     "01J8Z3Q4XW6N2V7C9D0E1F2G3H",
 )
 RUN_ID = _path(
     "id",
     "Reconcile run id (a ULID). Any other value answers 404.",
-    {"type": "string", "pattern": ULID},
+    {"type": "string", "pattern": models.ULID},
     "01J8Z3Q4XW6N2V7C9D0E1F2G3H",
 )
 SOURCE_NAME = _path(
@@ -127,156 +133,10 @@ SOURCE_NAME = _path(
     "github",
 )
 
-_TIME = {"type": "string", "format": "date-time"}
 
-SCHEMAS: dict[str, Any] = {
-    "Error": _obj(
-        {
-            "error": {"type": "string", "description": "A stable, machine-readable code."},
-            "detail": {"type": "string", "description": "What to change, for a person."},
-        },
-        "What went wrong.",
-        optional=("detail",),
-    ),
-    "EventError": _obj(
-        {
-            "message": {
-                "type": "string",
-                "description": "One line: the handler, the exception type and its message.",
-            },
-            "handler": _nullable(
-                {
-                    "type": "string",
-                    "description": "The handler that raised; null when processing failed "
-                    "outside the handlers (e.g. a body no configured key decrypts).",
-                }
-            ),
-            "type": _nullable(
-                {"type": "string", "description": "The exception's type name, e.g. `ValueError`."}
-            ),
-        },
-        "The last failed attempt: why a retrying event is retrying, or why a dead one gave up.",
-    ),
-    "Event": _obj(
-        {
-            "name": {"type": "string", "pattern": "^events/[0-9A-HJKMNP-TV-Z]{26}$"},
-            "id": {"type": "string", "pattern": ULID},
-            "source": {"type": "string"},
-            "provider": {"type": "string", "enum": list(PROVIDERS)},
-            "type": _nullable({"type": "string"}),
-            "dedupe_key": {"type": "string"},
-            "origin": {"type": "string", "enum": list(ORIGINS)},
-            "status": {"type": "string", "enum": list(STATUSES)},
-            "done": {
-                "type": "boolean",
-                "description": "True once `status` is `processed` or `dead`.",
-            },
-            "attempts": {"type": "integer", "minimum": 0},
-            "received_at": _TIME,
-            "occurred_at": _nullable(_TIME),
-            "processed_at": _nullable(_TIME),
-            "verified_with": {
-                "type": "string",
-                "description": "How the signature was verified at receipt.",
-            },
-            "error": _nullable(_ref("EventError")),
-            "poll_after_seconds": _nullable(
-                {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "While not done: when to look again. Null once done.",
-                }
-            ),
-        },
-        "One stored event, shaped like a long-running operation.",
-    ),
-    "EventPage": _obj(
-        {
-            "events": {"type": "array", "items": _ref("Event")},
-            "next_cursor": _nullable(
-                {
-                    "type": "string",
-                    "pattern": ULID,
-                    "description": "Pass as `cursor` for the next page; null on the last one.",
-                }
-            ),
-        },
-        "One page of events, newest first.",
-    ),
-    "ReconcileRun": _obj(
-        {
-            "name": {"type": "string", "pattern": "^reconcile-runs/[0-9A-HJKMNP-TV-Z]{26}$"},
-            "id": {"type": "string", "pattern": ULID},
-            "source": {"type": "string"},
-            "status": {"type": "string", "enum": list(RUN_STATUSES)},
-            "done": {
-                "type": "boolean",
-                "description": "True once `status` is `succeeded`, `failed` or `lease_held`.",
-            },
-            "trigger": {"type": "string", "enum": list(RUN_TRIGGERS)},
-            "dry_run": {"type": "boolean"},
-            "started_at": _TIME,
-            "finished_at": _nullable(_TIME),
-            "items_checked": {"type": "integer", "minimum": 0},
-            "items_missing": {"type": "integer", "minimum": 0},
-            "items_repaired": {"type": "integer", "minimum": 0},
-            "pages": {"type": "integer", "minimum": 0},
-            "api_calls": {"type": "integer", "minimum": 0},
-            "rate_limited": {"type": "integer", "minimum": 0},
-            "cursor_before": _nullable(
-                {"type": "number", "description": "Watermark before the run (unix seconds)."}
-            ),
-            "cursor_after": _nullable(
-                {"type": "number", "description": "Watermark after the run (unix seconds)."}
-            ),
-            "error": _nullable({"type": "string"}),
-        },
-        "One reconciliation run against a provider's API.",
-    ),
-    "ReconcileRunList": _obj(
-        {"runs": {"type": "array", "items": _ref("ReconcileRun")}},
-        "Reconcile runs, newest first.",
-    ),
-    "SourceReconcile": _obj(
-        {
-            "state": {"type": "string", "enum": ["active", "disabled"]},
-            "reason": _nullable({"type": "string", "description": "Why it was disabled."}),
-            "cursor": _nullable({"type": "number", "description": "Watermark (unix seconds)."}),
-            "interval_s": _nullable({"type": "number"}),
-            "next_run_at": _nullable(_TIME),
-            "last_run": _nullable(_ref("ReconcileRun")),
-        },
-        "Reconciliation state of a source that has a `[sources.reconcile]` table.",
-    ),
-    "Source": _obj(
-        {
-            "name": {"type": "string"},
-            "provider": {"type": "string", "enum": list(PROVIDERS)},
-            "reconcile": {
-                **_nullable(_ref("SourceReconcile")),
-                "description": "Null when the source is not reconciled.",
-            },
-            "pending": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Events pending, retrying or processing.",
-            },
-            "dead": {"type": "integer", "minimum": 0},
-        },
-        "A configured source.",
-    ),
-    "SourceList": _obj(
-        {"sources": {"type": "array", "items": _ref("Source")}},
-        "Every configured source, in configuration order.",
-    ),
-    "OpenApiDocument": {
-        "type": "object",
-        "description": "This document.",
-        "required": ["openapi", "info", "paths"],
-        "properties": {"openapi": {"type": "string"}},
-        "additionalProperties": True,
-    },
-}
+def _enum(values: type[StrEnum]) -> dict[str, Any]:
+    """A query parameter taking one of the store's words."""
+    return {"type": "string", "enum": [str(v) for v in values]}
 
 
 def _op(
@@ -335,7 +195,7 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "status",
                     "in": "query",
-                    "schema": {"type": "string", "enum": list(STATUSES)},
+                    "schema": _enum(EventStatus),
                 },
                 {
                     "name": "type",
@@ -346,14 +206,14 @@ PATHS: dict[str, Any] = {
                 {
                     "name": "origin",
                     "in": "query",
-                    "schema": {"type": "string", "enum": list(ORIGINS)},
+                    "schema": _enum(EventOrigin),
                 },
                 _limit("Page size."),
                 {
                     "name": "cursor",
                     "in": "query",
                     "description": "`next_cursor` of the previous page. Empty: the first page.",
-                    "schema": {"type": "string", "pattern": ULID},
+                    "schema": {"type": "string", "pattern": models.ULID},
                 },
             ),
         )
@@ -510,7 +370,7 @@ _DOCUMENT: dict[str, Any] = {
                 "description": "The `HOOKD_ADMIN_TOKEN` of the server.",
             }
         },
-        "schemas": SCHEMAS,
+        "schemas": schemas(),
     },
 }
 

@@ -4,15 +4,11 @@ and true of a real server (schemathesis against uvicorn on loopback)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 import requests
 import schemathesis
@@ -26,23 +22,25 @@ from schemathesis.specs.openapi.checks import (
 )
 from starlette.routing import BaseRoute, Mount, Route
 
-from hookd.providers.signing import sample_event
-from hookd.sources import Sources, parse_sources
+from hookd.sources import Sources
 from hookd.web import openapi
 from hookd.web.api import ApiFallback
 from store import reconcile as rstate
 from tests.support.asgi import running_app
-from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.emulators import GitHubEmulator
 from tests.support.http import serve_app
-from tests.support.waiting import wait_for
+from tests.support.ops_server import (
+    API_TOKEN,
+    AUTH,
+    RECONCILED,
+    TOKEN,
+    Served,
+    served_api,
+    sources_for,
+    wait_done,
+)
 
 pytestmark = pytest.mark.anyio
-TOKEN = "ops-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-API_TOKEN = "provider-api-token"
-RECONCILED = "gh-reconciled"
-DOOMED = "doomed"
 # Per operation and strategy (positive, negative, real ids): well under a minute in all.
 EXAMPLES = 50
 CHECKS = [
@@ -53,28 +51,6 @@ CHECKS = [
 ]
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-
-def sources_for(api_url: str) -> Sources:
-    """The shared sources, one that reconciles (against the emulator), one whose events die."""
-    text = f"""{SOURCES_TOML}
-[[sources]]
-name = "{RECONCILED}"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-[sources.reconcile]
-api_url = "{api_url}"
-token = "{API_TOKEN}"
-hook = "repos/octo/hello/hooks/42"
-
-[[sources]]
-name = "{DOOMED}"
-provider = "stripe"
-secrets = ["{SECRETS["stripe"]}"]
-handlers = ["tests.support.handlers:echo_failure"]
-max_attempts = 1
-"""
-    return parse_sources(text, Path("openapi.toml"), env={})
 
 
 def api_routes(routes: list[BaseRoute], prefix: str = "") -> dict[str, set[str]]:
@@ -191,57 +167,10 @@ async def test_a_run_on_a_disabled_source_ends_and_enable_needs_reconcile(
     assert (enabled.status_code, enabled.json()["reconcile"]["state"]) == (200, "active")
 
 
-@dataclass
-class Served:
-    url: str
-    event_ids: list[str]
-    run_ids: list[str]
-    sources: list[str] = field(default_factory=lambda: [RECONCILED, DOOMED, "github"])
-
-
-async def wait_done(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
-    seen: list[dict[str, Any]] = []
-
-    async def done() -> dict[str, Any]:
-        seen.append((await client.get(path, headers=AUTH)).json())
-        return seen[-1] if seen[-1]["done"] else {}
-
-    # 10 s: the 200 pauses of 0.05 s this loop was written with.
-    return await wait_for(
-        done, timeout_s=10, interval_s=0.05, message=lambda: f"{path} not done: {seen[-1]}"
-    )
-
-
 @pytest.fixture
 async def served(db_url: str) -> AsyncIterator[Served]:
-    """hookd on a real socket, with events of every origin and status, and reconcile runs."""
-    emulator = GitHubEmulator(API_TOKEN)
-    emulator.add_events(3, start=time.time() - 600, step_s=1.0)
-    async with serve_app(emulator.app) as api_url:
-        sources = sources_for(api_url)
-        async with running_app(
-            sources, db_url, admin_token=TOKEN, sweep_s=0.05, reconcile_schedule=False
-        ) as (app, client):
-            event_ids = []
-            for i, (name, provider) in enumerate(
-                [("github", "github"), ("stripe", "stripe"), ("standard", "standard")] * 2
-                + [(DOOMED, "stripe")]
-            ):
-                headers, body = sample_event(provider, SECRETS[provider], i)
-                response = await client.post(f"/hooks/{name}", content=body, headers=headers)
-                assert response.status_code == 202, response.text
-                event_ids.append(response.json()["event_id"])
-            started = await client.post(f"/api/sources/{RECONCILED}/reconcile", headers=AUTH)
-            assert started.status_code == 202, started.text
-            run = await wait_done(client, f"/api/reconcile-runs/{started.json()['id']}")
-            assert (run["status"], run["items_repaired"]) == ("succeeded", 3), run
-            dead = await wait_done(client, f"/api/events/{event_ids[-1]}")
-            assert dead["status"] == "dead" and dead["error"] is not None, dead
-            listed = (await client.get("/api/events?limit=500", headers=AUTH)).json()
-            event_ids = [e["id"] for e in listed["events"]]
-            assert len(event_ids) == 10
-            async with serve_app(app) as url:
-                yield Served(url, event_ids, [run["id"]])
+    async with served_api(db_url) as served:
+        yield served
 
 
 Check = Callable[[schemathesis.Case, schemathesis.Response], None]

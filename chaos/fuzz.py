@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import hmac
 import json
 import os
 import random
@@ -44,6 +43,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tests.support import signing
 
 if TYPE_CHECKING:  # imported inside the target process only after instrumentation
     from hookd.providers.base import Envelope, HeaderMap, Key
@@ -95,14 +96,10 @@ WRONG_SECRET = {
 # Standard Webhooks v1a: an ed25519 signing seed (whsk_) whose public key (whpk_) is
 # configured only in some key sets, so that a v1a signature must fail where only whsec_ is.
 V1A_SEED = _seed_key(4)
+V1A_SIGNING = "whsk_" + base64.b64encode(V1A_SEED).decode()
 
-SIGNATURE_HEADER = {
-    "github": "x-hub-signature-256",
-    "stripe": "stripe-signature",
-    "slack": "x-slack-signature",
-    "standard": "webhook-signature",
-}
-TIMESTAMP_HEADER = {"slack": "x-slack-request-timestamp", "standard": "webhook-timestamp"}
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER
+TIMESTAMP_HEADER = signing.TIMESTAMP_HEADER
 HEADERS_READ = {
     "github": ["x-hub-signature-256", "x-github-delivery", "x-github-event", "content-type"],
     "stripe": ["stripe-signature", "content-type"],
@@ -133,7 +130,7 @@ SIGNATURE_REASONS = frozenset(
 )
 
 
-# --- signing (by hand, from each provider's documented scheme) -------------------------
+# --- signing (tests.support.signing: by hand, from each provider's documented scheme) ---
 
 
 def _v1a_private() -> Any:
@@ -147,25 +144,14 @@ def v1a_public_secret() -> str:
     return "whpk_" + base64.b64encode(public).decode()
 
 
-def signed_prefix(provider: str, ts: str, msg_id: str) -> bytes:
-    if provider == "github":
-        return b""
-    if provider == "stripe":
-        return f"{ts}.".encode()
-    if provider == "slack":
-        return f"v0:{ts}:".encode()
-    return f"{msg_id}.{ts}.".encode()
+signed_prefix = signing.signed_prefix
 
 
 def signature_entry(provider: str, secret: str, message: bytes) -> str:
-    """One signature as the provider writes it (without Stripe's ``t=``)."""
-    if provider == "standard":
-        if secret == "v1a":
-            return "v1a," + base64.b64encode(_v1a_private().sign(message)).decode()
-        key = base64.b64decode(secret.removeprefix("whsec_"))
-        return "v1," + base64.b64encode(hmac.new(key, message, hashlib.sha256).digest()).decode()
-    digest = hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-    return {"github": "sha256=", "stripe": "v1=", "slack": "v0="}[provider] + digest
+    """One signature as the provider writes it (without Stripe's ``t=``); ``secret``
+    "v1a" signs with the ed25519 seed ``V1A_SEED``."""
+    key = V1A_SIGNING if secret == "v1a" else secret
+    return signing.signature_entry(provider, key, message)
 
 
 def sign(

@@ -1,13 +1,13 @@
 """Tampered requests against a real ``hookd serve``: none accepted, none a 5xx, nothing stored.
 
-Every request starts as a genuine one (signed by hand from the provider's documented
-scheme, at the current time) and is then tampered with in one way, chosen round-robin over
-the categories below so that each gets the same share; a seeded random generator picks the
-details (which bit, which header, how far off the clock). The receiver runs on a fresh
-PostgreSQL database with a private Redis, so that both what was stored (rows in ``events``)
-and what was enqueued (arq wake-up jobs) can be counted. Afterwards one untampered request
-per provider, built the same way, must be accepted: the tampering, not the builder, is what
-the server refused.
+Every request starts as a genuine one (signed by ``tests.support.signing``, by hand from
+the provider's documented scheme, at the current time) and is then tampered with in one
+way, chosen round-robin over the categories below so that each gets the same share; a
+seeded random generator picks the details (which bit, which header, how far off the
+clock). The receiver runs on a fresh PostgreSQL database with a private Redis, so that both
+what was stored (rows in ``events``) and what was enqueued (arq wake-up jobs) can be
+counted. Afterwards one untampered request per provider, built the same way, must be
+accepted: the tampering, not the builder, is what the server refused.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from chaos import harness
 from chaos.harness import SECRETS, HookdServer, RedisServer
+from tests.support import signing
 
 TITLE = "Tampered requests are refused"
 QUICK: dict[str, Any] = {"per_provider": 400}
@@ -40,13 +40,8 @@ FULL: dict[str, Any] = {"per_provider": 10_000}
 PROVIDERS = ("github", "stripe", "slack", "standard")
 TIMED = ("stripe", "slack", "standard")
 TOLERANCE_S = 300  # the sources' default tolerance_s
-SIGNATURE_HEADER = {
-    "github": "x-hub-signature-256",
-    "stripe": "stripe-signature",
-    "slack": "x-slack-signature",
-    "standard": "webhook-signature",
-}
-TIMESTAMP_HEADER = {"slack": "x-slack-request-timestamp", "standard": "webhook-timestamp"}
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER
+TIMESTAMP_HEADER = signing.TIMESTAMP_HEADER
 # Headers a request of each provider cannot do without (besides the body).
 REQUIRED = {
     "github": ["x-hub-signature-256"],
@@ -62,7 +57,7 @@ WRONG_SECRETS = {
     "standard": "whsec_" + base64.b64encode(b"attacker-standard-secret-32bytes").decode(),
 }
 # A Standard Webhooks v1a (ed25519) signing key; the source has only a whsec_ secret.
-V1A_KEY = Ed25519PrivateKey.from_private_bytes(hashlib.sha256(b"hookd-tamper-v1a").digest())
+V1A_SIGNING = "whsk_" + base64.b64encode(hashlib.sha256(b"hookd-tamper-v1a").digest()).decode()
 # What h11 (and HTTP/1.1) lets through as a header value: visible bytes, inner spaces/tabs.
 SENDABLE = re.compile(rb"([\x21-\x7e\x80-\xff]+([ \t]+[\x21-\x7e\x80-\xff]+)*)?")
 MALFORMED_TIMESTAMPS = [
@@ -103,23 +98,10 @@ class Genuine:
         return list(self.headers)
 
 
-def _hex(secret: str, message: bytes) -> str:
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-
-
 def signature_value(provider: str, secret: str, body: bytes, ts: str, msg_id: str) -> str:
     """The signature header value ``provider`` sends (``secret`` "v1a": ed25519)."""
-    if provider == "github":
-        return "sha256=" + _hex(secret, body)
-    if provider == "stripe":
-        return f"t={ts},v1=" + _hex(secret, f"{ts}.".encode() + body)
-    if provider == "slack":
-        return "v0=" + _hex(secret, f"v0:{ts}:".encode() + body)
-    content = f"{msg_id}.{ts}.".encode() + body
-    if secret == "v1a":
-        return "v1a," + base64.b64encode(V1A_KEY.sign(content)).decode()
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+    key = V1A_SIGNING if secret == "v1a" else secret
+    return signing.signature_value(provider, key, body, ts, msg_id)
 
 
 def body_for(provider: str, seq: int) -> bytes:
@@ -331,10 +313,11 @@ def wrong_scheme(rng: random.Random, provider: str, seq: int) -> Request | None:
             headers = replace(g.headers, "x-hub-signature-256", sha1.encode())
         return Request(provider, "wrong_scheme", headers, g.body)
     if provider == "stripe":  # a v0 entry (test-mode scheme) and no v1
-        v0 = _hex(secret, f"{g.ts}.".encode() + g.body)
+        v0 = signing.hex_hmac(secret, f"{g.ts}.".encode() + g.body)
         headers = replace(g.headers, "stripe-signature", f"t={g.ts},v0={v0}".encode())
         return Request(provider, "wrong_scheme", headers, g.body)
-    v1 = "v1=" + _hex(secret, f"v1:{g.ts}:".encode() + g.body)  # slack: another version label
+    # Slack: another version label.
+    v1 = "v1=" + signing.hex_hmac(secret, f"v1:{g.ts}:".encode() + g.body)
     return Request(
         provider, "wrong_scheme", replace(g.headers, "x-slack-signature", v1.encode()), g.body
     )

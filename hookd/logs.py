@@ -11,6 +11,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from hookd.timefmt import iso_z
+
 # uvicorn's records carry ``color_message``, a copy of the message with terminal colours.
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
     "message",
@@ -38,7 +40,7 @@ class KeyValueFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         data: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z"),
+            "ts": iso_z(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),

@@ -32,6 +32,7 @@ from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.events import NewEvent
+from store.status import EventOrigin
 
 log = logging.getLogger("hookd.receiver")
 
@@ -260,7 +261,7 @@ class Receiver:
             provider=source.provider,
             dedupe_key=env.dedupe_key,
             type=env.type,
-            origin="webhook",
+            origin=EventOrigin.WEBHOOK,
             received_at=datetime.fromtimestamp(now, UTC),
             occurred_at=env.occurred_at,
             verified_with=verified.describe(),

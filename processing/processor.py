@@ -19,6 +19,7 @@ from functools import cache
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd.backoff import full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler, idempotency_key
 from hookd.sources import Sources
@@ -74,8 +75,7 @@ class RetryPolicy:
     cap_s: float = 600.0
 
     def delay_s(self, attempt: int, rng: random.Random) -> float:
-        ceiling = min(self.cap_s, self.base_s * 2 ** min(max(attempt - 1, 0), 60))
-        return rng.uniform(0, ceiling)
+        return full_jitter(rng, self.base_s, min(max(attempt - 1, 0), 60), self.cap_s)
 
 
 

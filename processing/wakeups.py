@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool, Redis
 
+from hookd.backoff import capped
 from processing.processor import Processor
 
 log = logging.getLogger("hookd.dispatch")
@@ -70,7 +71,7 @@ class InProcessConsumer:
             except Exception as exc:  # the database is away: back off, then look again
                 failures += 1
                 log.warning("consumer pass failed", extra={"error": type(exc).__name__})
-                await asyncio.sleep(min(30.0, 0.5 * 2**failures))
+                await asyncio.sleep(capped(0.5, failures, 30.0))
 
 
 class ArqWaker:

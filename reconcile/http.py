@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from hookd.backoff import full_jitter
 from hookd.errors import AuthFailure, RateLimited, ReconcileError
 
 log = logging.getLogger("hookd.reconcile")
@@ -134,7 +135,7 @@ class Api:
                         "provider_error",
                         f"HTTP {response.status_code} from {method} {public_url(url)}",
                     )
-                await self._sleep(self._rng.uniform(0, min(30.0, 0.5 * 2**failures)))
+                await self._sleep(full_jitter(self._rng, 0.5, failures, 30.0))
                 continue
             if response.status_code >= 400:
                 raise ReconcileError(

@@ -39,6 +39,7 @@ from store import reconcile as state
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.ids import new_id, worker_id
+from store.status import RunStatus, RunTrigger
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -100,7 +101,7 @@ class Reconciler:
                 conn,
                 id=run_id,
                 source=source.name,
-                status="queued",
+                status=RunStatus.QUEUED,
                 trigger=trigger,
                 dry_run=dry_run,
                 started_at=datetime.now(UTC),
@@ -111,7 +112,7 @@ class Reconciler:
         self,
         source: Source,
         *,
-        trigger: str = "cli",
+        trigger: str = RunTrigger.CLI,
         dry_run: bool = False,
         run_id: str | None = None,
         wait_for_lease_s: float = 0.0,
@@ -127,9 +128,10 @@ class Reconciler:
         if current.disabled:
             return Outcome(run.id, source.name, "disabled", error=current.disabled_reason)
         if not await self._acquire(source.name, wait_for_lease_s, run.id):
-            await self._record(run, "lease_held", finished=True)
+            await self._record(run, RunStatus.LEASE_HELD, finished=True)
             log.info("lease held elsewhere", extra={"source": source.name, "run_id": run.id})
-            return Outcome(run.id, source.name, "lease_held", error="lease held by another run")
+            held = "lease held by another run"
+            return Outcome(run.id, source.name, RunStatus.LEASE_HELD, error=held)
         try:
             return await self._leased(run)
         except asyncio.CancelledError:
@@ -222,13 +224,13 @@ class Reconciler:
         now = run.started.timestamp()
         cursor = run.current.cursor
         since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
-        await self._record(run, "running", finished=False, cursor_before=cursor)
+        await self._record(run, RunStatus.RUNNING, finished=False, cursor_before=cursor)
         adapter_type = adapter_class(run.source.provider)
         api = self._api(run.source, adapter_type)
         meta = dict(run.current.meta or {})
         adapter = adapter_type(run.source, api, meta, now)
         tally = _Tally(api)
-        outcome = Outcome(run.id, run.source.name, "running", cursor_before=cursor)
+        outcome = Outcome(run.id, run.source.name, RunStatus.RUNNING, cursor_before=cursor)
         log.info(
             "run started",
             extra={"source": run.source.name, "run_id": run.id, "cursor_before": cursor},
@@ -335,14 +337,18 @@ class Reconciler:
         async with self.engine.begin() as conn:
             if not await state.update_state(conn, run.source.name, self.owner, **values):
                 await state.update_run(
-                    conn, run.id, status="failed", finished_at=finished, error="lease_lost"
+                    conn, run.id, status=RunStatus.FAILED, finished_at=finished, error="lease_lost"
                 )
-                outcome.status, outcome.error = "failed", "lease_lost"
+                outcome.status, outcome.error = RunStatus.FAILED, "lease_lost"
                 return outcome
             await state.update_run(
-                conn, run.id, status="succeeded", finished_at=finished, cursor_after=cursor_after
+                conn,
+                run.id,
+                status=RunStatus.SUCCEEDED,
+                finished_at=finished,
+                cursor_after=cursor_after,
             )
-        outcome.status, outcome.cursor_after = "succeeded", cursor_after
+        outcome.status, outcome.cursor_after = RunStatus.SUCCEEDED, cursor_after
         log.info(
             "run finished",
             extra={
@@ -380,9 +386,9 @@ class Reconciler:
         async with self.engine.begin() as conn:
             await state.update_state(conn, run.source.name, None, **values)
             await state.update_run(
-                conn, run.id, status="failed", finished_at=finished, error=message
+                conn, run.id, status=RunStatus.FAILED, finished_at=finished, error=message
             )
-        outcome.status, outcome.error = "failed", message
+        outcome.status, outcome.error = RunStatus.FAILED, message
         log.warning(
             "run failed",
             extra={

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from hookd.backoff import full_jitter
 from hookd.providers.reconciling import ReconcileConfig
 
 
@@ -24,5 +25,5 @@ def next_interval(rc: ReconcileConfig, current: float | None, found_missing: boo
 def error_delay(rc: ReconcileConfig, errors: int, rng: random.Random) -> float:
     """Full jitter under an exponentially growing ceiling, capped at the max interval."""
     low, high = bounds(rc)
-    ceiling = min(high, max(1.0, min(low, 60.0)) * 2 ** min(errors, 30))
-    return max(1.0, rng.uniform(0, ceiling))
+    base = max(1.0, min(low, 60.0))
+    return max(1.0, full_jitter(rng, base, min(errors, 30), high))

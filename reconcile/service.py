@@ -12,9 +12,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.sources import Source, Sources
+from hookd.timefmt import iso_z_or_none
 from reconcile.poller import Outcome, Reconciler
 from store import reconcile as state
 from store.models import EVENTS
+from store.status import RUNNABLE_STATUSES, EventStatus
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -101,8 +103,8 @@ async def enable(engine: AsyncEngine, source: str) -> bool:
         )
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
+# Not processed or dead yet: what a source's pending count counts.
+_NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
 
 
 async def source_resources(engine: AsyncEngine, sources: Sources) -> list[dict[str, Any]]:
@@ -112,7 +114,7 @@ async def source_resources(engine: AsyncEngine, sources: Sources) -> list[dict[s
             (r.source, r.status): r.n
             for r in await conn.execute(
                 sa.select(EVENTS.c.source, EVENTS.c.status, sa.func.count().label("n"))
-                .where(EVENTS.c.status.in_(("pending", "retrying", "processing", "dead")))
+                .where(EVENTS.c.status.in_((*_NOT_DONE, EventStatus.DEAD)))
                 .group_by(EVENTS.c.source, EVENTS.c.status)
             )
         }
@@ -133,19 +135,17 @@ async def source_resources(engine: AsyncEngine, sources: Sources) -> list[dict[s
                 "reason": found.disabled_reason if found is not None else None,
                 "cursor": found.cursor if found is not None else None,
                 "interval_s": found.interval_s if found is not None else None,
-                "next_run_at": _iso(found.next_run_at) if found is not None else None,
+                "next_run_at": iso_z_or_none(found.next_run_at) if found is not None else None,
                 "last_run": last_runs.get(source.name),
             }
-        pending = sum(
-            counts.get((source.name, s), 0) for s in ("pending", "retrying", "processing")
-        )
+        pending = sum(counts.get((source.name, s), 0) for s in _NOT_DONE)
         out.append(
             {
                 "name": source.name,
                 "provider": source.provider,
                 "reconcile": reconcile,
                 "pending": pending,
-                "dead": counts.get((source.name, "dead"), 0),
+                "dead": counts.get((source.name, EventStatus.DEAD), 0),
             }
         )
     return out

@@ -19,9 +19,6 @@ from store.models import EVENTS, HANDLER_RUNS
 from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 
-# The name hookd.web.admin reads the runnable statuses under.
-RUNNABLE = RUNNABLE_STATUSES
-
 
 def one_of(
     conn: AsyncConnection, column: sa.ColumnElement[str], values: Sequence[str]

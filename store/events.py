@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hookd.timefmt import iso_z_or_none
 from store.crypto import BodyCipher
 from store.ids import new_id
 from store.models import EVENTS
@@ -211,9 +212,9 @@ def event_resource(row: EventRow) -> dict[str, Any]:
         "status": row.status,
         "done": done,
         "attempts": row.attempts,
-        "received_at": _iso(row.received_at),
-        "occurred_at": _iso(row.occurred_at),
-        "processed_at": _iso(row.processed_at),
+        "received_at": iso_z_or_none(row.received_at),
+        "occurred_at": iso_z_or_none(row.occurred_at),
+        "processed_at": iso_z_or_none(row.processed_at),
         "verified_with": row.verified_with,
         "error": event_error(row),
         "poll_after_seconds": None if done else 1,
@@ -231,7 +232,3 @@ def event_error(row: EventRow) -> dict[str, str | None] | None:
         "handler": row.last_error_handler,
         "type": row.last_error_type,
     }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")

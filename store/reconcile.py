@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from hookd.timefmt import iso_z_or_none
 from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
 from store.status import DONE_RUN_STATUSES, UNFINISHED_RUN_STATUSES, RunStatus
@@ -258,8 +259,8 @@ def run_resource(row: RunRow) -> dict[str, Any]:
         "done": row.status in DONE_RUN_STATUSES,
         "trigger": row.trigger,
         "dry_run": row.dry_run,
-        "started_at": _iso(row.started_at),
-        "finished_at": _iso(row.finished_at),
+        "started_at": iso_z_or_none(row.started_at),
+        "finished_at": iso_z_or_none(row.finished_at),
         "items_checked": row.items_checked,
         "items_missing": row.items_missing,
         "items_repaired": row.items_repaired,
@@ -270,7 +271,3 @@ def run_resource(row: RunRow) -> dict[str, Any]:
         "cursor_after": row.cursor_after,
         "error": row.error,
     }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")

@@ -46,12 +46,6 @@ class EventRow(NamedTuple):
     created_at: datetime
     updated_at: datetime
 
-    @property
-    def _mapping(self) -> dict[str, Any]:
-        """Column name -> value, as ``sa.Row._mapping`` gave it to the code written
-        against those rows; attributes say the same with their types."""
-        return self._asdict()
-
 
 class SourceStateRow(NamedTuple):
     """``reconcile_state``: one source's cursor, run lease, schedule and switch."""

@@ -33,6 +33,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
+from store.status import EventStatus, RunStatus, RunTrigger
 
 if TYPE_CHECKING:
     from reconcile.poller import Reconciler
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="run events' handlers again, on the same rows")
     replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
     replay.add_argument("--source")
-    replay.add_argument("--status", choices=["dead"])
+    replay.add_argument("--status", choices=[EventStatus.DEAD.value])
 
     rec = sub.add_parser("reconcile", help="one reconciliation pass now (for cron, CronJob)")
     rec.add_argument("sources", nargs="*", metavar="SOURCE")
@@ -200,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev_list.add_argument("--source", help="only this source's events")
     ev_list.add_argument(
         "--status",
-        choices=["pending", "processing", "retrying", "processed", "dead"],
+        choices=[s.value for s in EventStatus],
         help="only events in this status",
     )
     ev_list.add_argument(
@@ -456,10 +457,10 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                     print(f"hookd: no event {args.id}", file=sys.stderr)
                     return EXIT_WAIT_UNKNOWN
                 status, last_error = row.status, row.last_error
-                if status == "processed":
+                if status == EventStatus.PROCESSED:
                     print(f"{args.id} processed")
                     return EXIT_OK
-                if status == "dead":
+                if status == EventStatus.DEAD:
                     print(f"{args.id} dead: {row.last_error or 'no error recorded'}")
                     return EXIT_WAIT_DEAD
             remaining = deadline - time.monotonic()
@@ -531,12 +532,12 @@ async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: S
                     for source in chosen:
                         outcome = await run_ops.run(
                             source,
-                            trigger="cli",
+                            trigger=RunTrigger.CLI,
                             dry_run=args.dry_run,
                             wait_for_lease_s=LEASE_WAIT_S if args.wait else 0.0,
                         )
                         print(describe_outcome(outcome, args.dry_run), flush=True)
-                        failed += outcome.status in ("failed", "disabled")
+                        failed += outcome.status in (RunStatus.FAILED, "disabled")
                 except asyncio.CancelledError:
                     if not received:
                         raise
@@ -587,7 +588,7 @@ def stop_on_signals(reconciler: Reconciler) -> Iterator[list[signal.Signals]]:
 
 def describe_outcome(outcome: Any, dry_run: bool) -> str:
     head = f"{outcome.source}: {outcome.status}"
-    if outcome.status == "lease_held":
+    if outcome.status == RunStatus.LEASE_HELD:
         return f"{head} (another run of this source is in progress; skipped) run={outcome.run_id}"
     if outcome.status == "disabled":
         return f"{head}: {outcome.error}"
@@ -595,7 +596,7 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
         f"run={outcome.run_id} checked={outcome.checked} missing={outcome.missing} "
         f"repaired={outcome.repaired}{' (dry run)' if dry_run else ''}"
     )
-    if outcome.status == "failed":
+    if outcome.status == RunStatus.FAILED:
         return f"{head} {counts} error={outcome.error}"
     return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}"
 

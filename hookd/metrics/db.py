@@ -19,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.sources import Sources
 from store import reconcile as rstate
 from store.models import EVENTS
+from store.status import DONE_RUN_STATUSES, RUNNABLE_STATUSES, EventStatus
 
 Family = CounterMetricFamily | GaugeMetricFamily
-NOT_DONE = ("pending", "retrying", "processing")
+# Not processed or dead yet: what hookd_events_pending counts.
+NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
 
 
 class _Snapshot(Collector):
@@ -44,7 +46,9 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         ).one()
         dead = (
             await conn.execute(
-                sa.select(sa.func.count()).select_from(EVENTS).where(EVENTS.c.status == "dead")
+                sa.select(sa.func.count())
+                .select_from(EVENTS)
+                .where(EVENTS.c.status == EventStatus.DEAD)
             )
         ).scalar_one()
         totals = await rstate.run_totals(conn)
@@ -87,7 +91,7 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
     by_source_missed: dict[str, int] = {}
     by_source_limited: dict[str, int] = {}
     for row in totals:
-        if row.status in ("succeeded", "failed", "lease_held"):
+        if row.status in DONE_RUN_STATUSES:
             key = (row.source, "dry_run" if row.dry_run else row.status)
             by_run[key] = by_run.get(key, 0) + row.runs
         if not row.dry_run:

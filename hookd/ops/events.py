@@ -20,6 +20,7 @@ from hookd.ops.queries import EventQuery
 from store import claims
 from store.events import event_resource, get_event, list_events
 from store.ids import is_id
+from store.status import EventStatus
 
 Wake = Callable[[], Awaitable[None]]
 
@@ -81,13 +82,12 @@ class EventOps:
             ledger = await claims.finished_handlers_many(conn, [event_id]) if with_ledger else {}
         if row is None:
             raise NotFound("event")
-        m = row._mapping
         return EventDetail(
             event_resource(row),
-            m["headers"],
-            m.get("body"),
-            m["body_encrypted"],
-            m["next_attempt_at"],
+            row.headers,
+            row.body,
+            row.body_encrypted,
+            row.next_attempt_at,
             frozenset(ledger.get(event_id, ())),
         )
 
@@ -122,7 +122,7 @@ class EventOps:
         unknown: list[str] = []
         async with self._engine.begin() as conn:
             if dead_of is not None:
-                event_ids = await claims.ids_with_status(conn, dead_of, "dead")
+                event_ids = await claims.ids_with_status(conn, dead_of, EventStatus.DEAD)
             else:
                 assert event_ids is not None
                 unknown = [i for i in event_ids if await get_event(conn, i) is None]

@@ -17,6 +17,7 @@ from hookd.sources import Source
 from reconcile.poller import INTERRUPT_WRITE_S, Outcome, Reconciler
 from store import reconcile as rstate
 from store.ids import is_id
+from store.status import UNFINISHED_RUN_STATUSES, RunStatus
 
 # The logger the API's runs have always logged under (operators filter on it).
 log = logging.getLogger("hookd.api")
@@ -78,8 +79,10 @@ class RunOps:
         now = datetime.now(UTC)
         async with self._reconciler.engine.begin() as conn:
             row = await rstate.get_run(conn, run_id)
-            if row is not None and row.status in ("queued", "running"):
-                await rstate.update_run(conn, run_id, status="failed", finished_at=now, error=error)
+            if row is not None and row.status in UNFINISHED_RUN_STATUSES:
+                await rstate.update_run(
+                    conn, run_id, status=RunStatus.FAILED, finished_at=now, error=error
+                )
 
     async def stop(self) -> None:
         """Cancel the runs started here; each records itself failed. One cancelled

@@ -21,6 +21,7 @@ from arq.worker import Worker, func
 from redis.asyncio import ConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd.backoff import capped
 from hookd.settings import Settings
 from hookd.sources import Sources
 from processing.handlers import load_handlers
@@ -237,7 +238,7 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
             "lost Redis; processing from the database until it is back",
             extra={"error": type(exc).__name__ if exc else "stopped", "failures": failures},
         )
-        await _local_sweep(runtime, min(30.0, 1.0 * 2 ** min(failures, 5)), stop)
+        await _local_sweep(runtime, capped(1.0, min(failures, 5), 30.0), stop)
 
 
 async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:

@@ -30,9 +30,10 @@ from starlette.routing import Route
 
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.timefmt import iso_z_or_none
 from processing.handlers import FORWARD
-from store import claims
 from store.models import ORIGINS, STATUSES
+from store.status import RUNNABLE_STATUSES, EventStatus
 
 log = logging.getLogger("hookd.admin")
 
@@ -43,6 +44,8 @@ SESSION_KEY_LABEL = b"hookd admin session"
 PAGE_SIZE = 50
 MAX_FORM_BYTES = 16 * 1024
 TEMPLATES = Path(__file__).parent / "templates" / "admin"
+# An event page reloads itself while the event is about to move on (never tried, or claimed).
+_MOVING = (EventStatus.PENDING, EventStatus.PROCESSING)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -420,7 +423,7 @@ class AdminUI:
         q = request.query_params
         params = _given(q, "source", "cursor") if dead else _given(q, *EVENT_FILTERS, "cursor")
         if dead:
-            params["status"] = "dead"
+            params["status"] = EventStatus.DEAD
         try:
             query = EventQuery.parse({**params, "limit": str(PAGE_SIZE)})
         except BadRequest as exc:
@@ -484,8 +487,8 @@ class AdminUI:
         except NotFound:
             return self._problem(request, session, 404, "No such event.")
         event = detail.resource
-        runnable = event["status"] in claims.RUNNABLE
-        event["next_attempt_at"] = _iso(detail.next_attempt_at) if runnable else None
+        runnable = event["status"] in RUNNABLE_STATUSES
+        event["next_attempt_at"] = iso_z_or_none(detail.next_attempt_at) if runnable else None
         source = self._sources.get(event["source"])
         chain = [*source.config.handlers] if source else []
         if source is not None and source.config.forward is not None:
@@ -501,7 +504,7 @@ class AdminUI:
             event=event,
             handlers=handlers,
             max_attempts=source.config.max_attempts if source else None,
-            refresh=2 if event["status"] in ("pending", "processing") else None,
+            refresh=2 if event["status"] in _MOVING else None,
         )
 
     async def replay(self, request: Request, session: Session, form: dict[str, str]) -> Response:
@@ -590,7 +593,3 @@ EVENT_FILTERS = ("source", "status", "origin", "type")
 def _given(query: QueryParams, *names: str) -> dict[str, str]:
     """The named parameters the form filled in: an empty field means "any"."""
     return {name: value for name in names if (value := query.get(name))}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")

@@ -11,6 +11,7 @@ from typing import Any
 from hookd.sources import Source
 from reconcile.http import Api
 from store.events import NewEvent
+from store.status import EventOrigin
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ def reconciled(
         provider=provider,
         dedupe_key=key,
         type=type_,
-        origin="reconcile",
+        origin=EventOrigin.RECONCILE,
         received_at=received_at,
         occurred_at=None if occurred is None else datetime.fromtimestamp(occurred, UTC),
         verified_with=how,

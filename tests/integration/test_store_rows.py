@@ -34,7 +34,6 @@ async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
             assert await get_event(conn, "0" * 26) is None
         assert type(full) is EventRow and type(listed) is EventRow
         assert full._asdict() == dict(plain)
-        assert full._mapping == dict(plain)
         assert full.body == b'{"a":1}'
         # Without the body: NULL read in its place, every other column the same.
         assert bodiless == listed == full._replace(body=None)

@@ -1,14 +1,13 @@
 """Signed requests for the provider tests: fixed secrets, a fixed clock, header maps.
 
-Signatures here are computed by hand from each provider's documented scheme, so
-the verifiers are never checked against the signers in ``hookd.providers`` alone.
+Signatures come from ``tests.support.signing``, computed by hand from each provider's
+documented scheme, so the verifiers are never checked against the signers in
+``hookd.providers`` alone.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -16,6 +15,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Envelope, HeaderMap, Key, Verified
+from tests.support import signing
+
+# The provider tests take these from here, with the secrets and the clock.
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER
+TIMESTAMP_HEADER = signing.TIMESTAMP_HEADER
+MSG_ID = signing.MSG_ID
+DELIVERY = signing.DELIVERY
+hex_hmac = signing.hex_hmac
 
 NOW = 1_700_000_000
 TOLERANCE_S = 300
@@ -36,17 +43,6 @@ OTHER_SECRETS = {
     "slack": "slack-other-secret",
     "standard": "whsec_" + base64.b64encode(b"another-standard-secret-32bytes!").decode(),
 }
-
-SIGNATURE_HEADER = {
-    "github": "x-hub-signature-256",
-    "stripe": "stripe-signature",
-    "slack": "x-slack-signature",
-    "standard": "webhook-signature",
-}
-TIMESTAMP_HEADER = {"slack": "x-slack-request-timestamp", "standard": "webhook-timestamp"}
-
-MSG_ID = "msg_2Lh3unitTest"
-DELIVERY = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
 
 # Every reason code a verifier may give; anything else is a new, untested path.
 SIGNATURE_REASONS = frozenset(
@@ -119,28 +115,11 @@ def keys_for(provider: str, *secrets: str) -> list[Key]:
     return [parse(secret) for secret in (secrets or (SECRETS[provider],))]
 
 
-def hex_hmac(secret: str, message: bytes) -> str:
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
-
-
 def signature_value(
     provider: str, body: bytes, *, secret: str, timestamp: str, msg_id: str = MSG_ID
 ) -> str:
     """The signature header value ``provider`` would send for ``body``."""
-    if provider == "github":
-        return "sha256=" + hex_hmac(secret, body)
-    if provider == "stripe":
-        return f"t={timestamp},v1=" + hex_hmac(secret, f"{timestamp}.".encode() + body)
-    if provider == "slack":
-        return "v0=" + hex_hmac(secret, f"v0:{timestamp}:".encode() + body)
-    assert provider == "standard"
-    content = f"{msg_id}.{timestamp}.".encode() + body
-    if secret.startswith("whsk_"):
-        seed = base64.b64decode(secret.removeprefix("whsk_"))
-        signature = Ed25519PrivateKey.from_private_bytes(seed).sign(content)
-        return "v1a," + base64.b64encode(signature).decode()
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    return "v1," + base64.b64encode(hmac.new(key, content, hashlib.sha256).digest()).decode()
+    return signing.signature_value(provider, secret, body, timestamp, msg_id)
 
 
 def signed_request(
@@ -153,19 +132,14 @@ def signed_request(
     content_type: str = "application/json",
 ) -> dict[str, list[str]]:
     """Every header a real ``provider`` request carries, correctly signed."""
-    ts = str(timestamp)
-    signature = signature_value(
-        provider, body, secret=secret or SECRETS[provider], timestamp=ts, msg_id=msg_id
+    headers, _ = signing.signed_request(
+        provider,
+        secret or SECRETS[provider],
+        body,
+        ts=str(timestamp),
+        msg_id=msg_id,
+        content_type=content_type,
     )
-    headers = {SIGNATURE_HEADER[provider]: [signature], "content-type": [content_type]}
-    if provider == "github":
-        headers["x-github-event"] = ["issues"]
-        headers["x-github-delivery"] = [DELIVERY]
-    elif provider == "slack":
-        headers[TIMESTAMP_HEADER["slack"]] = [ts]
-    elif provider == "standard":
-        headers["webhook-id"] = [msg_id]
-        headers[TIMESTAMP_HEADER["standard"]] = [ts]
     return headers
 
 

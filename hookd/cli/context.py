@@ -1,4 +1,5 @@
-"""What a command of the ``hookd`` command line opens, and closes however it ends.
+"""What a command of the ``hookd`` command line opens, and closes however it ends; and
+the check before it (``preflight``: the database answers, at this version's schema).
 
 The heavy modules are imported inside, as in the commands: ``hookd --help`` and
 ``hookd serve`` do not pay for them.
@@ -7,6 +8,7 @@ The heavy modules are imported inside, as in the commands: ``hookd --help`` and
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -49,3 +51,25 @@ async def waking(settings: Settings) -> AsyncIterator[Wake]:
 
 async def nothing_to_wake() -> None:
     """The wake of a command that changes no event, or of one without Redis."""
+
+
+async def preflight(settings: Settings) -> None:
+    """The database answers and is at this version's schema, or one clear line."""
+    from hookd.runtime.app import check_schema
+    from store import db
+
+    # Only `hookd db upgrade` may create a SQLite file; every command after this
+    # check reuses the file it found.
+    db.require_existing(settings.database_url)
+    async with database(settings) as engine:
+        with db.opening(settings.database_url):
+            await check_schema(engine, settings.database_url)
+            autovacuum = await db.autovacuum_on(engine)
+        if not autovacuum:
+            print(
+                "hookd: warning: PostgreSQL has autovacuum off: the events table will bloat "
+                "and its query plans go stale, and processing slows as it grows "
+                "(see docs/scaling.md); turn it on, or run VACUUM ANALYZE events, "
+                "handler_runs regularly",
+                file=sys.stderr,
+            )

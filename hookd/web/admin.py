@@ -1,29 +1,20 @@
 """The admin UI at ``/admin``: server-rendered pages over the same operations
 (``hookd.ops``) as the Operations API, behind a login with the admin token.
 
-A session is a signed cookie (itsdangerous) whose key is derived from the admin
-token, so rotating the token logs everyone out. It holds a random CSRF token
-that every state-changing form must send back. Pages run no JavaScript and load
-nothing from elsewhere; GET pages never change state. Event bodies and headers
-are never shown.
+The session, its CSRF token, forms, redirects and security headers are in
+``admin_session``; the templates, their filters and the pages' messages in
+``admin_format``. Pages run no JavaScript and load nothing from elsewhere; GET pages
+never change state. Event bodies and headers are never shown.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
-import jinja2
-from itsdangerous import BadSignature, URLSafeTimedSerializer
-from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -31,186 +22,30 @@ from starlette.routing import Route
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.timefmt import iso_z_or_none
+from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
+from hookd.web.admin_session import (
+    PREFIX,
+    Session,
+    Sessions,
+    csrf_ok,
+    filled,
+    here,
+    read_form,
+    safe_next,
+    secured,
+    with_query,
+)
 from processing.handlers import FORWARD
 from store.models import ORIGINS, STATUSES
 from store.status import RUNNABLE_STATUSES, EventStatus
 
 log = logging.getLogger("hookd.admin")
 
-PREFIX = "/admin"
-COOKIE = "hookd_admin"
-SESSION_MAX_AGE_S = 12 * 3600
-SESSION_KEY_LABEL = b"hookd admin session"
 PAGE_SIZE = 50
-MAX_FORM_BYTES = 16 * 1024
-TEMPLATES = Path(__file__).parent / "templates" / "admin"
 # An event page reloads itself while the event is about to move on (never tried, or claimed).
 _MOVING = (EventStatus.PENDING, EventStatus.PROCESSING)
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'self'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "Cache-Control": "no-store",
-}
-
-# Flash messages are codes in the redirect's query string, looked up here: the
-# page never repeats text it was given.
-DONE = {
-    "replayed": "Replayed: the event is pending again.",
-    "replayed_many": "Replayed {count} dead event(s).",
-    "reconcile_started": "Reconciliation run started.",
-    "enabled": "Reconciliation enabled again.",
-    "logged_out": "Logged out.",
-}
-ERRORS = {
-    "in_progress": "Not replayed: the event is being processed right now.",
-    "nothing_dead": "Nothing to replay: no dead events.",
-    "not_configured": "This source has no [sources.reconcile] table.",
-}
-# A refused filter in this UI's words where the API's would mean nothing here.
-BAD_FILTER = {
-    "cursor": "That page link is not one this page made.",
-    "text": "Filters must not contain NUL.",
-}
-
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    csrf: str
-
-
-class Sessions:
-    """Signed, timed session cookies; the key is derived from the admin token."""
-
-    def __init__(self, token: str) -> None:
-        self.enabled = bool(token)
-        self._token = token.encode()
-        key = hmac.new(self._token, SESSION_KEY_LABEL, hashlib.sha256).digest()
-        self._serializer = URLSafeTimedSerializer(
-            key, salt="hookd-admin", signer_kwargs={"digest_method": hashlib.sha256}
-        )
-
-    def token_ok(self, given: str) -> bool:
-        """Constant-time comparison with the admin token; no token configured: never."""
-        return self.enabled and hmac.compare_digest(given.encode(), self._token)
-
-    def issue(self) -> str:
-        return self._serializer.dumps({"csrf": secrets.token_urlsafe(32)})
-
-    def load(self, request: Request) -> Session | None:
-        raw = request.cookies.get(COOKIE)
-        if not self.enabled or not raw:
-            return None
-        try:
-            data = self._serializer.loads(raw, max_age=SESSION_MAX_AGE_S)
-        except BadSignature:  # SignatureExpired is one too
-            return None
-        csrf = data.get("csrf") if isinstance(data, dict) else None
-        return Session(csrf) if isinstance(csrf, str) and csrf else None
-
-
-def csrf_ok(session: Session, form: Mapping[str, str]) -> bool:
-    return hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode())
-
-
-def safe_next(value: str | None, default: str = PREFIX) -> str:
-    """A redirect target only if it is a path inside /admin (no open redirect)."""
-    if not value or "\\" in value or ".." in value or any(ord(c) < 0x20 for c in value):
-        return default
-    if not (value == PREFIX or value.startswith((PREFIX + "/", PREFIX + "?"))):
-        return default
-    parts = urlsplit(value)
-    if parts.scheme or parts.netloc:
-        return default
-    return value
-
-
-def with_query(path: str, **params: str) -> str:
-    """``path`` with ``params`` set in its query (replacing a previous flash)."""
-    parts = urlsplit(path)
-    kept = [
-        (k, v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        if k not in params and k not in ("done", "error", "count")
-    ]
-    query = urlencode([*kept, *params.items()])
-    return parts.path + ("?" + query if query else "")
-
-
-async def read_form(request: Request) -> dict[str, str] | None:
-    """A small url-encoded form; None when it is too large. First value of each name wins."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return None
-    try:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
-    except (UnicodeDecodeError, ValueError):
-        return {}
-    form: dict[str, str] = {}
-    for key, value in pairs:
-        form.setdefault(key, value)
-    return form
-
-
-def _parse_iso(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _span(seconds: float) -> str:
-    seconds = int(abs(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-
-
-def fmt_time(value: str | float | None) -> str:
-    """A UTC time (ISO string or unix seconds) with how long ago / from now it is."""
-    if value is None or value == "":
-        return "—"
-    at = datetime.fromtimestamp(value, UTC) if isinstance(value, int | float) else _parse_iso(value)
-    if at is None:
-        return "—"
-    delta = (datetime.now(UTC) - at).total_seconds()
-    relative = f"{_span(delta)} ago" if delta >= 0 else f"in {_span(delta)}"
-    return f"{at.strftime('%Y-%m-%d %H:%M:%S')} UTC ({relative})"
-
-
-def fmt_duration(value: float | None) -> str:
-    return "—" if value is None else _span(value)
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        auto_reload=False,
-    )
-    env.filters["time"] = fmt_time
-    env.filters["duration"] = fmt_duration
-    return env
-
-
-def secured(response: Response) -> Response:
-    response.headers.update(SECURITY_HEADERS)
-    return response
 
 
 Page = Callable[[Request, Session], Awaitable[Response]]
@@ -229,7 +64,7 @@ class AdminUI:
         self._source_ops = sources
         self._sources = sources.sources
         self._runs = runs
-        self._templates = _environment()
+        self._templates = environment()
         self._stylesheet = (TEMPLATES / "admin.css").read_bytes()
         self._names = [s.name for s in self._sources]
 
@@ -237,18 +72,10 @@ class AdminUI:
     def _render(
         self, request: Request, template: str, http_status: int = 200, **context: Any
     ) -> Response:
-        q = request.query_params
-        flash: dict[str, str] | None = None
-        count = q.get("count", "")
-        if q.get("done") in DONE:
-            text = DONE[q["done"]].format(count=count if count.isdigit() else "some")
-            flash = {"kind": "ok", "text": text}
-        elif q.get("error") in ERRORS:
-            flash = {"kind": "bad", "text": ERRORS[q["error"]]}
         context.setdefault("csrf", None)
         context.setdefault("section", "")
         html = self._templates.get_template(template).render(
-            prefix=PREFIX, flash=flash, here=_here(request), **context
+            prefix=PREFIX, flash=flash_message(request.query_params), here=here(request), **context
         )
         return HTMLResponse(html, status_code=http_status)
 
@@ -260,7 +87,7 @@ class AdminUI:
     def _to_login(request: Request) -> Response:
         target = PREFIX + "/login"
         if request.method == "GET" and request.url.path != PREFIX:
-            target += "?next=" + quote(_here(request), safe="")
+            target += "?next=" + quote(here(request), safe="")
         return RedirectResponse(target, status_code=303)
 
     @staticmethod
@@ -330,28 +157,14 @@ class AdminUI:
             return secured(response)
         log.info("admin login", extra={"client": client})
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(
-            COOKIE,
-            self._sessions.issue(),
-            max_age=SESSION_MAX_AGE_S,
-            path=PREFIX,
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="strict",
-        )
+        self._sessions.start(response, request)
         return secured(response)
 
     async def logout(self, request: Request, _: Session, __: dict[str, str]) -> Response:
         client = request.client.host if request.client else None
         log.info("admin logout", extra={"client": client})
         response = RedirectResponse(PREFIX + "/login?done=logged_out", status_code=303)
-        response.delete_cookie(
-            COOKIE,
-            path=PREFIX,
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="strict",
-        )
+        self._sessions.end(response, request)
         return response
 
     async def css(self, _: Request) -> Response:
@@ -421,7 +234,7 @@ class AdminUI:
         A filter left empty in the form means "any"; the dead page lists dead events
         of one source or of all, whatever else the query says."""
         q = request.query_params
-        params = _given(q, "source", "cursor") if dead else _given(q, *EVENT_FILTERS, "cursor")
+        params = filled(q, "source", "cursor") if dead else filled(q, *EVENT_FILTERS, "cursor")
         if dead:
             params["status"] = EventStatus.DEAD
         try:
@@ -522,7 +335,7 @@ class AdminUI:
 
     # -- reconcile runs ------------------------------------------------------------
     async def runs_page(self, request: Request, session: Session) -> Response:
-        params = _given(request.query_params, "source")
+        params = filled(request.query_params, "source")
         try:
             query = RunQuery.parse({**params, "limit": str(PAGE_SIZE)})
         except BadRequest as exc:
@@ -582,14 +395,4 @@ def routes(token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> li
     return AdminUI(token, events, sources, runs).routes()
 
 
-def _here(request: Request) -> str:
-    query = request.url.query
-    return request.url.path + ("?" + query if query else "")
-
-
 EVENT_FILTERS = ("source", "status", "origin", "type")
-
-
-def _given(query: QueryParams, *names: str) -> dict[str, str]:
-    """The named parameters the form filled in: an empty field means "any"."""
-    return {name: value for name in names if (value := query.get(name))}

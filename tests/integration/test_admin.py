@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.providers.signing import sample_event
 from hookd.providers.standard import standard_headers
 from hookd.sources import Sources, parse_sources
-from hookd.web import admin
+from hookd.web import admin, admin_session
 from store import db
 from store import reconcile as rstate
 from store.models import EVENTS
@@ -402,7 +402,7 @@ async def test_logout_ends_the_session(sources: Sources, sqlite_url: str) -> Non
         assert out.status_code == 303
         assert out.headers["location"] == "/admin/login?done=logged_out"
         cleared = out.headers["set-cookie"]
-        assert cleared.startswith(f"{admin.COOKIE}=")
+        assert cleared.startswith(f"{admin_session.COOKIE}=")
         assert "Max-Age=0" in cleared and "Path=/admin" in cleared
         assert (await client.get("/admin")).status_code == 303
         page = await client.get(out.headers["location"])
@@ -414,24 +414,24 @@ async def test_a_session_signed_with_another_token_or_expired_is_refused(
 ) -> None:
     async with running_app(sources, sqlite_url, admin_token="old-token") as (_, client):
         await login(client, "old-token")
-        old_cookie = client.cookies[admin.COOKIE]
+        old_cookie = client.cookies[admin_session.COOKIE]
     # The token rotated: the same browser, the same database, a new process.
     async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
-        client.cookies.set(admin.COOKIE, old_cookie, path="/admin")
+        client.cookies.set(admin_session.COOKIE, old_cookie, path="/admin")
         assert (await client.get("/admin")).status_code == 303
         # Tampered and unsigned values.
-        good = admin.Sessions(TOKEN).issue()
+        good = admin_session.Sessions(TOKEN).issue()
         for value in (good[:-2] + "xx", "eyJjc3JmIjoieCJ9", good.split(".")[0]):
-            client.cookies.set(admin.COOKIE, value, path="/admin")
+            client.cookies.set(admin_session.COOKIE, value, path="/admin")
             assert (await client.get("/admin")).status_code == 303, value
         # Older than 12 hours.
         now = int(time.time())
         monkeypatch.setattr(TimestampSigner, "get_timestamp", lambda _: now - 12 * 3600 - 5)
-        expired = admin.Sessions(TOKEN).issue()
+        expired = admin_session.Sessions(TOKEN).issue()
         monkeypatch.undo()
-        client.cookies.set(admin.COOKIE, expired, path="/admin")
+        client.cookies.set(admin_session.COOKIE, expired, path="/admin")
         assert (await client.get("/admin")).status_code == 303
-        client.cookies.set(admin.COOKIE, good, path="/admin")
+        client.cookies.set(admin_session.COOKIE, good, path="/admin")
         assert (await client.get("/admin")).status_code == 200
 
 

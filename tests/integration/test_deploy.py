@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
-from hookd.cli.main import build_parser
+from hookd.cli.parser import build_parser
 from hookd.settings import Settings
 from hookd.sources import parse_sources
 from tests.support.services import require_tool

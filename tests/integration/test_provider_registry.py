@@ -15,7 +15,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from hookd.cli.main import build_parser, cmd_send_test
+from hookd.cli.parser import build_parser
+from hookd.cli.send_test import cmd_send_test
 from hookd.errors import ConfigError
 from hookd.providers import PROVIDERS, register
 from hookd.providers.reconciling import ReconcileConfig

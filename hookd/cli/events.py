@@ -1,0 +1,133 @@
+"""The commands on stored events: ``hookd events list|show``, ``hookd wait`` and
+``hookd replay``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+
+from hookd.cli.context import database, nothing_to_wake, waking
+from hookd.cli.parser import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_WAIT_DEAD,
+    EXIT_WAIT_TIMEOUT,
+    EXIT_WAIT_UNKNOWN,
+)
+from hookd.errors import ConfigError
+from hookd.settings import Settings
+from store.status import EventStatus
+
+
+async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
+    from hookd.errors import NotFound
+    from hookd.ops import EventOps, EventQuery
+    from store.crypto import BodyCipher
+
+    async with database(settings) as engine:
+        events = EventOps(engine, nothing_to_wake)
+        if args.events_command == "list":
+            # Checked by the options already, and --limit has no upper bound here.
+            query = EventQuery(source=args.source, status=args.status, limit=args.limit)
+            resources = (await events.page(query)).events
+            if args.json:
+                for res in resources:
+                    print(json.dumps(res))
+            else:
+                print_table(resources)
+            return EXIT_OK
+        try:
+            detail = await events.show(args.id, with_body=args.body)
+        except NotFound:
+            print(f"hookd: no event {args.id}", file=sys.stderr)
+            return EXIT_FAIL
+        res = detail.resource
+        res["headers"] = detail.headers
+        if args.body:
+            body = BodyCipher(settings.encryption_keys).open(
+                detail.body or b"", detail.body_encrypted
+            )
+            res["body"] = body.decode("utf-8", "replace")
+        if args.json:
+            print(json.dumps(res))
+        else:
+            width = max(len(k) for k in res)
+            for key, value in res.items():
+                shown = json.dumps(value) if isinstance(value, dict) else value
+                print(f"{key.ljust(width)}  {'' if shown is None else shown}")
+        return EXIT_OK
+
+
+EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")
+
+
+def print_table(resources: list[dict[str, Any]], columns: Sequence[str] = EVENT_COLUMNS) -> None:
+    rows = [[str(r[c] if r[c] is not None else "-") for c in columns] for r in resources]
+    widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    if not rows:
+        print("(none)")
+
+
+async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
+    """Poll one event read-only until it is done or the monotonic deadline passes."""
+    from store.events import get_event
+
+    deadline = time.monotonic() + args.timeout
+    status = "unknown"
+    last_error: str | None = None
+    async with database(settings) as engine:
+        while True:
+            try:
+                async with engine.connect() as conn:
+                    row = await get_event(conn, args.id)
+            except (OSError, ConnectionError, sa_exc.DBAPIError) as exc:
+                status = f"unknown ({type(exc).__name__})"  # keep waiting: it may come back
+            else:
+                if row is None:
+                    print(f"hookd: no event {args.id}", file=sys.stderr)
+                    return EXIT_WAIT_UNKNOWN
+                status, last_error = row.status, row.last_error
+                if status == EventStatus.PROCESSED:
+                    print(f"{args.id} processed")
+                    return EXIT_OK
+                if status == EventStatus.DEAD:
+                    print(f"{args.id} dead: {row.last_error or 'no error recorded'}")
+                    return EXIT_WAIT_DEAD
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                # A retrying event says why, so the wait is not a blind one.
+                why = f"; last error: {last_error}" if last_error else ""
+                print(f"{args.id} {status}: not done after {args.timeout:g}s{why}")
+                return EXIT_WAIT_TIMEOUT
+            await asyncio.sleep(min(args.interval, remaining))
+
+
+async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from hookd.ops import EventOps
+
+    if bool(args.ids) == bool(args.source or args.status):
+        raise ConfigError("usage: hookd replay EVENT_ID ... | --source S --status dead")
+    if not args.ids and not (args.source and args.status):
+        raise ConfigError("usage: --source and --status go together")
+    async with database(settings) as engine, waking(settings) as wake:
+        events = EventOps(engine, wake)
+        # --status has the one choice "dead"; the source need not be in the sources file.
+        done = await (events.replay_many(args.ids) if args.ids else events.replay_dead(args.source))
+        # Said before the wake-up's Redis is let go, which waits for the job to be sent.
+        for event_id in done.unknown:
+            print(f"hookd: no event {event_id}", file=sys.stderr)
+        for event_id in done.ids:
+            if event_id not in done.unknown:
+                state = "replayed" if event_id in done.replayed else "skipped: being processed now"
+                print(f"{event_id} {state}")
+    return EXIT_FAIL if done.unknown else EXIT_OK

@@ -1,0 +1,200 @@
+"""The ``hookd`` command's options: the parser, its value types, and the defaults and
+exit statuses its help text names.
+
+Exit status 0: done; 1: the command ran and failed (an event dead or unknown, a run
+failed); 2: a usage or configuration error, printed as one ``hookd: ...`` line.
+``hookd wait`` adds 3 (not done by ``--timeout``) and 4 (no such event).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from importlib import metadata
+from pathlib import Path
+
+from hookd.errors import ConfigError
+from hookd.settings import Settings
+from store.status import EventStatus
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+# 128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`).
+EXIT_BROKEN_PIPE = 141
+EXIT_WAIT_DEAD, EXIT_WAIT_TIMEOUT, EXIT_WAIT_UNKNOWN = 1, 3, 4
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+# How long `hookd reconcile --wait` waits for another run's lease (its help says so).
+LEASE_WAIT_S = 600.0
+
+
+def positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be positive")
+    return value
+
+
+def port_number(raw: str) -> int:
+    value = positive_int(raw)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a TCP port")
+    return value
+
+
+def positive_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} must be finite and positive")
+    return value
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("hookd")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def listen_port(settings: Settings, option: str) -> int:
+    """HOOKD_PORT, else 8000; checked only here (see ``Settings.port``)."""
+    if not settings.port:
+        return DEFAULT_PORT
+    try:
+        return port_number(settings.port)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(
+            f"environment: HOOKD_PORT: {exc}; set a TCP port (1-65535) or pass {option}"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
+    parser.add_argument("--version", action="version", version=f"hookd {package_version()}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the sources file (default: $HOOKD_CONFIG, else ./hookd.toml)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the receiver")
+    # None: from HOOKD_HOST/HOOKD_PORT, read with the other settings (see cmd_serve).
+    serve.add_argument(
+        "--host", help=f"address to listen on (default: $HOOKD_HOST, else {DEFAULT_HOST})"
+    )
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        help=f"TCP port to listen on (default: $HOOKD_PORT, else {DEFAULT_PORT})",
+    )
+    serve.add_argument(
+        "--workers", type=positive_int, default=1, help="receiver processes (default: %(default)s)"
+    )
+
+    sub.add_parser("worker", help="run an arq worker: processing and the outbox sweep")
+
+    wait = sub.add_parser(
+        "wait",
+        help="wait for an existing event to finish; never resubmits",
+        description="Wait for an existing event to finish; never resubmits.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  the event was processed\n"
+            f"  {EXIT_WAIT_DEAD}  the event is dead: its handlers failed and gave up\n"
+            f"  {EXIT_USAGE}  usage or configuration error\n"
+            f"  {EXIT_WAIT_TIMEOUT}  not done when --timeout passed\n"
+            f"  {EXIT_WAIT_UNKNOWN}  no such event"
+        ),
+    )
+    wait.add_argument("id", metavar="EVENT_ID")
+    wait.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        help="give up after this many seconds (default: %(default)g)",
+    )
+    wait.add_argument(
+        "--interval",
+        type=positive_seconds,
+        default=1.0,
+        help="seconds between looks at the event (default: %(default)g)",
+    )
+
+    replay = sub.add_parser("replay", help="run events' handlers again, on the same rows")
+    replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
+    replay.add_argument("--source")
+    replay.add_argument("--status", choices=[EventStatus.DEAD.value])
+
+    rec = sub.add_parser("reconcile", help="one reconciliation pass now (for cron, CronJob)")
+    rec.add_argument("sources", nargs="*", metavar="SOURCE")
+    rec.add_argument(
+        "--dry-run", action="store_true", help="report what is missing; change nothing"
+    )
+    rec.add_argument(
+        "--wait",
+        action="store_true",
+        help=f"if another run holds a source, wait for it (up to {LEASE_WAIT_S:g}s), then run",
+    )
+
+    src = sub.add_parser("sources", help="configured sources and their reconciliation state")
+    srcsub = src.add_subparsers(dest="sources_command", required=True, metavar="ACTION")
+    src_list = srcsub.add_parser("list", help="sources, reconcile state, counts")
+    src_list.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
+    )
+    src_enable = srcsub.add_parser("enable", help="re-enable reconciliation after auth failures")
+    src_enable.add_argument("name")
+
+    dbp = sub.add_parser("db", help="database schema")
+    dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    dbsub.add_parser("upgrade", help="apply migrations up to this version's schema")
+
+    keys = sub.add_parser("keys", help="encryption keys of stored bodies")
+    keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    keysub.add_parser(
+        "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
+    )
+
+    events = sub.add_parser("events", help="inspect stored events")
+    evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
+    ev_list = evsub.add_parser("list", help="newest events first")
+    ev_list.add_argument("--source", help="only this source's events")
+    ev_list.add_argument(
+        "--status",
+        choices=[s.value for s in EventStatus],
+        help="only events in this status",
+    )
+    ev_list.add_argument(
+        "--limit", type=positive_int, default=50, help="most events to show (default: %(default)s)"
+    )
+    ev_list.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per event"
+    )
+    ev_show = evsub.add_parser("show", help="one event")
+    ev_show.add_argument("id", metavar="EVENT_ID")
+    ev_show.add_argument("--json", action="store_true", help="print one JSON object")
+    ev_show.add_argument("--body", action="store_true", help="also print the stored body")
+
+    send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
+    send.add_argument("source")
+    send.add_argument(
+        "--count", type=positive_int, default=1, help="events to send (default: %(default)s)"
+    )
+    send.add_argument(
+        "--url",
+        help="where to send (default: where hookd serve listens: "
+        f"http://$HOOKD_HOST:$HOOKD_PORT/hooks/SOURCE, else "
+        f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/hooks/SOURCE)",
+    )
+    send.add_argument(
+        "--signing-key",
+        help="standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
+    )
+    return parser

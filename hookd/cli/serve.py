@@ -1,0 +1,124 @@
+"""The long-running commands: ``hookd serve`` (the receiver, under uvicorn) and ``hookd
+worker`` (arq). Each checks what it can before it starts, so that a wrong setting is
+one line and not a failure in every process after start-up was announced: sources
+and handlers, the encryption keys, the database, the port; an unreachable Redis is a
+warning only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import shutil
+import socket
+import sys
+
+from hookd.cli.context import preflight
+from hookd.cli.parser import DEFAULT_HOST, EXIT_OK, listen_port
+from hookd.errors import ConfigError
+from hookd.settings import Settings
+from hookd.sources import load_sources
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from ingest.metrics import prepare_multiprocess
+    from processing.handlers import import_handler
+    from store.crypto import BodyCipher
+
+    # The options win; else HOOKD_HOST/HOOKD_PORT, which send-test also follows.
+    args.host = args.host or settings.host or DEFAULT_HOST
+    args.port = args.port or listen_port(settings, "--port")
+    sources = load_sources(settings.config)  # fail here, with one line, not in every worker
+    for source in sources:
+        for ref in source.config.handlers:
+            import_handler(ref)
+    # Checked here, before "serving on": otherwise each receiver process fails on
+    # its own, after start-up was announced.
+    BodyCipher(settings.encryption_keys)
+    asyncio.run(preflight(settings))
+    check_listen(args.host, args.port)
+    if settings.redis_url:
+        from processing.wakeups import warn_if_redis_unreachable
+
+        asyncio.run(
+            warn_if_redis_unreachable(
+                settings.redis_url,
+                "events are still stored and acknowledged, but their wake-ups are lost and "
+                "/readyz answers 503 until it is back; a hookd worker's database sweep "
+                "(every HOOKD_SWEEP_S) processes them meanwhile",
+                sweep_s=settings.sweep_s,
+            )
+        )
+    print(
+        f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
+        file=sys.stderr,
+    )
+    # Several worker processes share one metrics directory (prometheus-client's
+    # multiprocess mode); it must be set before they start and import the client.
+    metrics_dir = prepare_multiprocess(args.workers)
+    try:
+        run_uvicorn(args)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return EXIT_OK
+
+
+def check_listen(host: str, port: int) -> None:
+    """Bind and listen as uvicorn will, then let go, so a taken port is one line.
+
+    uvicorn only finds out after start-up was announced, in the middle of its own
+    log, and exits 3. There is a moment between this check and uvicorn's bind;
+    losing that race gives uvicorn's error, as before.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            advice = "pick another --port (or HOOKD_PORT), or stop what is listening there"
+        elif exc.errno == errno.EACCES:
+            advice = "ports below 1024 need privileges: pick another --port (or HOOKD_PORT)"
+        else:  # not an address of this machine, or a name that does not resolve
+            advice = "pass --host (or HOOKD_HOST) an address of this machine, or 0.0.0.0"
+        raise ConfigError(
+            f"serve: cannot listen on {host}:{port} ({exc.strerror or exc}); {advice}"
+        ) from None
+
+
+def run_uvicorn(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    uvicorn.run(
+        "hookd.runtime.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        # httptools with a deadline and a size limit on request heads (ingest/httpguard.py).
+        http="ingest.httpguard:GuardedHttpToolsProtocol",
+        access_log=False,
+        log_level="warning",
+        # Keep the handler hookd.logs put on uvicorn's loggers (in this process and,
+        # from the app factory, in each receiver process): same format, JSON or not.
+        log_config=None,
+        server_header=False,
+    )
+
+
+def cmd_worker(settings: Settings) -> int:
+    from hookd.runtime import worker
+
+    if not settings.redis_url:
+        raise ConfigError(
+            "environment: HOOKD_REDIS_URL: hookd worker needs Redis; without it, "
+            "hookd serve processes events in-process"
+        )
+    sources = load_sources(settings.config)
+    asyncio.run(preflight(settings))
+    asyncio.run(worker.run(settings, sources))
+    return EXIT_OK

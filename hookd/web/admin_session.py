@@ -1,0 +1,159 @@
+"""What a request to the admin UI must carry, and what every answer carries.
+
+A session is a signed cookie (itsdangerous) whose key is derived from the admin
+token, so rotating the token logs everyone out. It holds a random CSRF token that
+every state-changing form must send back. Forms are small and url-encoded; a
+redirect goes only to a path inside the UI; every page goes out with the security
+headers (no script, nothing loaded from elsewhere, no framing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+
+# Where the UI is mounted: also the session cookie's path and where redirects may go.
+PREFIX = "/admin"
+COOKIE = "hookd_admin"
+SESSION_MAX_AGE_S = 12 * 3600
+SESSION_KEY_LABEL = b"hookd admin session"
+MAX_FORM_BYTES = 16 * 1024
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    csrf: str
+
+
+class Sessions:
+    """Signed, timed session cookies; the key is derived from the admin token."""
+
+    def __init__(self, token: str) -> None:
+        self.enabled = bool(token)
+        self._token = token.encode()
+        key = hmac.new(self._token, SESSION_KEY_LABEL, hashlib.sha256).digest()
+        self._serializer = URLSafeTimedSerializer(
+            key, salt="hookd-admin", signer_kwargs={"digest_method": hashlib.sha256}
+        )
+
+    def token_ok(self, given: str) -> bool:
+        """Constant-time comparison with the admin token; no token configured: never."""
+        return self.enabled and hmac.compare_digest(given.encode(), self._token)
+
+    def issue(self) -> str:
+        return self._serializer.dumps({"csrf": secrets.token_urlsafe(32)})
+
+    def load(self, request: Request) -> Session | None:
+        raw = request.cookies.get(COOKIE)
+        if not self.enabled or not raw:
+            return None
+        try:
+            data = self._serializer.loads(raw, max_age=SESSION_MAX_AGE_S)
+        except BadSignature:  # SignatureExpired is one too
+            return None
+        csrf = data.get("csrf") if isinstance(data, dict) else None
+        return Session(csrf) if isinstance(csrf, str) and csrf else None
+
+    def start(self, response: Response, request: Request) -> None:
+        """Log in: a new session cookie, for the UI's paths only, never read by a script."""
+        response.set_cookie(
+            COOKIE,
+            self.issue(),
+            max_age=SESSION_MAX_AGE_S,
+            path=PREFIX,
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+
+    @staticmethod
+    def end(response: Response, request: Request) -> None:
+        """Log out: the browser drops the cookie (the same attributes it was set with)."""
+        response.delete_cookie(
+            COOKIE,
+            path=PREFIX,
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+
+
+def csrf_ok(session: Session, form: Mapping[str, str]) -> bool:
+    return hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode())
+
+
+def safe_next(value: str | None, default: str = PREFIX) -> str:
+    """A redirect target only if it is a path inside /admin (no open redirect)."""
+    if not value or "\\" in value or ".." in value or any(ord(c) < 0x20 for c in value):
+        return default
+    if not (value == PREFIX or value.startswith((PREFIX + "/", PREFIX + "?"))):
+        return default
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return default
+    return value
+
+
+def with_query(path: str, **params: str) -> str:
+    """``path`` with ``params`` set in its query (replacing a previous flash)."""
+    parts = urlsplit(path)
+    kept = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if k not in params and k not in ("done", "error", "count")
+    ]
+    query = urlencode([*kept, *params.items()])
+    return parts.path + ("?" + query if query else "")
+
+
+async def read_form(request: Request) -> dict[str, str] | None:
+    """A small url-encoded form; None when it is too large. First value of each name wins."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    form: dict[str, str] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)
+    return form
+
+
+def filled(query: QueryParams, *names: str) -> dict[str, str]:
+    """The named parameters the form filled in: an empty field means "any"."""
+    return {name: value for name in names if (value := query.get(name))}
+
+
+def secured(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def here(request: Request) -> str:
+    """The path and query of ``request``: where a login sends the browser back to."""
+    query = request.url.query
+    return request.url.path + ("?" + query if query else "")

@@ -51,7 +51,7 @@ KEPT_HEADERS = (
 )
 
 
-def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeaders:
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw = one_header(headers, SIGNATURE_HEADER)
     scheme, sep, digest = raw.partition("=")
     if not sep or scheme != "sha256":

@@ -79,7 +79,7 @@ HISTORY_SUBTYPES = frozenset(
 )
 
 
-def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeaders:
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw_ts = one_header(headers, TIMESTAMP_HEADER)
     raw_sig = one_header(headers, SIGNATURE_HEADER)
     version, sep, digest = raw_sig.partition("=")

@@ -5,6 +5,11 @@ with the base64 key after ``whsec_``; ``v1a`` is ed25519 with the public key
 after ``whpk_``. A ``whsec_`` secret only accepts ``v1`` entries and a ``whpk_``
 key only ``v1a`` ones, so a downgrade from one scheme to the other never passes.
 Unknown versions in the header are ignored, as the specification asks.
+
+Svix, behind many Standard Webhooks senders, sends the same three headers named
+``svix-id``, ``svix-timestamp``, ``svix-signature`` by default. Either set is read;
+when a request carries both they must say the same, or it is ``conflicting_headers``:
+otherwise a proxy or client that reads the other set would see another message.
 """
 
 from __future__ import annotations
@@ -43,7 +48,19 @@ from hookd.providers.base import (
     select_headers,
 )
 
-KEPT_HEADERS = ("webhook-id", "webhook-timestamp", "content-type", "user-agent")
+# (id, timestamp, signature): the specification's names, then Svix's own.
+HEADER_SETS = (
+    ("webhook-id", "webhook-timestamp", "webhook-signature"),
+    ("svix-id", "svix-timestamp", "svix-signature"),
+)
+KEPT_HEADERS = (
+    "webhook-id",
+    "webhook-timestamp",
+    "svix-id",
+    "svix-timestamp",
+    "content-type",
+    "user-agent",
+)
 MAX_ENTRIES = 16
 SIGNATURE_BYTES = {"v1": 32, "v1a": 64}
 
@@ -84,10 +101,21 @@ def parse_signing_key(raw: str) -> HmacKey | Ed25519PrivateKey:
     return parsed
 
 
-def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeaders:
-    msg_id = one_header(headers, "webhook-id")
-    raw_ts = one_header(headers, "webhook-timestamp")
-    raw_sig = one_header(headers, "webhook-signature")
+def signed_values(headers: HeaderMap) -> tuple[str, str, str]:
+    """(id, timestamp, signature) from whichever header set the request carries."""
+    present = [names for names in HEADER_SETS if any(headers.get(name) for name in names)]
+    if not present:
+        # Name the specification's header, as before Svix's names were read.
+        present = [HEADER_SETS[0]]
+    first, *others = (tuple(one_header(headers, name) for name in names) for names in present)
+    if any(values != first for values in others):
+        raise SignatureError("conflicting_headers")
+    msg_id, raw_ts, raw_sig = first
+    return msg_id, raw_ts, raw_sig
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    msg_id, raw_ts, raw_sig = signed_values(headers)
     if not msg_id.isascii() or not msg_id.isprintable() or len(msg_id) > 255:
         raise SignatureError("malformed_id")
     entries = raw_sig.split()
@@ -135,7 +163,7 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    msg_id = checked_key(one_header(headers, "webhook-id"), "webhook-id")
+    msg_id = checked_key(signed_values(headers)[0], "webhook-id")
     payload = parse_json_object(body)
     kind = payload.get("type")
     return Envelope(

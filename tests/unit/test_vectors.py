@@ -19,6 +19,7 @@ import stripe
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from slack_sdk.signature import Clock, SignatureVerifier
 
+from hookd.errors import SignatureError
 from hookd.providers.base import Envelope
 from hookd.providers.github import github_headers
 from hookd.providers.slack import slack_headers
@@ -115,6 +116,34 @@ def test_stripe_several_v1_entries_verify_if_one_matches(right_first: bool) -> N
     assert stripe.WebhookSignature.verify_header(body, header, SECRETS["stripe"])
     verified = verify("stripe", {"stripe-signature": [header]}, body)
     assert verified.scheme == "stripe-v1"
+
+
+@pytest.mark.parametrize("junk", ["zzz", "", "0" * 63, "G" * 64], ids=["zzz", "empty", "63", "G"])
+@pytest.mark.parametrize("valid_first", [True, False], ids=["valid-junk", "junk-valid"])
+def test_stripe_unparseable_v1_entry_beside_a_valid_one_verifies(
+    junk: str, valid_first: bool
+) -> None:
+    """Stripe's SDK compares each v1 entry with the expected hex and passes over one that
+    is no digest; hookd agrees. Alone, the same entry is still malformed_signature, and the
+    upper-case spelling of the valid digest is still refused (test_tampering.py)."""
+    body = to_json(STRIPE_EVENT)
+    right = hex_hmac(SECRETS["stripe"], f"{NOW}.".encode() + body)
+    entries = [f"v1={right}", f"v1={junk}"]
+    header = ",".join([f"t={NOW}", *(entries if valid_first else entries[::-1])])
+    assert stripe.WebhookSignature.verify_header(body, header, SECRETS["stripe"], tolerance=None)
+    assert verify("stripe", {"stripe-signature": [header]}, body).scheme == "stripe-v1"
+    alone = {"stripe-signature": [f"t={NOW},v1={junk}"]}
+    with pytest.raises(SignatureError) as info:
+        verify("stripe", alone, body)
+    assert info.value.reason == "malformed_signature"
+    upper = {"stripe-signature": [f"t={NOW},v1={right.upper()},v1={junk}"]}
+    with pytest.raises(stripe.SignatureVerificationError):
+        stripe.WebhookSignature.verify_header(
+            body, upper["stripe-signature"][0], SECRETS["stripe"], tolerance=None
+        )
+    with pytest.raises(SignatureError) as info:
+        verify("stripe", upper, body)
+    assert info.value.reason == "malformed_signature"
 
 
 # --- Slack -------------------------------------------------------------------

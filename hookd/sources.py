@@ -21,7 +21,8 @@ from pydantic_core import PydanticKnownError
 
 from hookd.errors import ConfigError
 from hookd.providers import PROVIDERS
-from hookd.providers.base import Key
+from hookd.providers.base import Key, Provider
+from hookd.providers.generic import SourceSettings
 from hookd.providers.reconciling import ReconcileConfig, validate_table
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -83,6 +84,8 @@ class SourceConfig(_Strict):
     # Validated with the model of the source's provider (see _reconcile).
     reconcile: ReconcileConfig | None = None
     max_attempts: int = Field(default=8, ge=1, le=100)
+    # A configurable provider's scheme, validated with its model (see _verify).
+    verify: SourceSettings | None = Field(default=None, validate_default=True)
 
     @field_validator("name")
     @classmethod
@@ -112,6 +115,24 @@ class SourceConfig(_Strict):
             model = provider.reconcile.settings
         return validate_table(value, model, _reconcile_models())
 
+    @field_validator("verify", mode="before")
+    @classmethod
+    def _verify(cls, value: object, info: ValidationInfo) -> object:
+        """The table as the model of a configurable provider, which needs one; any other
+        provider takes none."""
+        provider = PROVIDERS.get(info.data.get("provider", ""))
+        if provider is None:
+            return value
+        if provider.configurable is None:
+            if value is not None:
+                raise ValueError(f"{provider.name} sources take no verify table")
+            return value
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            return value
+        return provider.configurable.settings.model_validate(value)
+
     @field_validator("handlers")
     @classmethod
     def _handlers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -127,6 +148,9 @@ class Source:
 
     config: SourceConfig
     keys: tuple[Key, ...]
+    # What verifies, reads and signs its webhooks: the registered provider, or for a
+    # configurable one, the provider its ``[sources.verify]`` table makes.
+    adapter: Provider
 
     @property
     def name(self) -> str:
@@ -207,6 +231,10 @@ def _did_you_mean(loc: Sequence[Any]) -> str:
     table = tuple(str(p) for p in loc[:-1])
     if table == ("reconcile",):
         return _suggestion(str(loc[-1]), sorted(_reconcile_keys()))
+    if table == ("verify",):
+        models = [p.configurable.settings for p in PROVIDERS.values() if p.configurable]
+        keys = {key for model in models for key in model.model_fields}
+        return _suggestion(str(loc[-1]), sorted(keys))
     model = _TABLES.get(table)
     if model is None:
         return ""
@@ -269,7 +297,8 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
         _check_reconcile(path, label, config, resolved.get("reconcile"))
-        by_name[config.name] = Source(config=config, keys=tuple(keys))
+        adapter = _adapter(path, label, config)
+        by_name[config.name] = Source(config=config, keys=tuple(keys), adapter=adapter)
     return Sources(path=path, by_name=by_name)
 
 
@@ -300,6 +329,16 @@ def _check_reconcile(
     missing = rc.incomplete()
     if missing is not None:
         raise fail(*missing)
+
+
+def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:
+    provider = PROVIDERS[config.provider]
+    if provider.configurable is None or config.verify is None:
+        return provider
+    missing = config.verify.incomplete()
+    if missing is not None:
+        raise ConfigError(f"{path}: {label}: key 'verify.{missing[0]}': {missing[1]}")
+    return provider.configurable.bind(config.verify)
 
 
 def load_sources(path: Path, env: Mapping[str, str] | None = None) -> Sources:

@@ -26,7 +26,6 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from hookd.errors import PayloadError, SignatureError
-from hookd.providers import PROVIDERS
 from hookd.providers.base import HeaderMap
 from hookd.sources import Source, Sources
 from ingest import metrics
@@ -220,7 +219,7 @@ class Receiver:
         self, scope: Scope, receive: Receive, source: Source, started: float
     ) -> Answer:
         name = source.name
-        provider = PROVIDERS[source.provider]
+        provider = source.adapter
         limit = source.config.max_body_bytes
         now = self._clock()
         headers = header_map(scope)
@@ -229,7 +228,7 @@ class Receiver:
             self._refused(scope, name, "body_too_large")
             return error(413, "body_too_large", "", CLOSE)
         try:
-            signed = provider.check_headers(headers, int(now), source.config.tolerance_s)
+            signed = provider.check_headers(headers, now, source.config.tolerance_s)
         except SignatureError as exc:
             self._refused(scope, name, exc.reason)
             return error(401, exc.reason, "", CLOSE)

@@ -8,6 +8,7 @@ import ipaddress
 import json
 import os
 import sys
+import time
 
 import httpx
 
@@ -33,8 +34,6 @@ def send_test_url(settings: Settings, source: str) -> str:
 
 
 def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from hookd.providers.signing import sample_event
-
     source = sources.get(args.source)
     if source is None:
         known = ", ".join(s.name for s in sources)
@@ -51,7 +50,7 @@ def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources
     failures = 0
     with httpx.Client(timeout=10.0) as client:
         for seq in range(1, args.count + 1):
-            headers, body = sample_event(source.provider, secret, seq)
+            headers, body = source.adapter.sample_event(secret, seq, int(time.time()))
             try:
                 response = client.post(url, content=body, headers=headers)
             except httpx.HTTPError as exc:

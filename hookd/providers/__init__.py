@@ -7,7 +7,7 @@ provider is a module and one line below.
 
 from __future__ import annotations
 
-from hookd.providers import github, slack, standard, stripe
+from hookd.providers import custom_hmac, github, shared_token, slack, standard, stripe
 from hookd.providers.base import Provider
 
 # In the order hookd lists them (the OpenAPI enum, "Input should be ..." messages).
@@ -25,3 +25,5 @@ register(github.PROVIDER)
 register(stripe.PROVIDER)
 register(slack.PROVIDER)
 register(standard.PROVIDER)
+register(custom_hmac.PROVIDER)
+register(shared_token.PROVIDER)

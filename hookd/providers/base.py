@@ -14,12 +14,15 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.reconciling import Reconciling
+
+if TYPE_CHECKING:
+    from hookd.providers.generic import SourceSettings
 
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
@@ -87,6 +90,18 @@ SampleEvent = Callable[[str, int, int], tuple[dict[str, str], bytes]]
 
 
 @dataclass(frozen=True, slots=True)
+class Configurable:
+    """A provider whose scheme each source sets, in its ``[sources.verify]`` table.
+
+    ``settings`` is the table's pydantic model; ``bind`` turns a validated table into
+    the ``Provider`` that source uses (its verifier, envelope and signer closed over
+    the settings), so the receiver and ``send-test`` call it like any other."""
+
+    settings: type[SourceSettings]
+    bind: Callable[[Any], Provider]
+
+
+@dataclass(frozen=True, slots=True)
 class Provider:
     """Everything hookd knows of one provider, declared in its module and registered
     in ``hookd.providers.PROVIDERS``; nothing else in hookd names a provider."""
@@ -94,16 +109,19 @@ class Provider:
     # What ``provider = "..."`` in the sources file says.
     name: str
     parse_secret: Callable[[str], Key]
-    check_headers: Callable[[HeaderMap, int, int], SignedHeaders]
+    # (headers, now: the clock's fractional seconds since the epoch, tolerance_s)
+    check_headers: Callable[[HeaderMap, float, int], SignedHeaders]
     verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
     envelope: Callable[[HeaderMap, bytes, Verified], Envelope]
     # For ``hookd send-test`` and the tests: the n-th sample event, signed.
     sample_event: SampleEvent
     # Its list API, when it has one to reconcile against.
     reconcile: Reconciling | None = None
+    # Per-source settings of its scheme, when it has any (see ``Configurable``).
+    configurable: Configurable | None = None
 
     def verify_request(
-        self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: int, tolerance_s: int
+        self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int
     ) -> Verified:
         """Check headers, then the signature over ``body``: the whole verification."""
         return self.verify(self.check_headers(headers, now, tolerance_s), body, keys)
@@ -129,8 +147,15 @@ def optional_header(headers: HeaderMap, name: str) -> str | None:
     return values[-1]
 
 
-def parse_timestamp(raw: str, now: int, tolerance_s: int) -> int:
-    """Seconds since the epoch, inside ``now ± tolerance_s`` (both edges inclusive)."""
+def parse_timestamp(raw: str, now: float, tolerance_s: int) -> int:
+    """Seconds since the epoch, inside ``now ± tolerance_s`` (both edges inclusive).
+
+    ``now`` keeps its fraction, as the providers' own Python libraries compare (stripe,
+    standardwebhooks, slack_sdk): a timestamp ``tolerance_s`` old is accepted at that
+    exact instant and refused a quarter second later; flooring ``now`` would stretch the
+    past edge by up to a second. On the future edge the two agree, the timestamp being a
+    whole number. Those libraries all accept the exact edges (strict comparisons), so
+    hookd does too."""
     if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_TIMESTAMP_DIGITS:
         raise SignatureError("malformed_timestamp")
     ts = int(raw)

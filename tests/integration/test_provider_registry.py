@@ -40,7 +40,7 @@ P = Path("hookd.toml")
 SECRET = "fifth-webhook-secret"
 TOKEN = "fifth-api-token"
 STREAM = "orders"
-FOUR = "'github', 'stripe', 'slack', 'standard'"
+FOUR = "'github', 'stripe', 'slack', 'standard', 'hmac', 'token'"
 
 
 def source_toml(reconcile: str = f'token = "{TOKEN}"\nstream = "{STREAM}"\n') -> str:
@@ -71,7 +71,7 @@ def fifth() -> Iterator[None]:
 
 def test_every_registered_provider_declares_a_usable_list_adapter() -> None:
     """An adapter is named by a string, so check that each name resolves."""
-    assert list(PROVIDERS) == ["github", "stripe", "slack", "standard"]
+    assert list(PROVIDERS) == ["github", "stripe", "slack", "standard", "hmac", "token"]
     for name, provider in PROVIDERS.items():
         if provider.reconcile is None:
             with pytest.raises(Exception, match="has no list API"):
@@ -151,7 +151,7 @@ def test_config_errors_for_the_fifth_provider_are_the_usual_one_liners(fifth: No
 def test_without_registration_there_is_no_fifth_provider() -> None:
     assert error_of(source_toml("")) == (
         "hookd.toml: source 'f5': key 'provider': "
-        "Input should be 'github', 'stripe', 'slack' or 'standard'"
+        "Input should be 'github', 'stripe', 'slack', 'standard', 'hmac' or 'token'"
     )
 
 

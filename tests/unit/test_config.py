@@ -195,7 +195,8 @@ HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks
         ),
         (
             UNKNOWN + '[sources.reconcile]\nrepair = "x"\n',
-            "source 'x': key 'provider': Input should be 'github', 'stripe', 'slack' or 'standard'",
+            "source 'x': key 'provider': Input should be "
+            "'github', 'stripe', 'slack', 'standard', 'hmac' or 'token'",
         ),
         # A wrong value elsewhere in the source comes before another provider's key.
         (

@@ -1,0 +1,184 @@
+"""``provider = "hmac"``: any sender that signs with HMAC, its scheme set per source.
+
+``[sources.verify]`` says which header carries the signature (after an optional
+``prefix`` such as ``sha256=``), the hash (``sha1``, ``sha256``, ``sha512``), its
+encoding (lower-case ``hex`` or canonical ``base64``) and what is signed:
+
+- ``body``: the raw body;
+- ``timestamp_body``: ``{timestamp}{separator}{body}``;
+- ``method_url_body_timestamp``: ``POST{sep}{public_url}{sep}{body}{sep}{timestamp}``,
+  where ``public_url`` is the URL the sender posts to (hookd behind a proxy cannot
+  know it) and the method is always POST, the only one the receiver takes.
+
+The timestamp comes from ``timestamp_header`` and must fall inside the source's
+``tolerance_s``; a timestamp that is not signed proves nothing, so it is only taken
+with a mode that signs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import field_validator
+
+from hookd.errors import SignatureError
+from hookd.providers.base import (
+    HEX_DIGITS,
+    Configurable,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    b64decode_strict,
+    one_header,
+    parse_timestamp,
+    plain_secret,
+)
+from hookd.providers.generic import SourceSettings, envelope_for, header_name, sample_for
+
+NAME = "hmac"
+# The receiver answers every other method with 405 before a verifier runs.
+METHOD = "POST"
+Algorithm = Literal["sha1", "sha256", "sha512"]
+Signed = Literal["body", "timestamp_body", "method_url_body_timestamp"]
+
+
+class HmacSettings(SourceSettings):
+    """``[sources.verify]`` of an ``hmac`` source."""
+
+    header: str
+    prefix: str = ""
+    algorithm: Algorithm = "sha256"
+    encoding: Literal["hex", "base64"] = "hex"
+    signed: Signed = "body"
+    separator: str = "."
+    timestamp_header: str | None = None
+    public_url: str | None = None
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        return header_name(value)
+
+    @field_validator("timestamp_header")
+    @classmethod
+    def _timestamp_header(cls, value: str | None) -> str | None:
+        return None if value is None else header_name(value)
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    def incomplete(self) -> tuple[str, str] | None:
+        timed = self.signed != "body"
+        if timed and self.timestamp_header is None:
+            return "timestamp_header", f'is required with signed = "{self.signed}"'
+        if not timed and self.timestamp_header is not None:
+            return "timestamp_header", 'is only checked when signed (signed = "timestamp_body")'
+        url_mode = self.signed == "method_url_body_timestamp"
+        if url_mode and self.public_url is None:
+            return "public_url", 'is required with signed = "method_url_body_timestamp"'
+        if not url_mode and self.public_url is not None:
+            return "public_url", 'is only used with signed = "method_url_body_timestamp"'
+        return super().incomplete()
+
+
+def bind(settings: HmacSettings) -> Provider:
+    """The ``hmac`` provider as one source's settings make it."""
+    algorithm = settings.algorithm
+    size = hashlib.new(algorithm).digest_size
+    sep = settings.separator
+
+    def decode(raw: str) -> bytes:
+        if settings.encoding == "hex":
+            # Lower case only: an upper-case copy decodes the same, so it would let a
+            # changed header verify.
+            if len(raw) != 2 * size or not HEX_DIGITS.issuperset(raw):
+                raise SignatureError("malformed_signature")
+            return bytes.fromhex(raw)
+        digest = b64decode_strict(raw)
+        if len(digest) != size:
+            raise SignatureError("malformed_signature")
+        return digest
+
+    def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        raw = one_header(headers, settings.header)
+        if not raw.startswith(settings.prefix):
+            raise SignatureError("malformed_signature")
+        signature = decode(raw[len(settings.prefix) :])
+        if settings.timestamp_header is None:
+            return SignedHeaders(None, b"", (("hmac", signature),))
+        ts = parse_timestamp(one_header(headers, settings.timestamp_header), now, tolerance_s)
+        if settings.signed == "timestamp_body":
+            head = f"{ts}{sep}"
+        else:
+            head = f"{METHOD}{sep}{settings.public_url}{sep}"
+        return SignedHeaders(ts, head.encode(), (("hmac", signature),))
+
+    def tail(signed: SignedHeaders) -> bytes:
+        if settings.signed == "method_url_body_timestamp":
+            return f"{sep}{signed.timestamp}".encode()
+        return b""
+
+    def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        after = tail(signed)
+        for index, key in enumerate(keys):
+            if not isinstance(key, HmacKey):
+                continue
+            mac = hmac.new(key.key, signed.prefix, algorithm)
+            mac.update(body)
+            mac.update(after)
+            digest = mac.digest()
+            for _, candidate in signed.signatures:
+                if hmac.compare_digest(digest, candidate):
+                    return Verified(f"hmac-{algorithm}", index, signed.timestamp)
+        raise SignatureError("bad_signature")
+
+    def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+        headers, body = sample_for(settings, seq, now)
+        return {**headers, **sign(settings, secret, body, now)}, body
+
+    kept = () if settings.timestamp_header is None else (settings.timestamp_header,)
+    return Provider(
+        name=NAME,
+        parse_secret=plain_secret,
+        check_headers=check_headers,
+        verify=verify,
+        envelope=envelope_for(settings, kept),
+        sample_event=sample_event,
+        configurable=CONFIGURABLE,
+    )
+
+
+def sign(settings: HmacSettings, secret: str, body: bytes, now: int) -> dict[str, str]:
+    """The headers such a sender adds to ``body`` at ``now``."""
+    sep = settings.separator
+    if settings.signed == "body":
+        message = body
+    elif settings.signed == "timestamp_body":
+        message = f"{now}{sep}".encode() + body
+    else:
+        url = settings.public_url
+        message = f"{METHOD}{sep}{url}{sep}".encode() + body + f"{sep}{now}".encode()
+    digest = hmac.new(secret.encode(), message, settings.algorithm).digest()
+    encoded = digest.hex() if settings.encoding == "hex" else base64.b64encode(digest).decode()
+    headers = {settings.header: settings.prefix + encoded}
+    if settings.timestamp_header is not None:
+        headers[settings.timestamp_header] = str(now)
+    return headers
+
+
+CONFIGURABLE = Configurable(settings=HmacSettings, bind=bind)
+# What the registry holds: the scheme of example settings (a GitHub-like sha256= hex
+# header over the body). A source is always served by ``bind`` of its own table.
+EXAMPLE = HmacSettings(header="X-Signature", prefix="sha256=", dedupe="body_sha256")
+PROVIDER = bind(EXAMPLE)

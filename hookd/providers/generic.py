@@ -1,0 +1,167 @@
+"""What the configurable providers (``hmac``, ``token``) share: the settings that say
+where a source's dedupe key and event type are, the envelope built from them, and a
+sample event that puts its id and type where those settings look.
+
+These senders document no payload shape hookd could know, so each source names its
+key: a header, a dotted JSON path, or, as a last resort, the SHA-256 of the body (two
+identical bodies are then one event).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from hookd.errors import PayloadError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    Verified,
+    checked_key,
+    optional_header,
+    parse_json_object,
+    select_headers,
+)
+
+HEADER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+JSON_PATH_RE = re.compile(r"[^.\s]+(\.[^.\s]+)*")
+SAMPLE_TYPE = "hookd.test"
+
+
+def header_name(value: str) -> str:
+    """A header name as the receiver keys it (lower case), or a ``ValueError``."""
+    if not HEADER_NAME_RE.fullmatch(value):
+        raise ValueError("must be a header name (letters, digits and '-')")
+    return value.lower()
+
+
+def json_path(value: str) -> str:
+    if not JSON_PATH_RE.fullmatch(value):
+        raise ValueError("must be a dotted JSON path such as 'data.id'")
+    return value
+
+
+class SourceSettings(BaseModel):
+    """``[sources.verify]`` keys every configurable provider takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "header:<Name>", "json:<dotted.path>" or "body_sha256".
+    dedupe: str
+    type_header: str | None = None
+    type_json: str | None = None
+
+    @field_validator("dedupe")
+    @classmethod
+    def _dedupe(cls, value: str) -> str:
+        kind, sep, arg = value.partition(":")
+        if value == "body_sha256":
+            return value
+        if sep and kind == "header":
+            return f"header:{header_name(arg)}"
+        if sep and kind == "json":
+            return f"json:{json_path(arg)}"
+        raise ValueError('must be "header:<Name>", "json:<dotted.path>" or "body_sha256"')
+
+    @field_validator("type_header")
+    @classmethod
+    def _type_header(cls, value: str | None) -> str | None:
+        return None if value is None else header_name(value)
+
+    @field_validator("type_json")
+    @classmethod
+    def _type_json(cls, value: str | None) -> str | None:
+        return None if value is None else json_path(value)
+
+    def incomplete(self) -> tuple[str, str] | None:
+        """(key, problem) of what the types alone cannot say, checked after them."""
+        if self.type_header is not None and self.type_json is not None:
+            return "type_json", "give type_header or type_json, not both"
+        return None
+
+
+def _at(payload: Mapping[str, Any], path: str) -> object:
+    value: object = payload
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _scalar(value: object) -> str | None:
+    """A JSON string or integer as a key; anything else is no key."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def envelope_for(
+    settings: SourceSettings, kept: tuple[str, ...]
+) -> Callable[[HeaderMap, bytes, Verified], Envelope]:
+    kind, _, arg = settings.dedupe.partition(":")
+    names = tuple(dict.fromkeys((*kept, "content-type", "user-agent")))
+    if kind == "header":
+        names += (arg,)
+    if settings.type_header is not None:
+        names += (settings.type_header,)
+
+    def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+        payload: dict[str, Any] | None = None
+        if kind == "json" or settings.type_json is not None:
+            payload = parse_json_object(body)
+        if kind == "header":
+            key = checked_key(optional_header(headers, arg), f"{arg} header")
+        elif kind == "json":
+            assert payload is not None
+            key = checked_key(_scalar(_at(payload, arg)), arg)
+        else:
+            key = "sha256:" + hashlib.sha256(body).hexdigest()
+        event_type: str | None = None
+        if settings.type_header is not None:
+            event_type = optional_header(headers, settings.type_header)
+        elif settings.type_json is not None and payload is not None:
+            found = _at(payload, settings.type_json)
+            event_type = found if isinstance(found, str) else None
+        if event_type is not None and not (event_type.isprintable() and len(event_type) < 256):
+            raise PayloadError("malformed_payload", "invalid event type")
+        return Envelope(key, event_type, None, select_headers(headers, names))
+
+    return envelope
+
+
+def _put(payload: dict[str, Any], path: str, value: str) -> None:
+    *parents, last = path.split(".")
+    node = payload
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[last] = value
+
+
+def sample_for(settings: SourceSettings, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    """An unsigned sample event: (headers, body) with its id and type where the
+    settings look for them; the provider's signer adds its own headers."""
+    event_id = f"evt_{uuid.uuid4().hex}"
+    payload: dict[str, Any] = {"id": event_id, "type": SAMPLE_TYPE, "created": now, "n": seq}
+    headers = {"Content-Type": "application/json"}
+    if settings.type_json is not None:
+        _put(payload, settings.type_json, SAMPLE_TYPE)
+    if settings.type_header is not None:
+        headers[settings.type_header] = SAMPLE_TYPE
+    kind, _, arg = settings.dedupe.partition(":")
+    if kind == "json":
+        _put(payload, arg, event_id)
+    elif kind == "header":
+        headers[arg] = event_id
+    return headers, json.dumps(payload, separators=(",", ":")).encode()

@@ -1,0 +1,86 @@
+"""``provider = "token"``: senders that prove themselves with a shared secret in a
+header (GitLab's ``X-Gitlab-Token``, many others), not a signature.
+
+The header's value must equal one of the source's ``secrets``. Both sides are hashed
+before ``hmac.compare_digest``, so that the comparison's time depends on neither the
+token's bytes nor its length. Nothing covers the body: anyone who has seen one request
+can send another, so prefer a signing sender where there is a choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+from pydantic import field_validator
+
+from hookd.errors import SignatureError
+from hookd.providers.base import (
+    Configurable,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    one_header,
+    plain_secret,
+)
+from hookd.providers.generic import SourceSettings, envelope_for, header_name, sample_for
+
+NAME = "token"
+
+
+class TokenSettings(SourceSettings):
+    """``[sources.verify]`` of a ``token`` source."""
+
+    header: str
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        return header_name(value)
+
+
+def _fingerprint(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+def bind(settings: TokenSettings) -> Provider:
+    """The ``token`` provider as one source's settings make it."""
+
+    def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        presented = one_header(headers, settings.header)
+        raw = presented.encode("utf-8", "surrogatepass")
+        return SignedHeaders(None, b"", (("token", _fingerprint(raw)),))
+
+    def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        for index, key in enumerate(keys):
+            if not isinstance(key, HmacKey):
+                continue
+            for _, presented in signed.signatures:
+                if hmac.compare_digest(_fingerprint(key.key), presented):
+                    return Verified(NAME, index, None)
+        raise SignatureError("bad_signature")
+
+    def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+        headers, body = sample_for(settings, seq, now)
+        return {**headers, settings.header: secret}, body
+
+    return Provider(
+        name=NAME,
+        parse_secret=plain_secret,
+        check_headers=check_headers,
+        verify=verify,
+        envelope=envelope_for(settings, ()),
+        sample_event=sample_event,
+        configurable=CONFIGURABLE,
+    )
+
+
+CONFIGURABLE = Configurable(settings=TokenSettings, bind=bind)
+# What the registry holds: the scheme of example settings. A source is always served
+# by ``bind`` of its own table.
+EXAMPLE = TokenSettings(header="X-Webhook-Token", dedupe="body_sha256")
+PROVIDER = bind(EXAMPLE)

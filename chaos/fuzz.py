@@ -367,8 +367,9 @@ def check_envelope(env: Envelope) -> None:
         isinstance(env.occurred_at, datetime) and env.occurred_at.tzinfo is not None
     )
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.headers.items())
-    if env.reply is not None:
-        json.dumps(env.reply)
+    for answer in (env.reply, env.ack):
+        if answer is not None:
+            assert isinstance(answer.body, bytes) and 200 <= answer.status < 300
 
 
 def verify_target(provider: str) -> Callable[[bytes], None]:

@@ -86,6 +86,9 @@ class SourceConfig(_Strict):
     max_attempts: int = Field(default=8, ge=1, le=100)
     # A configurable provider's scheme, validated with its model (see _verify).
     verify: SourceSettings | None = Field(default=None, validate_default=True)
+    # The URL the provider posts to, as registered with it: the providers that sign it
+    # (twilio, square, hubspot) need it, since behind a proxy hookd cannot know it.
+    public_url: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -132,6 +135,13 @@ class SourceConfig(_Strict):
         if not isinstance(value, dict):
             return value
         return provider.configurable.settings.model_validate(value)
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s#]+", value):
+            raise ValueError("must be the http:// or https:// URL registered with the provider")
+        return value
 
     @field_validator("handlers")
     @classmethod
@@ -333,6 +343,17 @@ def _check_reconcile(
 
 def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:
     provider = PROVIDERS[config.provider]
+    if provider.with_public_url is not None:
+        if config.public_url is None:
+            raise ConfigError(
+                f"{path}: {label}: key 'public_url': {provider.name} signs the URL it posts "
+                f"to; set public_url to the URL registered with {provider.name}"
+            )
+        return provider.with_public_url(config.public_url)
+    if config.public_url is not None:
+        raise ConfigError(
+            f"{path}: {label}: key 'public_url': {provider.name} does not sign the URL; remove it"
+        )
     if provider.configurable is None or config.verify is None:
         return provider
     missing = config.verify.incomplete()

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client.metrics import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from hookd.errors import PayloadError, SignatureError
-from hookd.providers.base import HeaderMap
+from hookd.providers.base import HeaderMap, QueryMap, Reply
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
@@ -37,7 +38,8 @@ log = logging.getLogger("hookd.receiver")
 
 PREFIX = "/hooks/"
 RETRY_AFTER_S = "5"
-JSON_TYPE = (b"content-type", b"application/json")
+CONTENT_TYPE = b"content-type"
+JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
 
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
@@ -163,6 +165,22 @@ def error(status: int, code: str, detail: str = "", *extra: tuple[bytes, bytes])
     return status, json.dumps(content, separators=(",", ":")).encode(), list(extra)
 
 
+def reply_answer(reply: Reply) -> Answer:
+    """A provider's own answer; its content type goes first, where ``__call__`` looks."""
+    headers = [(CONTENT_TYPE, reply.content_type.encode("latin-1"))]
+    headers.extend(
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in reply.headers
+    )
+    return reply.status, reply.body, headers
+
+
+def query_map(scope: Scope) -> QueryMap:
+    raw: bytes = scope.get("query_string", b"")
+    if not raw:
+        return {}
+    return parse_qs(raw.decode("latin-1"), keep_blank_values=True, max_num_fields=32)
+
+
 def stored_answer(event_id: str, status: str) -> bytes:
     # Event ids are ULIDs (Crockford base32): nothing to escape.
     return b'{"event_id":"' + event_id.encode() + b'","status":"' + status.encode() + b'"}'
@@ -187,20 +205,22 @@ class Receiver:
         started = time.perf_counter()
         name = scope["path"][len(PREFIX) :]
         source = self._sources.get(name)
-        if scope["method"] != "POST":
-            status, body, headers = error(405, "method_not_allowed", "", (b"allow", b"POST"))
+        method = scope["method"]
+        challenged = source is not None and source.adapter.challenge is not None
+        if method != "POST" and not (method == "GET" and challenged):
+            allow = b"GET, POST" if challenged else b"POST"
+            status, body, headers = error(405, "method_not_allowed", "", (b"allow", allow))
         elif source is None:
             self._reject(metrics.UNKNOWN_SOURCE, "unknown_source")
             status, body, headers = error(404, "unknown_source")
         else:
             status, body, headers = await self._receive(scope, receive, source, started)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [JSON_TYPE, (b"content-length", str(len(body)).encode()), *headers],
-            }
-        )
+        length = (b"content-length", str(len(body)).encode())
+        if headers and headers[0][0] == CONTENT_TYPE:
+            headers = [headers[0], length, *headers[1:]]
+        else:
+            headers = [JSON_TYPE, length, *headers]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     def _reject(self, source: str, reason: str) -> None:
@@ -215,11 +235,33 @@ class Receiver:
             extra["detail"] = detail
         log.info("rejected", extra=extra)
 
-    async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
+    def _challenge(self, scope: Scope, source: Source) -> Answer | None:
+        """The answer to a registration challenge, or None for a delivery to verify."""
+        assert source.adapter.challenge is not None
+        try:
+            reply = source.adapter.challenge(scope["method"], query_map(scope), source.keys)
+        except SignatureError as exc:
+            self._refused(scope, source.name, exc.reason)
+            return error(401, exc.reason)
+        except PayloadError as exc:
+            self._refused(scope, source.name, exc.reason, exc.detail)
+            return error(400, exc.reason, exc.detail)
+        if reply is not None:
+            log.info("handshake answered", extra={"source": source.name})
+            return reply_answer(reply)
+        if scope["method"] != "POST":
+            return error(405, "method_not_allowed", "", (b"allow", b"GET, POST"))
+        return None
+
+    async def _receive(  # noqa: PLR0911, PLR0912 - one return per documented HTTP outcome
         self, scope: Scope, receive: Receive, source: Source, started: float
     ) -> Answer:
         name = source.name
         provider = source.adapter
+        if provider.challenge is not None:
+            answered = self._challenge(scope, source)
+            if answered is not None:
+                return answered
         limit = source.config.max_body_bytes
         now = self._clock()
         headers = header_map(scope)
@@ -254,7 +296,7 @@ class Receiver:
             self._refused(scope, name, exc.reason, exc.detail)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
-            return 200, json.dumps(env.reply, separators=(",", ":")).encode(), []
+            return reply_answer(env.reply)
         event = NewEvent(
             source=name,
             provider=source.provider,
@@ -281,6 +323,9 @@ class Receiver:
                 "accepted",
                 extra={"event_id": stored.event_id, "source": name, "dedupe_key": env.dedupe_key},
             )
+        if env.ack is not None:
+            return reply_answer(env.ack)
+        if stored.created:
             return 202, stored_answer(stored.event_id, "accepted"), []
         return 200, stored_answer(stored.event_id, "duplicate"), []
 

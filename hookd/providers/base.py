@@ -58,6 +58,36 @@ class SignedHeaders:
     prefix: bytes
     # (scheme version, signature bytes) pairs, e.g. ("v1", b"...").
     signatures: tuple[tuple[str, bytes], ...]
+    # The clock and window the headers were checked with, for schemes whose signed
+    # timestamp travels in the body (Mailgun) and is checked with the signature.
+    checked_at: float = 0.0
+    tolerance_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """An answer a provider's request gets instead of hookd's own JSON: a handshake
+    (nothing stored) or the acknowledgement a sender requires (Discord's interaction
+    response). ``content_type`` and ``body`` are sent as they are."""
+
+    body: bytes
+    content_type: str = "application/json"
+    status: int = 200
+    # Extra response headers, lower-case names.
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def json(cls, value: object, status: int = 200) -> Reply:
+        return cls(json.dumps(value, separators=(",", ":")).encode(), status=status)
+
+    @classmethod
+    def text(cls, value: str) -> Reply:
+        """A plain-text echo (a challenge token), never sniffed as HTML by a browser."""
+        return cls(
+            value.encode("utf-8"),
+            "text/plain; charset=utf-8",
+            headers=(("x-content-type-options", "nosniff"),),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +111,24 @@ class Envelope:
     type: str | None
     occurred_at: datetime | None
     headers: dict[str, str]
-    # Set when the request is a handshake to answer directly (Slack url_verification).
-    reply: dict[str, Any] | None = None
+    # Set when the request is a handshake to answer directly (Slack url_verification):
+    # nothing is stored.
+    reply: Reply | None = None
+    # Set when the sender needs a particular answer to a stored event (Discord's
+    # deferred interaction response); hookd's own JSON otherwise.
+    ack: Reply | None = None
 
 
 # (secret, seq, now) -> (headers, body): a realistic event, signed as the provider signs.
 SampleEvent = Callable[[str, int, int], tuple[dict[str, str], bytes]]
+
+# Query parameters, each name with every value it was given, in order.
+QueryMap = Mapping[str, Sequence[str]]
+# (method, query, keys) -> the answer to a registration challenge that comes before any
+# signed delivery (Dropbox's and X's GET challenges, Microsoft Graph's
+# ``validationToken``), or None when the request is no such challenge. It raises
+# ``SignatureError``/``PayloadError`` for a challenge it must refuse.
+Challenge = Callable[[str, QueryMap, Sequence["Key"]], "Reply | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +161,11 @@ class Provider:
     reconcile: Reconciling | None = None
     # Per-source settings of its scheme, when it has any (see ``Configurable``).
     configurable: Configurable | None = None
+    # For a provider that signs the URL it posts to (Twilio, Square, HubSpot): the
+    # provider bound to the source's ``public_url``, which the source must then set.
+    with_public_url: Callable[[str], Provider] | None = None
+    # Answers registration challenges that carry no event (see ``Challenge``).
+    challenge: Challenge | None = None
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int

@@ -22,6 +22,7 @@ from hookd.providers.base import (
     HeaderMap,
     Key,
     Provider,
+    Reply,
     SignedHeaders,
     Verified,
     checked_key,
@@ -116,7 +117,8 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         challenge = payload.get("challenge")
         if not isinstance(challenge, str):
             raise PayloadError("malformed_payload", "url_verification without a challenge")
-        return Envelope("", "url_verification", None, kept, reply={"challenge": challenge})
+        answer = Reply.json({"challenge": challenge})
+        return Envelope("", "url_verification", None, kept, reply=answer)
     if kind == "app_rate_limited":
         team = checked_key(payload.get("team_id"), "team_id")
         minute = payload.get("minute_rate_limited")

@@ -308,7 +308,8 @@ def test_slack_url_verification_replies_with_the_challenge() -> None:
     challenge = "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
     body = to_json({"token": "x", "challenge": challenge, "type": "url_verification"})
     envelope = accept("slack", signed_request("slack", body), body)
-    assert envelope.reply == {"challenge": challenge}
+    assert envelope.reply is not None
+    assert json.loads(envelope.reply.body) == {"challenge": challenge}
     assert envelope.type == "url_verification"
 
 

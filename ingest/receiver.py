@@ -39,6 +39,7 @@ log = logging.getLogger("hookd.receiver")
 PREFIX = "/hooks/"
 RETRY_AFTER_S = "5"
 CONTENT_TYPE = b"content-type"
+NO_CONTENT = 204
 JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
 
@@ -178,7 +179,10 @@ def query_map(scope: Scope) -> QueryMap:
     raw: bytes = scope.get("query_string", b"")
     if not raw:
         return {}
-    return parse_qs(raw.decode("latin-1"), keep_blank_values=True, max_num_fields=32)
+    try:
+        return parse_qs(raw.decode("latin-1"), keep_blank_values=True, max_num_fields=32)
+    except ValueError:
+        raise PayloadError("malformed_payload", "too many query parameters") from None
 
 
 def stored_answer(event_id: str, status: str) -> bytes:
@@ -207,19 +211,20 @@ class Receiver:
         source = self._sources.get(name)
         method = scope["method"]
         challenged = source is not None and source.adapter.challenge is not None
-        if method != "POST" and not (method == "GET" and challenged):
-            allow = b"GET, POST" if challenged else b"POST"
-            status, body, headers = error(405, "method_not_allowed", "", (b"allow", allow))
+        if method != "POST" and not challenged:
+            status, body, headers = error(405, "method_not_allowed", "", (b"allow", b"POST"))
         elif source is None:
             self._reject(metrics.UNKNOWN_SOURCE, "unknown_source")
             status, body, headers = error(404, "unknown_source")
         else:
             status, body, headers = await self._receive(scope, receive, source, started)
-        length = (b"content-length", str(len(body)).encode())
-        if headers and headers[0][0] == CONTENT_TYPE:
-            headers = [headers[0], length, *headers[1:]]
+        if status == NO_CONTENT:
+            # A 204 carries neither a body nor its length (RFC 9110, 8.6).
+            headers = [h for h in headers if h[0] != CONTENT_TYPE]
+        elif headers and headers[0][0] == CONTENT_TYPE:
+            headers = [headers[0], (b"content-length", str(len(body)).encode()), *headers[1:]]
         else:
-            headers = [JSON_TYPE, length, *headers]
+            headers = [JSON_TYPE, (b"content-length", str(len(body)).encode()), *headers]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -239,7 +244,8 @@ class Receiver:
         """The answer to a registration challenge, or None for a delivery to verify."""
         assert source.adapter.challenge is not None
         try:
-            reply = source.adapter.challenge(scope["method"], query_map(scope), source.keys)
+            query = query_map(scope)
+            reply = source.adapter.challenge(scope["method"], query, source.keys)
         except SignatureError as exc:
             self._refused(scope, source.name, exc.reason)
             return error(401, exc.reason)
@@ -250,7 +256,7 @@ class Receiver:
             log.info("handshake answered", extra={"source": source.name})
             return reply_answer(reply)
         if scope["method"] != "POST":
-            return error(405, "method_not_allowed", "", (b"allow", b"GET, POST"))
+            return error(405, "method_not_allowed", "", (b"allow", b"POST"))
         return None
 
     async def _receive(  # noqa: PLR0911, PLR0912 - one return per documented HTTP outcome
@@ -326,7 +332,7 @@ class Receiver:
         if env.ack is not None:
             return reply_answer(env.ack)
         if stored.created:
-            return 202, stored_answer(stored.event_id, "accepted"), []
+            return provider.accepted_status, stored_answer(stored.event_id, "accepted"), []
         return 200, stored_answer(stored.event_id, "duplicate"), []
 
 

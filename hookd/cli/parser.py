@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument(
         "--signing-key",
-        help="standard sources with a whpk_ key: the whsk_ private key (or HOOKD_SEND_TEST_KEY)",
+        help="sources verified with a public key (standard whpk_, sendgrid, discord): the "
+        "private key to sign with (or HOOKD_SEND_TEST_KEY)",
     )
     return parser

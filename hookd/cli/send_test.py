@@ -39,18 +39,22 @@ def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources
         known = ", ".join(s.name for s in sources)
         raise ConfigError(f"{sources.path}: no source named {args.source!r} (known: {known})")
     secret = source.config.secrets[0]
-    if source.provider == "standard" and secret.startswith("whpk_"):
+    needed = source.adapter.signing_key_needed(secret)
+    if needed is not None:
         secret = args.signing_key or os.environ.get("HOOKD_SEND_TEST_KEY", "")
         if not secret:
             raise ConfigError(
-                f"{sources.path}: source {source.name!r}: key 'secrets.0': a whpk_ public key "
-                "cannot sign; pass --signing-key whsk_… (or set HOOKD_SEND_TEST_KEY)"
+                f"{sources.path}: source {source.name!r}: key 'secrets.0': a public key "
+                f"cannot sign; pass --signing-key with {needed} (or set HOOKD_SEND_TEST_KEY)"
             )
     url = args.url or send_test_url(settings, source.name)
     failures = 0
     with httpx.Client(timeout=10.0) as client:
         for seq in range(1, args.count + 1):
-            headers, body = source.adapter.sample_event(secret, seq, int(time.time()))
+            try:
+                headers, body = source.adapter.sample_event(secret, seq, int(time.time()))
+            except ValueError as exc:
+                raise ConfigError(f"hookd send-test: --signing-key: {exc}") from None
             try:
                 response = client.post(url, content=body, headers=headers)
             except httpx.HTTPError as exc:

@@ -7,7 +7,29 @@ provider is a module and one line below.
 
 from __future__ import annotations
 
-from hookd.providers import custom_hmac, github, shared_token, slack, standard, stripe
+from hookd.providers import (
+    bitbucket,
+    custom_hmac,
+    discord,
+    github,
+    gitlab,
+    hubspot,
+    intercom,
+    linear,
+    mailgun,
+    paddle,
+    pagerduty,
+    sendgrid,
+    shared_token,
+    shopify,
+    slack,
+    square,
+    standard,
+    stripe,
+    twilio,
+    zendesk,
+    zoom,
+)
 from hookd.providers.base import Provider
 
 # In the order hookd lists them (the OpenAPI enum, "Input should be ..." messages).
@@ -27,3 +49,18 @@ register(slack.PROVIDER)
 register(standard.PROVIDER)
 register(custom_hmac.PROVIDER)
 register(shared_token.PROVIDER)
+register(shopify.PROVIDER)
+register(gitlab.PROVIDER)
+register(bitbucket.PROVIDER)
+register(linear.PROVIDER)
+register(paddle.PROVIDER)
+register(square.PROVIDER)
+register(zendesk.PROVIDER)
+register(intercom.PROVIDER)
+register(sendgrid.PROVIDER)
+register(discord.PROVIDER)
+register(zoom.PROVIDER)
+register(twilio.PROVIDER)
+register(hubspot.PROVIDER)
+register(pagerduty.PROVIDER)
+register(mailgun.PROVIDER)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from hookd.errors import PayloadError, SignatureError
@@ -41,12 +42,19 @@ class HmacKey:
 
 @dataclass(frozen=True, slots=True)
 class Ed25519Key:
-    """A Standard Webhooks v1a (``whpk_``) public key."""
+    """An ed25519 public key: Standard Webhooks v1a (``whpk_``), a Discord application's."""
 
     public_key: Ed25519PublicKey = field(repr=False)
 
 
-Key = HmacKey | Ed25519Key
+@dataclass(frozen=True, slots=True)
+class EcdsaP256Key:
+    """An ECDSA P-256 public key (SendGrid's signed Event Webhook verification key)."""
+
+    public_key: EllipticCurvePublicKey = field(repr=False)
+
+
+Key = HmacKey | Ed25519Key | EcdsaP256Key
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +174,13 @@ class Provider:
     with_public_url: Callable[[str], Provider] | None = None
     # Answers registration challenges that carry no event (see ``Challenge``).
     challenge: Challenge | None = None
+    # The status of the answer to a newly stored event: 202, or 200 for a sender that
+    # counts only 200 as delivered (Mailgun retries any other code for hours).
+    accepted_status: int = 202
+    # For ``hookd send-test``: given a configured secret, what private key must be
+    # passed to sign instead (e.g. "a whpk_ public key ... --signing-key whsk_..."), or
+    # None when the secret signs itself (every shared-secret scheme).
+    signing_key_needed: Callable[[str], str | None] = lambda secret: None
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int

@@ -12,7 +12,8 @@ encoding (lower-case ``hex`` or canonical ``base64``) and what is signed:
 
 The timestamp comes from ``timestamp_header`` and must fall inside the source's
 ``tolerance_s``; a timestamp that is not signed proves nothing, so it is only taken
-with a mode that signs it.
+with a mode that signs it. ``handshake`` answers a registration challenge (Dropbox's,
+X's CRC, Microsoft Graph's; see ``generic``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ from hookd.providers.base import (
     parse_timestamp,
     plain_secret,
 )
-from hookd.providers.generic import SourceSettings, envelope_for, header_name, sample_for
+from hookd.providers.generic import (
+    SourceSettings,
+    challenge_for,
+    envelope_for,
+    header_name,
+    sample_for,
+)
 
 NAME = "hmac"
 # The receiver answers every other method with 405 before a verifier runs.
@@ -156,6 +163,7 @@ def bind(settings: HmacSettings) -> Provider:
         envelope=envelope_for(settings, kept),
         sample_event=sample_event,
         configurable=CONFIGURABLE,
+        challenge=challenge_for(settings),
     )
 
 

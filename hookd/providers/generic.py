@@ -5,23 +5,46 @@ sample event that puts its id and type where those settings look.
 These senders document no payload shape hookd could know, so each source names its
 key: a header, a dotted JSON path, or, as a last resort, the SHA-256 of the body (two
 identical bodies are then one event).
+
+A source may also answer a sender's registration handshake (``handshake``), which
+stores nothing:
+
+- ``dropbox``: ``GET ?challenge=X`` is answered ``X`` as ``text/plain`` with
+  ``X-Content-Type-Options: nosniff``, as Dropbox asks;
+- ``x_crc``: X's challenge-response check, ``GET ?crc_token=T``, is answered
+  ``{"response_token": "sha256=" + base64(HMAC-SHA256(consumer secret, T))}``, the
+  consumer secret being the source's first secret (``hmac`` sources only);
+- ``graph``: Microsoft Graph's ``POST ?validationToken=T`` is answered ``T`` as
+  ``text/plain``, before the body is read.
+
+The echoed token must be one value of at most ``MAX_ECHO_CHARS`` printable ASCII
+characters, none of ``<>&"'`` or backquote or backslash (and no space but in Graph's
+token, which has them): anything else is ``malformed_payload`` (400), so the echo
+cannot carry markup.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import re
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
+    Challenge,
     Envelope,
     HeaderMap,
+    HmacKey,
+    Key,
+    QueryMap,
+    Reply,
     Verified,
     checked_key,
     optional_header,
@@ -32,6 +55,9 @@ from hookd.providers.base import (
 HEADER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 JSON_PATH_RE = re.compile(r"[^.\s]+(\.[^.\s]+)*")
 SAMPLE_TYPE = "hookd.test"
+Handshake = Literal["dropbox", "x_crc", "graph"]
+MAX_ECHO_CHARS = 512
+UNSAFE_ECHO = frozenset("<>&\"'`\\")
 
 
 def header_name(value: str) -> str:
@@ -56,6 +82,8 @@ class SourceSettings(BaseModel):
     dedupe: str
     type_header: str | None = None
     type_json: str | None = None
+    # A registration handshake the source answers (see the module's notes).
+    handshake: Handshake | None = None
 
     @field_validator("dedupe")
     @classmethod
@@ -136,6 +164,64 @@ def envelope_for(
         return Envelope(key, event_type, None, select_headers(headers, names))
 
     return envelope
+
+
+def echoed(query: QueryMap, name: str, *, spaces: bool = False) -> str | None:
+    """The token a handshake echoes, None when ``name`` is not in the query, or
+    ``malformed_payload`` for a value no sender sends (see the module's notes)."""
+    values = query.get(name)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise PayloadError("malformed_payload", f"{name} is given more than once")
+    token = values[0]
+    if not token or len(token) > MAX_ECHO_CHARS:
+        detail = f"{name} must have 1 to {MAX_ECHO_CHARS} characters"
+        raise PayloadError("malformed_payload", detail)
+    safe = (
+        token.isascii()
+        and token.isprintable()
+        and UNSAFE_ECHO.isdisjoint(token)
+        and not token.startswith(" ")
+        and not token.endswith(" ")
+        and (spaces or " " not in token)
+    )
+    if not safe:
+        raise PayloadError("malformed_payload", f"{name} has characters no sender sends")
+    return token
+
+
+def _dropbox(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:
+    if method != "GET":
+        return None
+    challenge = echoed(query, "challenge")
+    return None if challenge is None else Reply.text(challenge)
+
+
+def _x_crc(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:
+    if method != "GET":
+        return None
+    crc = echoed(query, "crc_token")
+    consumer = next((key for key in keys if isinstance(key, HmacKey)), None)
+    if crc is None or consumer is None:
+        return None
+    mac = hmac.new(consumer.key, crc.encode("ascii"), hashlib.sha256).digest()
+    return Reply.json({"response_token": "sha256=" + base64.b64encode(mac).decode()})
+
+
+def _graph(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:
+    if method != "POST":
+        return None
+    validation = echoed(query, "validationToken", spaces=True)
+    return None if validation is None else Reply.text(validation)
+
+
+HANDSHAKES: dict[str, Challenge] = {"dropbox": _dropbox, "x_crc": _x_crc, "graph": _graph}
+
+
+def challenge_for(settings: SourceSettings) -> Challenge | None:
+    """The ``challenge`` hook of a source's ``handshake``, if it names one."""
+    return None if settings.handshake is None else HANDSHAKES[settings.handshake]
 
 
 def _put(payload: dict[str, Any], path: str, value: str) -> None:

@@ -4,7 +4,9 @@ header (GitLab's ``X-Gitlab-Token``, many others), not a signature.
 The header's value must equal one of the source's ``secrets``. Both sides are hashed
 before ``hmac.compare_digest``, so that the comparison's time depends on neither the
 token's bytes nor its length. Nothing covers the body: anyone who has seen one request
-can send another, so prefer a signing sender where there is a choice.
+can send another, so prefer a signing sender where there is a choice. ``handshake``
+answers Dropbox's or Microsoft Graph's registration challenge (see ``generic``); X's
+CRC needs the HMAC key, so only ``hmac`` sources take it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from hookd.providers.base import (
     one_header,
     plain_secret,
 )
-from hookd.providers.generic import SourceSettings, envelope_for, header_name, sample_for
+from hookd.providers.generic import (
+    Handshake,
+    SourceSettings,
+    challenge_for,
+    envelope_for,
+    header_name,
+    sample_for,
+)
 
 NAME = "token"
 
@@ -41,6 +50,15 @@ class TokenSettings(SourceSettings):
     @classmethod
     def _header(cls, value: str) -> str:
         return header_name(value)
+
+    @field_validator("handshake")
+    @classmethod
+    def _handshake(cls, value: Handshake | None) -> Handshake | None:
+        if value == "x_crc":
+            raise ValueError(
+                'x_crc answers with an HMAC keyed with the consumer secret: use provider = "hmac"'
+            )
+        return value
 
 
 def _fingerprint(raw: bytes) -> bytes:
@@ -76,6 +94,7 @@ def bind(settings: TokenSettings) -> Provider:
         envelope=envelope_for(settings, ()),
         sample_event=sample_event,
         configurable=CONFIGURABLE,
+        challenge=challenge_for(settings),
     )
 
 

@@ -197,6 +197,11 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return standard_headers(secret, body, f"msg_{uuid.uuid4().hex}", now), body
 
 
+def _signing_key_needed(secret: str) -> str | None:
+    """A ``whpk_`` public key verifies v1a but cannot sign a sample."""
+    return "the whsk_ private key" if secret.startswith("whpk_") else None
+
+
 # No reconcile: Standard Webhooks defines no API that lists what was sent.
 PROVIDER = Provider(
     name="standard",
@@ -205,4 +210,5 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    signing_key_needed=_signing_key_needed,
 )

@@ -1,0 +1,150 @@
+"""Bitbucket Cloud: ``X-Hub-Signature: sha256=<hex HMAC-SHA256 of the raw body>``, keyed
+with the webhook's secret.
+
+Bitbucket signs no timestamp, so replays are bounded by deduplication on
+``X-Request-UUID``: Bitbucket's automatic retries are further attempts of the same
+request, counted by ``X-Attempt-Number``. ``X-Hook-UUID`` names the webhook, not the
+event, and ``X-Event-Key`` (``repo:push``) is the event's type.
+
+A webhook without a secret sends no signature; hookd always requires one.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hookd.errors import SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    hmac_sha256_hex,
+    match_hmac,
+    one_header,
+    optional_header,
+    parse_hex_digest,
+    parse_json_object,
+    select_headers,
+)
+
+NAME = "bitbucket"
+SCHEME = "bitbucket-sha256"
+SIGNATURE_HEADER = "x-hub-signature"
+REQUEST_HEADER = "x-request-uuid"
+EVENT_HEADER = "x-event-key"
+KEPT_HEADERS = (
+    EVENT_HEADER,
+    "x-hook-uuid",
+    REQUEST_HEADER,
+    "x-attempt-number",
+    "content-type",
+    "user-agent",
+)
+SAMPLE_HOOK_UUID = "{1b8c5e73-4d0a-4a55-9a4f-2f6c0c9d2e11}"
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("a Bitbucket webhook secret must not be empty")
+    return HmacKey(raw.encode("utf-8"))
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    raw = one_header(headers, SIGNATURE_HEADER)
+    algorithm, sep, digest = raw.partition("=")
+    if not sep or algorithm != "sha256":
+        raise SignatureError("malformed_signature")
+    return SignedHeaders(
+        timestamp=None, prefix=b"", signatures=(("sha256", parse_hex_digest(digest)),)
+    )
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    return match_hmac(SCHEME, signed, body, keys, "sha256")
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    request_uuid = checked_key(optional_header(headers, REQUEST_HEADER), "X-Request-UUID")
+    # Every Bitbucket payload is a JSON object; anything else is no Bitbucket event.
+    parse_json_object(body)
+    return Envelope(
+        dedupe_key=request_uuid,
+        type=optional_header(headers, EVENT_HEADER) or None,
+        # Bitbucket's payloads carry no time of the event itself.
+        occurred_at=None,
+        headers=select_headers(headers, KEPT_HEADERS),
+    )
+
+
+def bitbucket_headers(secret: str, body: bytes, event: str, request: str) -> dict[str, str]:
+    """The headers Bitbucket Cloud sends with ``body``, signed with ``secret``."""
+    return {
+        "X-Event-Key": event,
+        "X-Hook-UUID": SAMPLE_HOOK_UUID,
+        "X-Request-UUID": request,
+        "X-Attempt-Number": "1",
+        "X-Hub-Signature": "sha256=" + hmac_sha256_hex(secret.encode("utf-8"), body),
+        "Content-Type": "application/json",
+        "User-Agent": "Bitbucket-Webhooks/2.0",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    commit = (uuid.uuid4().hex + uuid.uuid4().hex)[:40]
+    repository = {
+        "type": "repository",
+        "full_name": "hookd/hello-world",
+        "name": "hello-world",
+        "uuid": "{9f1d2b4a-7c3e-4e8a-b6d1-0a2b3c4d5e6f}",
+        "links": {"html": {"href": "https://bitbucket.org/hookd/hello-world"}},
+    }
+    actor = {
+        "type": "user",
+        "display_name": "Hookd Tester",
+        "uuid": "{4e5f6a7b-8c9d-4e0f-a1b2-c3d4e5f6a7b8}",
+        "account_id": "557058:hookd-send-test",
+    }
+    payload: dict[str, Any] = {
+        "actor": actor,
+        "repository": repository,
+        "push": {
+            "changes": [
+                {
+                    "new": {
+                        "type": "branch",
+                        "name": "main",
+                        "target": {
+                            "type": "commit",
+                            "hash": commit,
+                            "message": f"hookd send-test #{seq}\n",
+                            "date": datetime.fromtimestamp(now, UTC).isoformat(),
+                        },
+                    },
+                    "created": False,
+                    "forced": False,
+                    "closed": False,
+                }
+            ]
+        },
+    }
+    body = json.dumps(payload).encode()
+    return bitbucket_headers(secret, body, "repo:push", str(uuid.uuid4())), body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+)

@@ -1,0 +1,198 @@
+"""GitLab: the webhook's secret token, sent as it is in ``X-Gitlab-Token``.
+
+Nothing is signed: the header's value must equal one of the source's ``secrets``. Both
+sides are hashed before ``hmac.compare_digest``, so that the comparison's time depends
+on neither the token's bytes nor its length. Anyone who has seen one request can send
+another, so deduplication is the only replay bound.
+
+Duplicates are recognised by ``Idempotency-Key`` (GitLab 17.4 and later: "Unique ID
+consistent across webhook retries"). ``X-Gitlab-Event-UUID`` is no such key: GitLab
+gives recursive webhooks (triggered by earlier webhooks) the same value, so keying on it
+would drop genuine events. A delivery without ``Idempotency-Key`` (GitLab before 17.4)
+is keyed by the SHA-256 of its body, which a retry repeats byte for byte.
+
+GitLab's newer signing token (``webhook-id``/``webhook-timestamp``/``webhook-signature``,
+Standard Webhooks) is verified by ``provider = "standard"``, not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hookd.errors import SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    one_header,
+    optional_header,
+    parse_json_object,
+    select_headers,
+)
+from hookd.providers.reconcile_settings import GITLAB_API_URL, GitLabReconcile
+from hookd.providers.reconciling import Reconciling
+from hookd.providers.rfc3339 import parse_iso8601
+
+NAME = "gitlab"
+SCHEME = "gitlab-token"
+TOKEN_HEADER = "x-gitlab-token"  # noqa: S105 - a header name, not a token
+EVENT_HEADER = "x-gitlab-event"
+IDEMPOTENCY_HEADER = "idempotency-key"
+KEPT_HEADERS = (
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    "x-gitlab-event-uuid",
+    "x-gitlab-webhook-uuid",
+    "x-gitlab-instance",
+    "content-type",
+    "user-agent",
+)
+SAMPLE_INSTANCE = "https://gitlab.example.com"
+SAMPLE_VERSION = "17.4.0"
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("a GitLab secret token must not be empty")
+    return HmacKey(raw.encode("utf-8"))
+
+
+def _fingerprint(raw: bytes) -> bytes:
+    return hashlib.sha256(raw).digest()
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    presented = one_header(headers, TOKEN_HEADER).encode("utf-8", "surrogatepass")
+    fingerprint = _fingerprint(presented)
+    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("token", fingerprint),))
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    for index, key in enumerate(keys):
+        if not isinstance(key, HmacKey):
+            continue
+        expected = _fingerprint(key.key)
+        for _, presented in signed.signatures:
+            if hmac.compare_digest(expected, presented):
+                return Verified(SCHEME, index, None)
+    raise SignatureError("bad_signature")
+
+
+def event_type(header: str | None, payload: object) -> str | None:
+    """``merge_request.open``: the payload's ``object_kind`` (``event_name`` for system
+    hooks) and ``object_attributes.action`` when it has one; ``X-Gitlab-Event``
+    (``Push Hook``) when the payload names no kind. The same for a webhook and for a
+    hook event found in GitLab's log by reconciliation."""
+    if not isinstance(payload, dict):
+        return header or None
+    kind = payload.get("object_kind") or payload.get("event_name")
+    if not isinstance(kind, str) or not kind:
+        return header or None
+    attributes = payload.get("object_attributes")
+    action = attributes.get("action") if isinstance(attributes, dict) else None
+    return f"{kind}.{action}" if isinstance(action, str) and action else kind
+
+
+def occurred_at(payload: dict[str, Any]) -> datetime | None:
+    """When the object last changed, for the events whose payload says so."""
+    attributes = payload.get("object_attributes")
+    if not isinstance(attributes, dict):
+        return None
+    return parse_iso8601(attributes.get("updated_at")) or parse_iso8601(
+        attributes.get("created_at")
+    )
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    payload = parse_json_object(body)
+    idempotency_key = optional_header(headers, IDEMPOTENCY_HEADER)
+    if idempotency_key:
+        key = checked_key(idempotency_key, "Idempotency-Key")
+    else:
+        key = "sha256:" + hashlib.sha256(body).hexdigest()
+    return Envelope(
+        dedupe_key=key,
+        type=event_type(optional_header(headers, EVENT_HEADER), payload),
+        occurred_at=occurred_at(payload),
+        headers=select_headers(headers, KEPT_HEADERS),
+    )
+
+
+def gitlab_headers(secret: str, event: str, idempotency_key: str) -> dict[str, str]:
+    """The headers GitLab sends with a webhook whose secret token is ``secret``."""
+    return {
+        "Content-Type": "application/json",
+        "User-Agent": f"GitLab/{SAMPLE_VERSION}",
+        "Idempotency-Key": idempotency_key,
+        "X-Gitlab-Event": event,
+        "X-Gitlab-Webhook-UUID": str(uuid.uuid4()),
+        "X-Gitlab-Instance": SAMPLE_INSTANCE,
+        "X-Gitlab-Event-UUID": str(uuid.uuid4()),
+        "X-Gitlab-Token": secret,
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    after = (uuid.uuid4().hex + uuid.uuid4().hex)[:40]  # a commit id: 40 hex digits
+    stamp = datetime.fromtimestamp(now, UTC).isoformat()
+    project = {
+        "id": 15,
+        "name": "Diaspora",
+        "web_url": f"{SAMPLE_INSTANCE}/mike/diaspora",
+        "path_with_namespace": "mike/diaspora",
+        "default_branch": "main",
+    }
+    payload: dict[str, Any] = {
+        "object_kind": "push",
+        "event_name": "push",
+        "before": "95790bf891e76fee5e1747ab589903a6a1f80f22",
+        "after": after,
+        "ref": "refs/heads/main",
+        "checkout_sha": after,
+        "user_id": 4,
+        "user_name": "John Smith",
+        "user_username": "jsmith",
+        "project_id": 15,
+        "project": project,
+        "commits": [
+            {
+                "id": after,
+                "message": f"hookd send-test #{seq}",
+                "timestamp": stamp,
+                "url": f"{SAMPLE_INSTANCE}/mike/diaspora/-/commit/{after}",
+                "author": {"name": "John Smith", "email": "john@example.com"},
+                "added": [],
+                "modified": ["README.md"],
+                "removed": [],
+            }
+        ],
+        "total_commits_count": 1,
+    }
+    body = json.dumps(payload).encode()
+    return gitlab_headers(secret, "Push Hook", str(uuid.uuid4())), body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+    reconcile=Reconciling(
+        settings=GitLabReconcile,
+        api_url=GITLAB_API_URL,
+        adapter="reconcile.providers.gitlab:GitLabAdapter",
+    ),
+)

@@ -1,0 +1,188 @@
+"""Mailgun: the signature travels in the JSON body, not in a header:
+``{"signature": {"timestamp", "token", "signature"}, "event-data": {…}}``, where
+``signature`` is the hex HMAC-SHA256 (the webhook signing key) of ``timestamp + token``.
+
+There is no header to check before the body is read, so ``check_headers`` only records
+the clock and the window; ``verify`` reads the signature block from the body, refuses a
+timestamp outside the source's ``tolerance_s`` and checks the HMAC. A subaccount's event
+also carries ``parent-signature``, the same HMAC under the primary account's key: either
+verifies against any configured key.
+
+A body that is not a JSON object with a ``signature`` block carries nothing to
+establish where it came from, so it is ``missing_signature`` (401), not a payload error.
+
+What Mailgun signs is the timestamp and token only, not ``event-data``: a captured
+signature block stays valid with other event data until its timestamp leaves the window.
+Keep ``tolerance_s`` short. Events are keyed by ``event-data.id``, Mailgun's id for the
+event, the same in every retry and in its events API.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    epoch_to_datetime,
+    hmac_sha256_hex,
+    parse_hex_digest,
+    parse_json_object,
+    parse_timestamp,
+    select_headers,
+)
+
+NAME = "mailgun"
+KEPT_HEADERS = ("content-type", "user-agent")
+# Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
+MAX_TOKEN_CHARS = 512
+MAX_TYPE_CHARS = 255
+SIGNATURE_FIELDS = ("signature", "parent-signature")
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("a Mailgun webhook signing key is empty")
+    return HmacKey(raw.encode("utf-8"))
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    """Nothing to check yet: the signature is in the body. Keep the clock for ``verify``."""
+    return SignedHeaders(
+        timestamp=None, prefix=b"", signatures=(), checked_at=now, tolerance_s=tolerance_s
+    )
+
+
+def signature_block(body: bytes) -> dict[str, Any]:
+    try:
+        payload: Any = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise SignatureError("missing_signature") from None
+    if not isinstance(payload, dict) or "signature" not in payload:
+        raise SignatureError("missing_signature")
+    block = payload["signature"]
+    if not isinstance(block, dict):
+        raise SignatureError("malformed_signature")
+    return block
+
+
+def timestamp_text(value: object) -> str:
+    """The timestamp as it is signed: Mailgun writes it as a string of digits (its docs
+    also call it an int, which is signed as the same digits)."""
+    if isinstance(value, bool):
+        raise SignatureError("malformed_timestamp")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    raise SignatureError("malformed_timestamp")
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    block = signature_block(body)
+    raw_ts = timestamp_text(block.get("timestamp"))
+    token = block.get("token")
+    if not (
+        isinstance(token, str)
+        and 0 < len(token) <= MAX_TOKEN_CHARS
+        and token.isascii()
+        and token.isprintable()
+    ):
+        raise SignatureError("malformed_signature")
+    candidates: list[bytes] = []
+    for field in SIGNATURE_FIELDS:
+        value = block.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise SignatureError("malformed_signature")
+        candidates.append(parse_hex_digest(value))
+    if not candidates:
+        raise SignatureError("missing_signature")
+    ts = parse_timestamp(raw_ts, signed.checked_at, signed.tolerance_s)
+    message = (raw_ts + token).encode("ascii")
+    for index, key in enumerate(keys):
+        if not isinstance(key, HmacKey):
+            continue
+        digest = hmac.new(key.key, message, "sha256").digest()
+        for candidate in candidates:
+            if hmac.compare_digest(digest, candidate):
+                return Verified("mailgun-sha256", index, ts)
+    raise SignatureError("bad_signature")
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    payload = parse_json_object(body)
+    data = payload.get("event-data")
+    if not isinstance(data, dict):
+        raise PayloadError("malformed_payload", "payload has no event-data object")
+    kind = data.get("event")
+    if not (isinstance(kind, str) and 0 < len(kind) <= MAX_TYPE_CHARS and kind.isprintable()):
+        kind = None
+    return Envelope(
+        dedupe_key=checked_key(data.get("id"), "event-data.id"),
+        type=kind,
+        occurred_at=epoch_to_datetime(data.get("timestamp")),
+        headers=select_headers(headers, KEPT_HEADERS),
+    )
+
+
+def mailgun_signature(secret: str, timestamp: str, token: str) -> dict[str, str]:
+    """The ``signature`` block Mailgun puts in a body at ``timestamp``, with ``token``."""
+    digest = hmac_sha256_hex(secret.encode("utf-8"), (timestamp + token).encode("ascii"))
+    return {"token": token, "timestamp": timestamp, "signature": digest}
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    """A ``delivered`` event, signed as Mailgun signs it."""
+    recipient = f"send-test-{seq}@example.com"
+    payload: dict[str, Any] = {
+        "signature": mailgun_signature(secret, str(now), secrets.token_hex(25)),
+        "event-data": {
+            "id": secrets.token_urlsafe(16),
+            "timestamp": now + (seq % 1000) / 1000,
+            "log-level": "info",
+            "event": "delivered",
+            "recipient": recipient,
+            "recipient-domain": "example.com",
+            "message": {
+                "headers": {
+                    "to": recipient,
+                    "message-id": f"{secrets.token_hex(8)}.{seq}@mg.example.com",
+                    "from": "hookd <send-test@mg.example.com>",
+                    "subject": f"hookd send-test #{seq}",
+                },
+                "size": 512,
+            },
+            "delivery-status": {"code": 250, "message": "OK", "attempt-no": 1},
+            "flags": {"is-routed": False, "is-authenticated": True, "is-test-mode": False},
+            "tags": [],
+            "user-variables": {},
+        },
+    }
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return {"Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0"}, body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+    # "If Mailgun receives a 200 (Success) code it will determine the webhook POST is
+    # successful"; any other code but 406 is retried for 8 hours.
+    accepted_status=200,
+)

@@ -1,0 +1,177 @@
+"""Paddle Billing: ``Paddle-Signature: ts=<unix>;h1=<hex>`` over ``"{ts}:" + body``.
+
+The key is the notification destination's endpoint secret key (``pdl_ntfset_…``),
+used whole as the HMAC key. Several ``h1`` entries may appear while the key is being
+rotated; any may match. An ``h1`` that is no digest at all is passed over, as
+Paddle's own library does, so it cannot spoil a valid entry beside it.
+
+Events are keyed by ``event_id``. An automatic retry re-sends the same notification
+(same ``notification_id``, same ``event_id``); a replay (``POST
+/notifications/{id}/replay``) creates a new notification with a new
+``notification_id`` for the same ``event_id``. Keying by the event keeps a replayed
+notification from being stored twice, and matches the event stream (``GET
+/events``) that reconciliation reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    hmac_sha256_hex,
+    match_hmac,
+    one_header,
+    parse_hex_digest,
+    parse_json_object,
+    parse_timestamp,
+    select_headers,
+)
+from hookd.providers.reconcile_settings import PADDLE_API_URL, PaddleReconcile
+from hookd.providers.reconciling import Reconciling
+from hookd.providers.rfc3339 import parse_rfc3339
+
+NAME = "paddle"
+SCHEME = "paddle-h1"
+SIGNATURE_HEADER = "paddle-signature"
+KEPT_HEADERS = ("content-type", "user-agent")
+# A header with more entries than a rotation can produce is hostile.
+MAX_ENTRIES = 16
+# ``pdl_ntfset_<destination id>_<key>``; Paddle's library tests also carry the older
+# ``pdl_ntf_`` form. The key part is base64 text.
+SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
+# Paddle IDs: a prefix and 26 characters of lower-case Crockford base32.
+ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("secret is empty")
+    if SECRET_RE.fullmatch(raw) is None:
+        raise ValueError(
+            "a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
+            "(the notification destination's endpoint_secret_key)"
+        )
+    return HmacKey(raw.encode("utf-8"))
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    raw = one_header(headers, SIGNATURE_HEADER)
+    entries = raw.split(";")
+    if len(entries) > MAX_ENTRIES:
+        raise SignatureError("malformed_signature")
+    timestamps: list[str] = []
+    signatures: list[tuple[str, bytes]] = []
+    unparsed = 0
+    for entry in entries:
+        name, sep, value = entry.strip().partition("=")
+        if not sep:
+            raise SignatureError("malformed_signature")
+        if name == "ts":
+            timestamps.append(value)
+        elif name == "h1":
+            try:
+                signatures.append(("h1", parse_hex_digest(value)))
+            except SignatureError:
+                unparsed += 1
+    if len(timestamps) != 1:
+        raise SignatureError("malformed_timestamp")
+    if not signatures:
+        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
+    ts = parse_timestamp(timestamps[0], now, tolerance_s)
+    return SignedHeaders(timestamp=ts, prefix=f"{ts}:".encode(), signatures=tuple(signatures))
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    return match_hmac(SCHEME, signed, body, keys, "h1")
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    payload = parse_json_object(body)
+    event_id = checked_key(payload.get("event_id"), "event_id")
+    if not event_id.startswith("evt_"):
+        raise PayloadError("malformed_payload", "event_id does not start with evt_")
+    kind = payload.get("event_type")
+    return Envelope(
+        dedupe_key=event_id,
+        type=kind if isinstance(kind, str) and kind else None,
+        occurred_at=parse_rfc3339(payload.get("occurred_at")),
+        headers=select_headers(headers, KEPT_HEADERS),
+    )
+
+
+def paddle_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
+    """The headers Paddle sends with ``body`` at ``now``, signed with ``secret``."""
+    signature = hmac_sha256_hex(secret.encode("utf-8"), f"{now}:".encode() + body)
+    return {
+        "Paddle-Signature": f"ts={now};h1={signature}",
+        "Content-Type": "application/json",
+        "User-Agent": "Paddle",
+    }
+
+
+def paddle_id(prefix: str) -> str:
+    """``evt_01hs0tqfme2xwb2hvwv87p8y3w``: a prefix and 26 base32 characters."""
+    number = uuid.uuid4().int
+    chars = []
+    for _ in range(26):
+        number, digit = divmod(number, 32)
+        chars.append(ID_ALPHABET[digit])
+    return f"{prefix}_{''.join(chars)}"
+
+
+def rfc3339(moment: int) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    when = rfc3339(now)
+    payload: dict[str, Any] = {
+        "event_id": paddle_id("evt"),
+        "event_type": "transaction.completed",
+        "occurred_at": when,
+        "notification_id": paddle_id("ntf"),
+        "data": {
+            "id": paddle_id("txn"),
+            "status": "completed",
+            "customer_id": paddle_id("ctm"),
+            "currency_code": "USD",
+            "origin": "web",
+            "collection_mode": "automatic",
+            "items": [{"price": {"id": paddle_id("pri")}, "quantity": seq}],
+            "details": {"totals": {"subtotal": "1000", "tax": "0", "total": "1000"}},
+            "created_at": when,
+            "updated_at": when,
+            "billed_at": when,
+        },
+    }
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return paddle_headers(secret, body, now), body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+    reconcile=Reconciling(
+        settings=PaddleReconcile,
+        api_url=PADDLE_API_URL,
+        adapter="reconcile.providers.paddle:PaddleAdapter",
+    ),
+)

@@ -1,0 +1,158 @@
+"""PagerDuty (v3 webhooks): ``X-PagerDuty-Signature: v1=<hex>[,v1=<hex>…]``, each the
+hex HMAC-SHA256 of the raw body under one of the subscription's secrets.
+
+Several ``v1`` entries appear while a secret is being rotated; any may match. Entries of
+other versions are passed over, as PagerDuty's verification steps say, and so is a
+``v1`` entry that is no lower-case SHA-256 hex digest: it never verifies, but cannot
+spoil a valid entry beside it.
+
+PagerDuty signs no timestamp, so replays are bounded by deduplication on ``event.id``,
+which is inside the signed body (``X-Webhook-Id``, also repeated on each attempt, is
+kept with the event but is not signed). Each payload holds exactly one event.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    checked_key,
+    hmac_sha256_hex,
+    match_hmac,
+    one_header,
+    parse_hex_digest,
+    parse_json_object,
+    select_headers,
+)
+
+NAME = "pagerduty"
+SIGNATURE_HEADER = "x-pagerduty-signature"
+KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
+# A rotation shows two signatures; many more is a hostile header.
+MAX_ENTRIES = 16
+MAX_TYPE_CHARS = 255
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("a PagerDuty webhook subscription secret is empty")
+    return HmacKey(raw.encode("utf-8"))
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    raw = one_header(headers, SIGNATURE_HEADER)
+    entries = raw.split(",")
+    if len(entries) > MAX_ENTRIES:
+        raise SignatureError("malformed_signature")
+    signatures: list[tuple[str, bytes]] = []
+    unparsed = 0
+    for entry in entries:
+        version, sep, value = entry.strip().partition("=")
+        if not sep or version != "v1":
+            continue
+        try:
+            signatures.append(("v1", parse_hex_digest(value)))
+        except SignatureError:
+            unparsed += 1
+    if not signatures:
+        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
+    return SignedHeaders(timestamp=None, prefix=b"", signatures=tuple(signatures))
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    return match_hmac("pagerduty-v1", signed, body, keys, "v1")
+
+
+def iso_time(value: object) -> datetime | None:
+    """``event.occurred_at`` (``2021-04-26T17:36:27.458Z``), or None when unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    payload = parse_json_object(body)
+    event = payload.get("event")
+    if not isinstance(event, dict):
+        raise PayloadError("malformed_payload", "payload has no event object")
+    kind = event.get("event_type")
+    if not (isinstance(kind, str) and 0 < len(kind) <= MAX_TYPE_CHARS and kind.isprintable()):
+        kind = None
+    return Envelope(
+        dedupe_key=checked_key(event.get("id"), "event.id"),
+        type=kind,
+        occurred_at=iso_time(event.get("occurred_at")),
+        headers=select_headers(headers, KEPT_HEADERS),
+    )
+
+
+def pagerduty_headers(secret: str, body: bytes) -> dict[str, str]:
+    """The headers PagerDuty sends with ``body``, signed with ``secret``."""
+    return {
+        "X-PagerDuty-Signature": f"v1={hmac_sha256_hex(secret.encode('utf-8'), body)}",
+        "X-Webhook-Id": secrets.token_hex(16),
+        "X-Webhook-Subscription": "PHOOKD1",
+        "Content-Type": "application/json",
+        "User-Agent": "PagerDuty-Webhook/V3.0",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    """An ``incident.triggered`` event, signed as PagerDuty signs it."""
+    occurred = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    incident = f"Q{seq:06d}"
+    payload: dict[str, Any] = {
+        "event": {
+            "id": "01" + secrets.token_hex(12).upper(),
+            "event_type": "incident.triggered",
+            "resource_type": "incident",
+            "occurred_at": occurred,
+            "agent": None,
+            "client": None,
+            "data": {
+                "id": incident,
+                "type": "incident",
+                "self": f"https://api.pagerduty.com/incidents/{incident}",
+                "number": seq,
+                "status": "triggered",
+                "title": f"hookd send-test #{seq}",
+                "urgency": "high",
+                "created_at": occurred,
+                "service": {
+                    "id": "PHOOKD2",
+                    "summary": "hookd",
+                    "type": "service_reference",
+                },
+            },
+        }
+    }
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return pagerduty_headers(secret, body), body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+)

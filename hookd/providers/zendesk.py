@@ -1,0 +1,194 @@
+"""Zendesk: ``X-Zendesk-Webhook-Signature: <base64 HMAC-SHA256>`` over the
+``X-Zendesk-Webhook-Signature-Timestamp`` value followed by the raw body, keyed with
+the webhook's signing secret (used as the text it is shown as).
+
+The timestamp is an ISO 8601 UTC time (``2021-03-25T05:09:27Z``), not epoch seconds;
+it is signed as received and must fall inside the source's window.
+
+A webhook subscribed to Zendesk events sends a JSON event whose ``id`` Zendesk
+documents as the event's unique identifier: every attempt of an invocation, and any
+second invocation for the same event, carries it, and it is signed. That is the key.
+A webhook connected to a trigger or automation sends a payload the admin wrote (JSON,
+XML or a form), with nothing documented in it; it is keyed by the
+``X-Zendesk-Webhook-Invocation-Id`` header, which every attempt of one invocation
+shares (the invocations API lists attempts under it).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from hookd.errors import PayloadError, SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    HmacKey,
+    Key,
+    Provider,
+    SignedHeaders,
+    Verified,
+    b64decode_strict,
+    checked_key,
+    match_hmac,
+    one_header,
+    optional_header,
+    select_headers,
+)
+from hookd.providers.rfc3339 import parse_rfc3339, parse_utc_timestamp
+
+NAME = "zendesk"
+SCHEME = "zendesk-sha256"
+SIGNATURE_HEADER = "x-zendesk-webhook-signature"
+TIMESTAMP_HEADER = "x-zendesk-webhook-signature-timestamp"
+INVOCATION_HEADER = "x-zendesk-webhook-invocation-id"
+KEPT_HEADERS = (
+    "x-zendesk-account-id",
+    "x-zendesk-webhook-id",
+    "x-zendesk-webhook-invocation-id",
+    "x-zendesk-webhook-signature-timestamp",
+    "content-type",
+    "user-agent",
+)
+DIGEST_BYTES = 32
+EVENT_TYPE_PREFIX = "zen:event-type:"
+# Zendesk shows a signing secret as base64 text (``dGhpc19z…==``, ``HRkRd4Be…zeA=``).
+SECRET_RE = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}", re.ASCII)
+
+
+def parse_secret(raw: str) -> HmacKey:
+    if not raw:
+        raise ValueError("secret is empty")
+    if SECRET_RE.fullmatch(raw) is None:
+        raise ValueError(
+            "a Zendesk signing secret is the base64 text the webhook shows "
+            "(at least 16 characters, no spaces)"
+        )
+    return HmacKey(raw.encode("utf-8"))
+
+
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+    raw_ts = one_header(headers, TIMESTAMP_HEADER)
+    digest = b64decode_strict(one_header(headers, SIGNATURE_HEADER))
+    if len(digest) != DIGEST_BYTES:
+        raise SignatureError("malformed_signature")
+    ts = parse_utc_timestamp(raw_ts, now, tolerance_s)
+    # The timestamp is signed as the text it arrived as.
+    return SignedHeaders(
+        timestamp=ts, prefix=raw_ts.encode("ascii"), signatures=(("sha256", digest),)
+    )
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    return match_hmac(SCHEME, signed, body, keys, "sha256")
+
+
+def zendesk_event(body: bytes) -> dict[str, Any] | None:
+    """The body as a Zendesk event (``type`` ``zen:event-type:…`` and an ``id``), or
+    None for any other payload (a trigger's own JSON, XML, a form)."""
+    try:
+        payload = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(payload, dict):
+        return None
+    kind = payload.get("type")
+    if isinstance(kind, str) and kind.startswith(EVENT_TYPE_PREFIX) and "id" in payload:
+        return payload
+    return None
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    kept = select_headers(headers, KEPT_HEADERS)
+    event = zendesk_event(body)
+    if event is not None:
+        return Envelope(
+            dedupe_key=checked_key(event.get("id"), "event id"),
+            type=event["type"],
+            occurred_at=parse_rfc3339(event.get("time")),
+            headers=kept,
+        )
+    invocation = optional_header(headers, INVOCATION_HEADER)
+    if invocation is None:
+        raise PayloadError(
+            "malformed_payload", "not a Zendesk event and no X-Zendesk-Webhook-Invocation-Id"
+        )
+    return Envelope(
+        dedupe_key=checked_key(f"invocation:{invocation.strip()}", "invocation id"),
+        type=None,
+        occurred_at=None,
+        headers=kept,
+    )
+
+
+def zendesk_signature(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature Zendesk sends: base64(HMAC-SHA256(timestamp + body))."""
+    mac = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + body, hashlib.sha256)
+    return base64.b64encode(mac.digest()).decode("ascii")
+
+
+def iso_z(moment: int) -> str:
+    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def zendesk_headers(
+    secret: str, body: bytes, now: int, *, webhook_id: str, invocation_id: str
+) -> dict[str, str]:
+    """The headers Zendesk sends with ``body`` at ``now``, signed with ``secret``."""
+    timestamp = iso_z(now)
+    return {
+        "X-Zendesk-Account-Id": "12514403",
+        "X-Zendesk-Webhook-Id": webhook_id,
+        "X-Zendesk-Webhook-Invocation-Id": invocation_id,
+        "X-Zendesk-Webhook-Signature": zendesk_signature(secret, timestamp, body),
+        "X-Zendesk-Webhook-Signature-Timestamp": timestamp,
+        "Content-Type": "application/json",
+        "User-Agent": "Zendesk Webhook",
+    }
+
+
+def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
+    when = iso_z(now)
+    user_id = str(6596848315900 + seq)
+    payload: dict[str, Any] = {
+        "type": "zen:event-type:user.active_changed",
+        "account_id": 12514403,
+        "id": str(uuid.uuid4()),
+        "time": when,
+        "zendesk_event_version": "2022-06-20",
+        "subject": f"zen:user:{user_id}",
+        "detail": {
+            "created_at": when,
+            "email": f"user{seq}@example.com",
+            "external_id": "",
+            "default_group_id": "0",
+            "id": user_id,
+            "organization_id": "0",
+            "role": "end-user",
+            "updated_at": when,
+        },
+        "event": {"current": False, "previous": True},
+    }
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    invocation = str(uuid.uuid4().int % 10**10)
+    headers = zendesk_headers(
+        secret, body, now, webhook_id="01F1KRFQ6BG29CNWFR60NK5FNY", invocation_id=invocation
+    )
+    return headers, body
+
+
+PROVIDER = Provider(
+    name=NAME,
+    parse_secret=parse_secret,
+    check_headers=check_headers,
+    verify=verify,
+    envelope=envelope,
+    sample_event=sample_event,
+)

@@ -16,6 +16,13 @@ only what it documents:
 - ``envelope-PROVIDER``: an authentic signature over a fuzzed body (raw bytes, JSON, a real
   payload with one field off, form-encoded, deeply nested) and fuzzed unsigned headers: it
   must verify, and ``envelope`` may raise only ``PayloadError`` or give a usable envelope.
+- ``registry``: every other registered provider (the named senders, and ``hmac`` and
+  ``token`` under fuzzed ``[sources.verify]`` settings), picked by the input: its own
+  sample, signed by the configured or another sender's key, then mutated (a body bit
+  flipped, the body replaced, headers dropped, doubled, emptied, truncated or replaced,
+  the clock moved). Only ``SignatureError``/``PayloadError`` may escape; a request that
+  verifies was signed with the configured key, and over an unchanged body wherever the
+  provider's scheme covers the body (``tests.support.provider_matrix`` says where not).
 - ``config-toml``: ``parse_sources`` on fuzzed text (raw, and valid configurations with one
   or two keys made odd, dropped or unknown, ``${VAR}`` references to fuzzed environment
   values, deep nesting, byte-level edits) and ``load_sources`` on raw bytes: only
@@ -58,6 +65,7 @@ PROVIDERS = ("github", "stripe", "slack", "standard")
 TARGETS = (
     *(f"verify-{p}" for p in PROVIDERS),
     *(f"envelope-{p}" for p in PROVIDERS),
+    "registry",
     "config-toml",
     "config-env",
 )
@@ -369,7 +377,8 @@ def check_envelope(env: Envelope) -> None:
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.headers.items())
     for answer in (env.reply, env.ack):
         if answer is not None:
-            assert isinstance(answer.body, bytes) and 200 <= answer.status < 300
+            assert isinstance(answer.body, bytes)
+            assert 200 <= answer.status < 300
 
 
 def verify_target(provider: str) -> Callable[[bytes], None]:
@@ -418,6 +427,105 @@ def verify_target(provider: str) -> Callable[[bytes], None]:
             assert abs(verified.timestamp - NOW) <= TOLERANCE_S
         try:
             env = adapter.envelope(headers, body, verified)
+        except PayloadError:
+            return
+        check_envelope(env)
+
+    return one
+
+
+def fuzzed_settings(fdp: Any, name: str) -> Any:
+    """A ``[sources.verify]`` table of a configurable provider, built from the input; None
+    for a provider that takes none. Invalid combinations are not fuzzed here (the
+    ``config-toml`` target does that): the input picks among valid ones."""
+    from hookd.providers.custom_hmac import HmacSettings
+    from hookd.providers.shared_token import TokenSettings
+
+    if name not in ("hmac", "token"):
+        return None
+    table: dict[str, Any] = {
+        "dedupe": fdp.PickValueInList(["body_sha256", "json:id", "header:X-Event-Id"]),
+    }
+    kind = fdp.ConsumeIntInRange(0, 2)
+    if kind == 1:
+        table["type_json"] = "type"
+    elif kind == 2:
+        table["type_header"] = "X-Event-Type"
+    if fdp.ConsumeBool():
+        table["handshake"] = fdp.PickValueInList(["dropbox", "graph"])
+    if name == "token":
+        table["header"] = fdp.PickValueInList(["X-Gitlab-Token", "Authorization"])
+        return TokenSettings.model_validate(table)
+    signed = fdp.PickValueInList(["body", "timestamp_body", "method_url_body_timestamp"])
+    table |= {
+        "header": "X-Signature",
+        "prefix": fdp.PickValueInList(["", "sha256=", "v1,"]),
+        "algorithm": fdp.PickValueInList(["sha1", "sha256", "sha512"]),
+        "encoding": fdp.PickValueInList(["hex", "base64"]),
+        "signed": signed,
+        "separator": fdp.PickValueInList([".", ":", ""]),
+    }
+    if signed != "body":
+        table["timestamp_header"] = "X-Timestamp"
+    if signed == "method_url_body_timestamp":
+        table["public_url"] = "https://hooks.example.com/hooks/fuzz"
+    return HmacSettings.model_validate(table)
+
+
+def registry_target() -> Callable[[bytes], None]:
+    import atheris
+
+    from hookd.errors import PayloadError, SignatureError
+    from hookd.providers import PROVIDERS as ADAPTERS
+    from tests.support import provider_matrix as matrix
+
+    names = [name for name in ADAPTERS if name not in PROVIDERS]
+
+    def one(data: bytes) -> None:
+        fdp = atheris.FuzzedDataProvider(data)
+        name = fdp.PickValueInList(names)
+        provider = matrix.bound(name, fuzzed_settings(fdp, name))
+        good, other = matrix.pairs(name)
+        by_good = fdp.ConsumeBool()
+        sample_headers, body = provider.sample_event(
+            (good if by_good else other).signing, fdp.ConsumeIntInRange(1, 2**20), NOW
+        )
+        original = body
+        headers: dict[str, list[str]] = {k.lower(): [v] for k, v in sample_headers.items()}
+        for _ in range(fdp.ConsumeIntInRange(0, 3)):
+            op = fdp.ConsumeIntInRange(0, 6)
+            header = fdp.PickValueInList(sorted(headers)) if headers else "x-any"
+            if op == 0 and body:
+                body = flip_bit(fdp, body)
+            elif op == 1:
+                body = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300))
+            elif op == 2:
+                headers.pop(header, None)
+            elif op == 3:
+                headers[header] = [*headers.get(header, []), latin1(fdp, 80)]
+            elif op == 4:
+                headers[header] = [latin1(fdp, 120)]
+            elif op == 5 and headers.get(header):
+                value = headers[header][0]
+                headers[header] = [value[: fdp.ConsumeIntInRange(0, len(value))]]
+            else:
+                headers[header] = [""]
+        now = NOW + fdp.ConsumeIntInRange(-2 * TOLERANCE_S, 2 * TOLERANCE_S)
+        try:
+            verified = provider.verify_request(
+                headers, body, matrix.keys(name, good), now, TOLERANCE_S
+            )
+        except SignatureError as exc:
+            if exc.reason not in SIGNATURE_REASONS:
+                raise AssertionError(f"{name}: undocumented reason {exc.reason!r}") from exc
+            return
+        except PayloadError:
+            return
+        assert by_good, f"{name}: verified a request signed by another sender"
+        covered = name not in matrix.BODY_UNSIGNED | matrix.SIGNS_DECODED_FORM
+        assert body == original or not covered, f"{name}: verified a changed body"
+        try:
+            env = provider.envelope(headers, body, verified)
         except PayloadError:
             return
         check_envelope(env)
@@ -918,6 +1026,8 @@ def build_target(name: str) -> Callable[[bytes], None]:
         return verify_target(provider)
     if kind == "envelope":
         return envelope_target(provider)
+    if name == "registry":
+        return registry_target()
     if name == "config-toml":
         return config_toml_target()
     if name == "config-env":

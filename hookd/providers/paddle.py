@@ -9,8 +9,8 @@ Events are keyed by ``event_id``. An automatic retry re-sends the same notificat
 (same ``notification_id``, same ``event_id``); a replay (``POST
 /notifications/{id}/replay``) creates a new notification with a new
 ``notification_id`` for the same ``event_id``. Keying by the event keeps a replayed
-notification from being stored twice, and matches the event stream (``GET
-/events``) that reconciliation reads.
+notification from being stored twice; reconciliation reads the destination's
+notifications (``GET /notifications``), whose entries carry the same ``event_id``.
 """
 
 from __future__ import annotations

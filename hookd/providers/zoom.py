@@ -185,4 +185,7 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    # "Your endpoint must respond with either a 200 or 204 HTTP status code": Zoom
+    # names no other success, so a new event gets 200, not 202.
+    accepted_status=200,
 )

@@ -59,7 +59,6 @@ class LeaseLost(ReconcileError):
     """Another run took the source's lease over (ours expired)."""
 
 
-
 class BadRequest(HookdError):
     """A query the operations refuse (HTTP 400); ``field`` names what is wrong
     (``status``, ``origin``, ``limit``, ``cursor``, or ``text`` for a NUL in a filter)
@@ -71,11 +70,14 @@ class BadRequest(HookdError):
 
 
 class NotFound(HookdError):
-    """No such event, source or reconciliation run (HTTP 404); ``kind`` says which."""
+    """No such event, source or reconciliation run (HTTP 404); ``kind`` says which.
+    ``said`` is a sentence for the caller when there is more to say than "no such
+    thing" (an event pruned by retention: when, and how it had ended)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, said: str = "") -> None:
         super().__init__("not_found", kind)
         self.kind = kind
+        self.said = said
 
 
 class Conflict(HookdError):

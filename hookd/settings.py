@@ -6,6 +6,7 @@ else is handed a ``Settings``.
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./hookd.db"
     redis_url: str = ""
     admin_token: str = ""
+    # Narrower tokens (see hookd.auth): the read-only API and admin pages; /metrics alone.
+    read_token: str = ""
+    metrics_token: str = ""
     encryption_keys: str = ""
     # Group commit: the most rows one INSERT carries, and how long the first
     # request of a batch may wait for company (0: take what is queued).
@@ -49,6 +53,10 @@ class Settings(BaseSettings):
     # this process keeps the schedule (off when cron runs `hookd reconcile`).
     reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
     reconcile_schedule: bool = True
+    # How often `hookd serve` and `hookd worker` apply the retention policy (`hookd
+    # prune`), in seconds; 0 turns it off (a cron job runs `hookd prune` instead). A
+    # lease in the database lets one process at a time prune.
+    prune_every_s: float = Field(default=3600.0, ge=0, le=30 * 86_400)
     log_level: str = "INFO"
     log_json: bool = False
     # Where `hookd serve` listens by default, and so where `hookd send-test` sends.
@@ -90,6 +98,24 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _tokens_differ(self) -> Settings:
+        # A narrower token equal to the admin token would be the admin token: whoever
+        # holds the one meant for Prometheus could replay events.
+        named = [
+            (f"HOOKD_{field.upper()}", getattr(self, field))
+            for field in ("admin_token", "read_token", "metrics_token")
+        ]
+        for i, (name, value) in enumerate(named):
+            for other, other_value in named[i + 1 :]:
+                if (
+                    value
+                    and other_value
+                    and hmac.compare_digest(value.encode(), other_value.encode())
+                ):
+                    raise ValueError(f"{name} and {other} must be different tokens")
+        return self
+
+    @model_validator(mode="after")
     def _lease_covers_handlers(self) -> Settings:
         if self.lease_s <= self.handler_timeout_s:
 
@@ -122,4 +148,3 @@ class Settings(BaseSettings):
             raise ConfigError("environment: .env: not UTF-8 text") from None
         except OSError as exc:
             raise ConfigError(f"environment: .env: cannot read: {exc.strerror}") from None
-

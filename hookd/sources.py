@@ -8,6 +8,7 @@ file raises ``ConfigError`` whose text is one line naming file, source and key.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -28,8 +29,7 @@ from hookd.providers.reconciling import ReconcileConfig, validate_table
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_BODY_LIMIT = 64 * 1024 * 1024
-
-
+DAY_S = 86_400.0
 
 
 class _Strict(BaseModel):
@@ -55,6 +55,48 @@ class ForwardConfig(_Strict):
         if not value.startswith("whsec_"):
             raise ValueError("forward.secret must be a whsec_ secret")
         return value
+
+
+class RetentionConfig(_Strict):
+    """``[retention]`` (every source's default) and ``[sources.retention]``: how long
+    ``hookd prune`` keeps what, in days since the event was received. Events still to
+    be processed (pending, retrying, processing) are never pruned, nor their bodies.
+
+    A body kept longer than its row (``keep_body_days`` over ``keep_events_days``)
+    simply goes with the row; it is not an error."""
+
+    # Bodies and headers of processed events (dead ones keep theirs for replay).
+    keep_body_days: float = Field(default=7.0, gt=0, le=36_500, allow_inf_nan=False)
+    # Processed events' rows, their handler ledger, and reconcile run records.
+    keep_events_days: float = Field(default=30.0, gt=0, le=36_500, allow_inf_nan=False)
+    # Dead events' rows (replayable until then).
+    keep_dead_days: float = Field(default=90.0, gt=0, le=36_500, allow_inf_nan=False)
+    # Keys (tombstones) of pruned events: a redelivery within this time is still a
+    # duplicate. At least the provider's redelivery horizon (checked at load).
+    keep_keys_days: float = Field(default=400.0, gt=0, le=36_500, allow_inf_nan=False)
+
+
+def keys_needed(provider: Provider, reconcile: ReconcileConfig | None) -> tuple[float, str]:
+    """The shortest ``keep_keys_days`` that keeps a source's dedupe promise, in days,
+    and what it comes from: the provider's redelivery horizon, or a reconcile pass's
+    reach (``lookback_s`` when longer than the horizon), plus ``overlap_s``."""
+    horizon = provider.redelivery_horizon_days
+    said = f"{provider.name}'s redelivery horizon of {_days(horizon)}"
+    if reconcile is None:
+        return horizon, said
+    lookback = reconcile.lookback_s / DAY_S
+    overlap = f"overlap_s = {reconcile.overlap_s:.0f}"
+    if lookback > horizon:
+        return lookback + reconcile.overlap_s / DAY_S, (
+            f"this source's reconcile lookback_s = {reconcile.lookback_s:.0f} "
+            f"({_days(lookback)}, longer than {said}) plus {overlap}"
+        )
+    return horizon + reconcile.overlap_s / DAY_S, (f"{said} plus this source's reconcile {overlap}")
+
+
+def _days(days: float) -> str:
+    shown = f"{round(days, 3):g}"
+    return f"{shown} day" if shown == "1" else f"{shown} days"
 
 
 def _reconcile_models() -> list[type[ReconcileConfig]]:
@@ -89,6 +131,8 @@ class SourceConfig(_Strict):
     # The URL the provider posts to, as registered with it: the providers that sign it
     # (twilio, square, hubspot) need it, since behind a proxy hookd cannot know it.
     public_url: str | None = None
+    # The file's top-level [retention], with this source's [sources.retention] over it.
+    retention: RetentionConfig = RetentionConfig()
 
     @field_validator("name")
     @classmethod
@@ -225,6 +269,7 @@ def _key_path(loc: Sequence[Any]) -> str:
 _TABLES: dict[tuple[str, ...], type[BaseModel]] = {
     (): SourceConfig,
     ("forward",): ForwardConfig,
+    ("retention",): RetentionConfig,
 }
 
 
@@ -259,13 +304,7 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
-    unknown = sorted(set(data) - {"sources"})
-    if unknown:
-        hint = _suggestion(unknown[0], ["sources"])
-        raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key{hint}")
-    raw_sources = data.get("sources", [])
-    if not isinstance(raw_sources, list) or not raw_sources:
-        raise ConfigError(f"{path}: key 'sources': at least one [[sources]] table is needed")
+    raw_sources, default_retention = _top_level(path, data, env)
     by_name: dict[str, Source] = {}
     for index, raw in enumerate(raw_sources):
         label = _source_label(raw, index)
@@ -277,6 +316,8 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             ) from None
         except RecursionError:
             raise ConfigError(f"{path}: {label}: values nested too deeply") from None
+        own_retention = resolved.get("retention") if isinstance(resolved, dict) else None
+        resolved = _with_retention(resolved, own_retention, default_retention)
         try:
             config = SourceConfig.model_validate(resolved)
         except ValidationError as exc:
@@ -307,6 +348,7 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
         _check_reconcile(path, label, config, resolved.get("reconcile"))
+        _check_keys_kept(path, label, config, own_retention, default_retention)
         adapter = _adapter(path, label, config)
         by_name[config.name] = Source(config=config, keys=tuple(keys), adapter=adapter)
     return Sources(path=path, by_name=by_name)
@@ -339,6 +381,83 @@ def _check_reconcile(
     missing = rc.incomplete()
     if missing is not None:
         raise fail(*missing)
+
+
+def _top_level(
+    path: Path, data: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The ``[[sources]]`` tables, and the ``[retention]`` every source starts from."""
+    unknown = sorted(set(data) - {"sources", "retention"})
+    if unknown:
+        hint = _suggestion(unknown[0], ["sources", "retention"])
+        raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key{hint}")
+    default_retention = _default_retention(path, data.get("retention", {}), env)
+    raw_sources = data.get("sources", [])
+    if not isinstance(raw_sources, list) or not raw_sources:
+        raise ConfigError(f"{path}: key 'sources': at least one [[sources]] table is needed")
+    return raw_sources, default_retention
+
+
+def _with_retention(resolved: Any, own: object, default: Mapping[str, Any]) -> Any:
+    """The source's table with its ``retention`` laid over the file's ``[retention]``
+    (anything but a table is left for the model to refuse)."""
+    if not isinstance(resolved, dict):
+        return resolved
+    if isinstance(own, dict):
+        return {**resolved, "retention": {**default, **own}}
+    if own is None:
+        return {**resolved, "retention": dict(default)}
+    return resolved
+
+
+def _default_retention(path: Path, table: object, env: Mapping[str, str]) -> dict[str, Any]:
+    """The top-level ``[retention]`` table, checked on its own (its errors name it, not a
+    source); every source starts from it."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: key 'retention': must be a table ([retention])")
+    try:
+        resolved: dict[str, Any] = interpolate(table, env, ["retention"])
+        RetentionConfig.model_validate(resolved)
+    except _KeyProblem as problem:
+        raise ConfigError(f"{path}: key {_key_path(problem.where)!r}: {problem.message}") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ["retention", *err["loc"]]
+        message = (
+            "unknown key" + _did_you_mean(loc) if err["type"] == "extra_forbidden" else err["msg"]
+        )
+        raise ConfigError(f"{path}: key {_key_path(loc)!r}: {message}") from None
+    return resolved
+
+
+def _check_keys_kept(
+    path: Path,
+    label: str,
+    config: SourceConfig,
+    own: object,
+    default: Mapping[str, Any],
+) -> None:
+    """Refuse a ``keep_keys_days`` shorter than the source's redelivery horizon: a key
+    deleted before the provider stops sending (or listing) its event would let that
+    event be stored, and its handlers run, a second time."""
+    kept = config.retention.keep_keys_days
+    needed, why = keys_needed(PROVIDERS[config.provider], config.reconcile)
+    if kept >= needed:
+        return
+    least = math.ceil(needed)
+    if isinstance(own, dict) and "keep_keys_days" in own:
+        raise ConfigError(
+            f"{path}: {label}: key 'retention.keep_keys_days': {kept:g} days is shorter than "
+            f"{why}: a redelivery after its key is gone would be stored and processed "
+            f"again; set keep_keys_days = {least} or more"
+        )
+    where = "the [retention] default" if "keep_keys_days" in default else "the default"
+    raise ConfigError(
+        f"{path}: {label}: key 'retention.keep_keys_days': {kept:g} days ({where}) is "
+        f"shorter than {why}: a redelivery after its key is gone would be stored and "
+        f"processed again; set keep_keys_days = {least} or more in [retention] or in "
+        "this source's [sources.retention]"
+    )
 
 
 def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:

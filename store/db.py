@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -58,6 +59,32 @@ def sqlite_path(url: str) -> str | None:
         return None  # a SQLite URI filename: its own rules, left to SQLite
     # SQLite opens a relative path from the current folder, as abspath resolves it.
     return os.path.abspath(database)
+
+
+def start_sqlite_file(url: str) -> None:
+    """Give a new SQLite database ``auto_vacuum = INCREMENTAL`` before its first table.
+
+    SQLite can switch that mode only while a database has no table (or by a full
+    ``VACUUM``), so this runs before the migrations create the first one. With it,
+    ``PRAGMA incremental_vacuum`` (after a prune) hands freed pages back to the file
+    system; without it, the file keeps its size and reuses them. A file that already
+    has tables, or that cannot be opened (the migrations then say why), is left alone.
+    """
+    path = sqlite_path(url)
+    if path is None or not os.path.isdir(os.path.dirname(path)):
+        return
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+    except sqlite3.Error:
+        return
+    try:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("VACUUM")  # applies the mode to the empty file
+    except sqlite3.Error:
+        return
+    finally:
+        conn.close()
 
 
 def describe(url: str) -> str:
@@ -208,6 +235,9 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
                 # settles a batch by walking every "processing" index entry (dead
                 # ones included) instead of 128 primary-key lookups.
                 "plan_cache_mode": "force_custom_plan",
+                # Short statements only: an estimate gone stale (no statistics yet)
+                # must not make one pay for compiling it, tens of milliseconds.
+                "jit": "off",
             },
         },
     )

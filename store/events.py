@@ -1,5 +1,17 @@
-"""Event queries. The hot path is one multi-row ``INSERT … ON CONFLICT DO NOTHING``
-per batch, in SQLAlchemy Core; the unique constraint decides what is new."""
+"""Event queries. Storing a batch inserts its keys into ``event_keys`` with
+``INSERT … ON CONFLICT DO NOTHING RETURNING``: that table's primary key, the one
+arbiter, decides what is new, and only the new keys get their ``events`` row, in
+the same transaction. The receiver's hot path does the same in ``store.fastpath``.
+
+Why a redelivery racing a prune can never make a second row: a key is inserted
+only where ``event_keys`` has none, and prune never deletes a key together with its
+event. Pruning an event deletes the ``events`` row and marks its key (``pruned_at``)
+in one transaction, so the key is there before, during and after; a redelivery
+conflicts on it whenever it comes and is answered with the key's ``event_id``, the
+original. Only ``keep_keys_days`` later, past the provider's redelivery horizon
+(checked when the sources file is loaded), is a key itself deleted; a delivery after
+that is a new event by design. Nothing reads ``events`` to decide, so ``events``
+needs no unique index (which a table partitioned by time could not have)."""
 
 from __future__ import annotations
 
@@ -12,10 +24,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z_or_none
+from hookd.timefmt import iso_z, iso_z_or_none
 from store.crypto import BodyCipher
 from store.ids import new_id
-from store.models import EVENTS
+from store.models import EVENT_KEYS, EVENTS
 from store.rows import EVENT_COLUMNS, EVENT_COLUMNS_NO_BODY, EventRow
 from store.status import DONE_STATUSES, EventStatus
 
@@ -40,6 +52,26 @@ class Stored:
     created: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """An event whose row prune deleted: its key stays in ``event_keys``."""
+
+    event_id: str
+    source: str
+    dedupe_key: str
+    final_status: str | None  # an EventStatus: how the event ended
+    received_at: datetime
+    pruned_at: datetime
+
+    def describe(self) -> str:
+        """One sentence for the API's 404 and the command line."""
+        return (
+            f"event {self.event_id} was pruned at {iso_z(self.pruned_at)} by the retention "
+            f"policy of source {self.source!r}; its final status was "
+            f"{self.final_status or 'unknown'}"
+        )
+
+
 class NewRow(TypedDict):
     """An ``events`` row as ``prepare`` builds it: the columns an insert sets."""
 
@@ -62,10 +94,33 @@ class NewRow(TypedDict):
     updated_at: datetime
 
 
-def _insert(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(EVENTS)
-    return sqlite.insert(EVENTS)
+class KeyRow(TypedDict):
+    """An ``event_keys`` row as an insert sets it (the tombstone columns stay NULL)."""
+
+    source: str
+    dedupe_key: str
+    event_id: str
+    received_at: datetime
+
+
+def key_row(row: NewRow) -> KeyRow:
+    return {
+        "source": row["source"],
+        "dedupe_key": row["dedupe_key"],
+        "event_id": row["id"],
+        "received_at": row["received_at"],
+    }
+
+
+def _insert_keys(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    return insert(EVENT_KEYS).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
+
+
+# How many times one batch tries again for keys that were there when it inserted and
+# gone when it looked them up (a key expiring at that very moment): each try stores
+# them as new. Twice in a row would take two expiries of one key in a few milliseconds.
+KEY_RACE_TRIES = 3
 
 
 @dataclass(slots=True)
@@ -90,8 +145,9 @@ class Batch:
                 out.append(Stored(existing[key], created=False))
         return out
 
-    def missing(self, created: set[str]) -> list[tuple[str, str]]:
-        return [(r["source"], r["dedupe_key"]) for r in self.rows if r["id"] not in created]
+    @staticmethod
+    def key(row: NewRow) -> tuple[str, str]:
+        return (row["source"], row["dedupe_key"])
 
 
 def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
@@ -141,22 +197,96 @@ async def insert_events(
     """Insert what is new, find what was there; one result per input, in order.
 
     Runs inside the caller's transaction: nothing is acknowledged until it commits.
-    The receiver's hot path does the same without the ORM layer (``store.fastpath``).
+    Three statements at most: the keys, the new rows, and (only when some key was
+    there already) the ids of the rows those keys belong to, read from ``event_keys``
+    so that a key whose row was pruned still answers with the original id.
     """
     batch = prepare(events, cipher)
-    stmt = _insert(conn).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
-    result = await conn.execute(stmt.returning(EVENTS.c.id), batch.rows)
-    created = {row[0] for row in result}
-    missing = batch.missing(created)
+    created: set[str] = set()
     existing: dict[tuple[str, str], str] = {}
-    if missing:
+    todo = batch.rows
+    for _ in range(KEY_RACE_TRIES):
+        result = await conn.execute(
+            _insert_keys(conn).returning(EVENT_KEYS.c.event_id), [key_row(r) for r in todo]
+        )
+        new = {row[0] for row in result}
+        if new:
+            await conn.execute(sa.insert(EVENTS), [r for r in todo if r["id"] in new])
+        created |= new
+        missing = [(r["source"], r["dedupe_key"]) for r in todo if r["id"] not in new]
+        if not missing:
+            break
         found = await conn.execute(
-            sa.select(EVENTS.c.id, EVENTS.c.source, EVENTS.c.dedupe_key).where(
-                sa.tuple_(EVENTS.c.source, EVENTS.c.dedupe_key).in_(missing)
+            sa.select(EVENT_KEYS.c.event_id, EVENT_KEYS.c.source, EVENT_KEYS.c.dedupe_key).where(
+                sa.tuple_(EVENT_KEYS.c.source, EVENT_KEYS.c.dedupe_key).in_(missing)
             )
         )
-        existing = {(r.source, r.dedupe_key): r.id for r in found}
+        existing |= {(r.source, r.dedupe_key): r.event_id for r in found}
+        todo = [r for r in todo if r["id"] not in new and batch.key(r) not in existing]
+        if not todo:
+            break
+    else:
+        raise RuntimeError("event keys kept vanishing between insert and lookup")
     return batch.resolve(created, existing)
+
+
+async def mark_pruned(
+    conn: AsyncConnection, rows: Sequence[tuple[str, str, str]], now: datetime
+) -> None:
+    """Mark the keys of pruned events, given as (source, dedupe_key, final status):
+    ``final_status`` and ``pruned_at``, in the transaction that deletes their rows.
+
+    On PostgreSQL one statement joins the batch to the primary key of
+    ``event_keys``: a nested loop of unique-key probes whatever the table's size or
+    statistics (a ``dedupe_key = ANY(…)`` list could be planned as a scan of every
+    key when the planner has no statistics)."""
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            sa.text(
+                "UPDATE event_keys AS k SET final_status = v.status, pruned_at = :now "
+                "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[]), "
+                "CAST(:statuses AS text[])) AS v(source, dedupe_key, status) "
+                "WHERE k.source = v.source AND k.dedupe_key = v.dedupe_key"
+            ).bindparams(sa.bindparam("now", type_=EVENT_KEYS.c.pruned_at.type)),
+            {
+                "now": now,
+                "sources": [r[0] for r in rows],
+                "keys": [r[1] for r in rows],
+                "statuses": [str(r[2]) for r in rows],
+            },
+        )
+        return
+    groups: dict[tuple[str, str], list[str]] = {}
+    for source, key, status in rows:
+        groups.setdefault((source, str(status)), []).append(key)
+    for (source, status), keys in groups.items():
+        await conn.execute(
+            sa.update(EVENT_KEYS)
+            .where(EVENT_KEYS.c.source == source, EVENT_KEYS.c.dedupe_key.in_(keys))
+            .values(final_status=status, pruned_at=now)
+        )
+
+
+async def get_tombstone(conn: AsyncConnection, event_id: str) -> Tombstone | None:
+    """What is left of an event whose row was pruned: its key, how it ended, when."""
+    row = (
+        await conn.execute(
+            sa.select(
+                EVENT_KEYS.c.source,
+                EVENT_KEYS.c.dedupe_key,
+                EVENT_KEYS.c.final_status,
+                EVENT_KEYS.c.received_at,
+                EVENT_KEYS.c.pruned_at,
+            ).where(EVENT_KEYS.c.event_id == event_id, EVENT_KEYS.c.pruned_at.is_not(None))
+        )
+    ).first()
+    if row is None:
+        return None
+    return Tombstone(
+        event_id, row.source, row.dedupe_key, row.final_status, row.received_at, row.pruned_at
+    )
 
 
 async def get_event(

@@ -1,15 +1,23 @@
 """The receiver's insert, without the ORM layer: the hot path of every webhook.
 
 Same rows, same answers as ``store.events.insert_events`` (both build the batch
-with ``store.events.prepare``), at a fraction of the CPU:
+with ``store.events.prepare``; ``event_keys`` decides what is new, see there), at a
+fraction of the CPU:
 
-- PostgreSQL: one prepared ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING
-  RETURNING id`` per batch, on connections of hookd's own asyncpg pool. A single
-  statement is its own transaction, so a batch costs one round trip (plus one
-  lookup only when a key already existed), and commit waits for the WAL flush
-  (``synchronous_commit=on``).
-- SQLite: one multi-row ``INSERT … RETURNING`` per batch on a connection owned by
-  one thread, with the same pragmas as the engine (WAL, ``synchronous=FULL``).
+- PostgreSQL: one prepared statement per batch, on connections of hookd's own
+  asyncpg pool: ``INSERT INTO event_keys … ON CONFLICT DO NOTHING RETURNING`` and,
+  in a second data-modifying CTE of the same statement, the ``events`` rows of the
+  keys it returned; the same statement also reads, for the keys that conflicted,
+  the ``event_id`` ``event_keys`` holds. A single statement is its own transaction,
+  so a batch costs one round trip, and commit waits for the WAL flush
+  (``synchronous_commit=on``). A key that conflicted with a transaction which
+  committed while the statement ran is not visible to that statement's snapshot:
+  only then a second statement looks it up (ON CONFLICT waited for that commit, so
+  the row is visible to it).
+- SQLite: in one ``BEGIN IMMEDIATE`` transaction, a multi-row ``INSERT INTO
+  event_keys … RETURNING``, the ``events`` rows of the new keys, and the lookup of
+  the others, on a connection owned by one thread, with the same pragmas as the
+  engine (WAL, ``synchronous=FULL``).
 
 Each also has ``probe``: one write through that same path, committed, that leaves no
 row (``hookd.web.health`` uses it to tell when a database that refused commits takes
@@ -32,7 +40,7 @@ import sqlalchemy as sa
 
 from store.crypto import BodyCipher
 from store.db import SQLITE_PRAGMAS, check_url
-from store.events import NewEvent, NewRow, Stored, prepare
+from store.events import KEY_RACE_TRIES, Batch, NewEvent, NewRow, Stored, prepare
 from store.ids import new_id
 from store.status import EventOrigin, EventStatus
 
@@ -56,36 +64,61 @@ COLUMNS = (
     "updated_at",
 )
 
+KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
+
 # SQLite allows 32,766 parameters per statement; a larger batch is split into
 # statements of this many rows inside one transaction.
 SQLITE_ROWS = 32_766 // len(COLUMNS)
+SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
 
 # The whole batch travels as one JSON text parameter and PostgreSQL unpacks it:
 # encoding a dozen typed arrays element by element cost the receiver's event
 # loop more than everything else per row, and the database has the other core.
 # Every new row starts as pending with no attempt, as ``prepare`` writes it.
+#
+# Keys are inserted in the batch's order (sorted by key in ``prepare``): two
+# batches sharing keys wait on each other instead of deadlocking. The statement
+# answers one row per new event (source NULL) and one per key that was stored
+# before the statement's snapshot (its event_id, source and key); the other CTEs'
+# writes are invisible to that last SELECT, so it never sees the keys just added.
 PG_INSERT = f"""
-INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at, occurred_at,
-                    verified_with, headers, body, body_encrypted, status, attempts,
-                    next_attempt_at, created_at, updated_at)
-SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at, u.occurred_at,
-       u.verified_with, u.headers, decode(u.body, 'base64'), u.body_encrypted,
-       '{EventStatus.PENDING}', 0, u.received_at, $2, $2
-FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text,
-                                      dedupe_key text, type text, origin text,
-                                      received_at timestamptz, occurred_at timestamptz,
-                                      verified_with text, headers json, body text,
-                                      body_encrypted bool)
-ORDER BY u.n
-ON CONFLICT (source, dedupe_key) DO NOTHING
-RETURNING id
+WITH u AS MATERIALIZED (
+  SELECT *
+  FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text,
+                                        dedupe_key text, type text, origin text,
+                                        received_at timestamptz, occurred_at timestamptz,
+                                        verified_with text, headers json, body text,
+                                        body_encrypted bool)
+),
+k AS (
+  INSERT INTO event_keys (source, dedupe_key, event_id, received_at)
+  SELECT u.source, u.dedupe_key, u.id, u.received_at FROM u ORDER BY u.n
+  ON CONFLICT (source, dedupe_key) DO NOTHING
+  RETURNING event_id
+),
+e AS (
+  INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at,
+                      occurred_at, verified_with, headers, body, body_encrypted, status,
+                      attempts, next_attempt_at, created_at, updated_at)
+  SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
+         u.occurred_at, u.verified_with, u.headers, decode(u.body, 'base64'),
+         u.body_encrypted, '{EventStatus.PENDING}', 0, u.received_at, $2, $2
+  FROM u JOIN k ON k.event_id = u.id
+  ORDER BY u.n
+  RETURNING id
+)
+SELECT e.id, NULL::text AS source, NULL::text AS dedupe_key FROM e
+UNION ALL
+SELECT x.event_id, x.source, x.dedupe_key
+FROM (SELECT u.source, u.dedupe_key FROM u WHERE u.id NOT IN (SELECT event_id FROM k)) AS c
+JOIN event_keys x ON x.source = c.source AND x.dedupe_key = c.dedupe_key
 """  # noqa: S608 - constants and placeholders only
 
 PG_EXISTING = """
-SELECT e.id, e.source, e.dedupe_key
-FROM events e
+SELECT x.event_id, x.source, x.dedupe_key
+FROM event_keys x
 JOIN unnest($1::text[], $2::text[]) AS k(source, dedupe_key)
-  ON e.source = k.source AND e.dedupe_key = k.dedupe_key
+  ON x.source = k.source AND x.dedupe_key = k.dedupe_key
 """
 
 
@@ -148,27 +181,17 @@ class PgInserter:
                         server_settings={
                             "synchronous_commit": "on",
                             "application_name": "hookd-receiver",
+                            "jit": "off",  # as store.db's engine
                         },
                     )
         return self._pool
 
     async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
         batch = prepare(events, self._cipher)
-        payload = _pg_payload(batch.rows)
-        now = batch.rows[0]["created_at"]
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             try:
-                created = {r[0] for r in await conn.fetch(PG_INSERT, payload, now)}
-                missing = batch.missing(created)
-                existing: dict[tuple[str, str], str] = {}
-                if missing:
-                    # Rows another transaction committed first: visible now, because
-                    # ON CONFLICT waited for that transaction to finish.
-                    found = await conn.fetch(
-                        PG_EXISTING, [m[0] for m in missing], [m[1] for m in missing]
-                    )
-                    existing = {(r[1], r[2]): r[0] for r in found}
+                created, existing = await _pg_insert(conn, batch)
             except asyncpg.PostgresError:
                 raise  # the server answered: the connection is fine
             except BaseException:
@@ -184,12 +207,18 @@ class PgInserter:
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)
         payload = _pg_payload(batch.rows)
+        row = batch.rows[0]
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             try:
                 async with conn.transaction():
-                    await conn.fetch(PG_INSERT, payload, batch.rows[0]["created_at"])
-                    await conn.execute("DELETE FROM events WHERE id = $1", batch.ids[0])
+                    await conn.fetch(PG_INSERT, payload, row["created_at"])
+                    await conn.execute("DELETE FROM events WHERE id = $1", row["id"])
+                    await conn.execute(
+                        "DELETE FROM event_keys WHERE source = $1 AND dedupe_key = $2",
+                        row["source"],
+                        row["dedupe_key"],
+                    )
             except asyncpg.PostgresError:
                 raise
             except BaseException:
@@ -200,6 +229,36 @@ class PgInserter:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+async def _pg_insert(
+    conn: asyncpg.Connection, batch: Batch
+) -> tuple[set[str], dict[tuple[str, str], str]]:
+    """The new events' ids, and the ids the other keys hold."""
+    now = batch.rows[0]["created_at"]
+    created: set[str] = set()
+    existing: dict[tuple[str, str], str] = {}
+    todo = batch.rows
+    for _ in range(KEY_RACE_TRIES):
+        for r in await conn.fetch(PG_INSERT, _pg_payload(todo), now):
+            if r[1] is None:
+                created.add(r[0])
+            else:
+                existing[(r[1], r[2])] = r[0]
+        missing = [
+            batch.key(r) for r in todo if r["id"] not in created and batch.key(r) not in existing
+        ]
+        if missing:
+            # Keys another transaction committed while the statement ran: visible
+            # now, because ON CONFLICT waited for that commit.
+            found = await conn.fetch(PG_EXISTING, [m[0] for m in missing], [m[1] for m in missing])
+            existing |= {(r[1], r[2]): r[0] for r in found}
+        # Left: keys that conflicted and were gone when looked up (one expired at that
+        # very moment): inserted again, as new.
+        todo = [r for r in todo if r["id"] not in created and batch.key(r) not in existing]
+        if not todo:
+            return created, existing
+    raise RuntimeError("event keys kept vanishing between insert and lookup")
 
 
 def _pg_payload(rows: list[NewRow]) -> str:
@@ -266,6 +325,14 @@ def _sqlite_params(rows: list[NewRow]) -> list[str | int | bytes | None]:
     return params
 
 
+def _sqlite_key_params(rows: list[NewRow]) -> list[str | None]:
+    """The rows' keys, flat, in ``KEY_COLUMNS`` order."""
+    params: list[str | None] = []
+    for r in rows:
+        params += (r["source"], r["dedupe_key"], r["id"], _sqlite_time(r["received_at"]))
+    return params
+
+
 class SqliteInserter:
     """One connection, used only by one thread; batches run one at a time."""
 
@@ -274,7 +341,7 @@ class SqliteInserter:
         self._cipher = cipher
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookd-sqlite")
         self._conn: sqlite3.Connection | None = None
-        self._statements: dict[int, str] = {}
+        self._statements: dict[tuple[str, int], str] = {}
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -284,52 +351,71 @@ class SqliteInserter:
             self._conn = conn
         return self._conn
 
-    def _statement(self, n: int) -> str:
-        sql = self._statements.get(n)
+    def _statement(self, table: str, columns: Sequence[str], n: int) -> str:
+        """A multi-row insert of ``n`` rows; into event_keys, the new keys returned."""
+        sql = self._statements.get((table, n))
         if sql is None:
-            one = "(" + ",".join("?" * len(COLUMNS)) + ")"
-            sql = (
-                f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES {','.join([one] * n)} "  # noqa: S608 - constants and placeholders only
-                "ON CONFLICT (source, dedupe_key) DO NOTHING RETURNING id"
-            )
-            self._statements[n] = sql
+            one = "(" + ",".join("?" * len(columns)) + ")"
+            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES {','.join([one] * n)}"  # noqa: S608 - constants and placeholders only
+            if table == "event_keys":
+                sql += " ON CONFLICT (source, dedupe_key) DO NOTHING RETURNING event_id"
+            self._statements[(table, n)] = sql
         return sql
+
+    def _insert(
+        self, conn: sqlite3.Connection, rows: list[NewRow]
+    ) -> tuple[set[str], dict[tuple[str, str], str]]:
+        """The batch's keys, then the rows of the new ones, then the ids of the others;
+        inside the caller's transaction."""
+        created: set[str] = set()
+        key_params = _sqlite_key_params(rows)
+        width = len(KEY_COLUMNS)
+        step = SQLITE_KEY_ROWS * width
+        for i in range(0, len(key_params), step):
+            chunk = key_params[i : i + step]
+            sql = self._statement("event_keys", KEY_COLUMNS, len(chunk) // width)
+            created.update(row[0] for row in conn.execute(sql, chunk).fetchall())
+        row_params = _sqlite_params([r for r in rows if r["id"] in created])
+        width = len(COLUMNS)
+        step = SQLITE_ROWS * width
+        for i in range(0, len(row_params), step):
+            part = row_params[i : i + step]
+            conn.execute(self._statement("events", COLUMNS, len(part) // width), part)
+        existing: dict[tuple[str, str], str] = {}
+        for r in rows:
+            if r["id"] in created:
+                continue
+            found = conn.execute(
+                "SELECT event_id FROM event_keys WHERE source = ? AND dedupe_key = ?",
+                (r["source"], r["dedupe_key"]),
+            ).fetchone()
+            if found is not None:
+                existing[(r["source"], r["dedupe_key"])] = found[0]
+        return created, existing
 
     def _write(self, rows: list[NewRow]) -> tuple[set[str], dict[tuple[str, str], str]]:
         conn = self._connect()
-        params = _sqlite_params(rows)
-        width = len(COLUMNS)
-        chunks = [
-            params[i : i + SQLITE_ROWS * width] for i in range(0, len(params), SQLITE_ROWS * width)
-        ]
-        created: set[str] = set()
         try:
-            if len(chunks) > 1:
-                conn.execute("BEGIN IMMEDIATE")
-            for chunk in chunks:
-                sql = self._statement(len(chunk) // width)
-                created.update(row[0] for row in conn.execute(sql, chunk))
-            if len(chunks) > 1:
-                conn.execute("COMMIT")
+            # One transaction: under SQLite's single writer nothing can change a key
+            # between its insert and its lookup.
+            conn.execute("BEGIN IMMEDIATE")
+            created, existing = self._insert(conn, rows)
+            conn.execute("COMMIT")
         except sqlite3.Error:
             self._discard()  # closing rolls back an open transaction
             raise
-        existing: dict[tuple[str, str], str] = {}
-        missing = [(r["source"], r["dedupe_key"]) for r in rows if r["id"] not in created]
-        for source, key in missing:
-            found = conn.execute(
-                "SELECT id FROM events WHERE source = ? AND dedupe_key = ?", (source, key)
-            ).fetchone()
-            if found is not None:
-                existing[(source, key)] = found[0]
         return created, existing
 
     def _probe(self, rows: list[NewRow]) -> None:
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(self._statement(1), _sqlite_params(rows)).fetchall()
+            self._insert(conn, rows)
             conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
+            conn.execute(
+                "DELETE FROM event_keys WHERE source = ? AND dedupe_key = ?",
+                (rows[0]["source"], rows[0]["dedupe_key"]),
+            )
             conn.execute("COMMIT")
         except sqlite3.Error:
             self._discard()  # closing rolls back an open transaction

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -11,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import db
+from store import db, partitions
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -24,9 +25,23 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate; a database that cannot be opened is one ``ConfigError`` line, not a traceback."""
+    """Migrate; a database that cannot be opened is one ``ConfigError`` line, not a traceback.
+
+    Then, on a PostgreSQL ``events`` partitioned by day (0008), create the partitions
+    missing from yesterday to a week ahead (``store.partitions.ensure``)."""
+    db.start_sqlite_file(url)
     with db.opening(url):
         command.upgrade(alembic_config(url), revision)
+        if db.check_url(url).get_backend_name() == "postgresql":
+            asyncio.run(_ensure_partitions(url))
+
+
+async def _ensure_partitions(url: str) -> None:
+    engine = db.create_engine(url)
+    try:
+        await partitions.ensure(engine)
+    finally:
+        await engine.dispose()
 
 
 def head_revision(url: str) -> str:

@@ -12,7 +12,9 @@ from sqlmodel import Field, SQLModel
 
 from store.status import RUNNABLE_STATUSES, EventOrigin, EventStatus, sql_in
 
-UQ_EVENTS_SOURCE_KEY = "uq_events_source_dedupe_key"
+# The predicate of event_keys' two partial indexes: only tombstones (keys whose event
+# row was pruned) are in them, so storing a new key never writes to either.
+PRUNED = "pruned_at IS NOT NULL"
 
 # Plain strings, in the schema's order, for what lists or checks them (the API's
 # filters, the OpenAPI enums, the admin UI's menus).
@@ -49,7 +51,8 @@ def _utc(nullable: bool = False) -> Any:
 class Event(SQLModel, table=True):
     __tablename__ = "events"
     __table_args__ = (
-        sa.UniqueConstraint("source", "dedupe_key", name=UQ_EVENTS_SOURCE_KEY),
+        # Not unique: event_keys decides what is new (see EventKey). For lookups only.
+        sa.Index("ix_events_source_dedupe_key", "source", "dedupe_key"),
         sa.Index("ix_events_due", "status", "next_attempt_at"),
         sa.Index("ix_events_source_id", "source", "id"),
         sa.Index("ix_events_lease", "status", "lease_expires_at"),
@@ -60,6 +63,9 @@ class Event(SQLModel, table=True):
             postgresql_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
             sqlite_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
         ),
+        # PostgreSQL: one partition per UTC day of the id (a ULID: its time first),
+        # made and dropped by store.partitions; migration 0008.
+        {"postgresql_partition_by": "RANGE (id)"},
     )
 
     id: str = Field(primary_key=True, max_length=26)
@@ -110,6 +116,47 @@ class HandlerRun(SQLModel, table=True):
 HANDLER_RUNS: sa.Table = HandlerRun.__table__  # type: ignore[attr-defined]
 
 
+class EventKey(SQLModel, table=True):
+    """The global dedupe index and the tombstone in one row per (source, dedupe_key).
+
+    Storing an event inserts its key here first (``ON CONFLICT DO NOTHING``): this
+    primary key, not an index of ``events``, decides whether an event is new, so
+    ``events`` can be pruned (and later partitioned) without forgetting a key. Once
+    the event's row is pruned, ``final_status`` and ``pruned_at`` say how it ended;
+    the key itself goes after the source's ``keep_keys_days``.
+    """
+
+    __tablename__ = "event_keys"
+    __table_args__ = (
+        # GET /api/events/{id} of a pruned event: its tombstone, by id.
+        sa.Index(
+            "ix_event_keys_pruned_event",
+            "event_id",
+            postgresql_where=sa.text(PRUNED),
+            sqlite_where=sa.text(PRUNED),
+        ),
+        # Key expiry: a source's tombstones, oldest first.
+        sa.Index(
+            "ix_event_keys_pruned_received",
+            "source",
+            "received_at",
+            postgresql_where=sa.text(PRUNED),
+            sqlite_where=sa.text(PRUNED),
+        ),
+    )
+
+    source: str = Field(primary_key=True, max_length=64)
+    dedupe_key: str = Field(primary_key=True, max_length=255)
+    event_id: str = Field(max_length=26)
+    received_at: datetime = _utc()
+    # How the event ended (a store.status.EventStatus), once its row is pruned.
+    final_status: str | None = Field(default=None, max_length=16)
+    pruned_at: datetime | None = _utc(nullable=True)
+
+
+EVENT_KEYS: sa.Table = EventKey.__table__  # type: ignore[attr-defined]
+
+
 class ReconcileState(SQLModel, table=True):
     """Per source: the cursor, the run lease, the schedule and the disable switch."""
 
@@ -158,3 +205,47 @@ class ReconcileRun(SQLModel, table=True):
 
 RECONCILE_STATE: sa.Table = ReconcileState.__table__  # type: ignore[attr-defined]
 RECONCILE_RUNS: sa.Table = ReconcileRun.__table__  # type: ignore[attr-defined]
+
+
+class MaintenanceState(SQLModel, table=True):
+    """Per maintenance task (``prune``): the lease that lets one process run it at a
+    time, and when it last ran (what the schedule of every process reads)."""
+
+    __tablename__ = "maintenance_state"
+
+    task: str = Field(primary_key=True, max_length=32)
+    lease_owner: str | None = Field(default=None, max_length=64)
+    lease_expires_at: datetime | None = _utc(nullable=True)
+    last_started_at: datetime | None = _utc(nullable=True)
+    last_finished_at: datetime | None = _utc(nullable=True)
+    updated_at: datetime = _utc()
+
+
+class PruneTotal(SQLModel, table=True):
+    """What prune removed, per source and kind (body, event, key, run), ever: the
+    counter ``hookd_pruned_total``, kept in the database like the others."""
+
+    __tablename__ = "prune_totals"
+
+    source: str = Field(primary_key=True, max_length=64)
+    what: str = Field(primary_key=True, max_length=8)
+    count: int = Field(default=0, sa_type=sa.BigInteger)
+
+
+class ReconcileRunTotal(SQLModel, table=True):
+    """The counters of pruned reconcile runs, per source, status and dry-run flag, so
+    that the counters read from ``reconcile_runs`` never go down when runs are pruned."""
+
+    __tablename__ = "reconcile_run_totals"
+
+    source: str = Field(primary_key=True, max_length=64)
+    status: str = Field(primary_key=True, max_length=16)
+    dry_run: bool = Field(primary_key=True)
+    runs: int = Field(default=0, sa_type=sa.BigInteger)
+    missing: int = Field(default=0, sa_type=sa.BigInteger)
+    rate_limited: int = Field(default=0, sa_type=sa.BigInteger)
+
+
+MAINTENANCE_STATE: sa.Table = MaintenanceState.__table__  # type: ignore[attr-defined]
+PRUNE_TOTALS: sa.Table = PruneTotal.__table__  # type: ignore[attr-defined]
+RECONCILE_RUN_TOTALS: sa.Table = ReconcileRunTotal.__table__  # type: ignore[attr-defined]

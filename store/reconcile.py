@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z_or_none
-from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
+from store.models import EVENT_KEYS, RECONCILE_RUN_TOTALS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
 from store.status import DONE_RUN_STATUSES, UNFINISHED_RUN_STATUSES, RunStatus
 
@@ -175,9 +175,7 @@ async def fail_unfinished_run(
     """Record a run as failed unless it already ended (an end that won the race stays)."""
     result = await conn.execute(
         sa.update(RECONCILE_RUNS)
-        .where(
-            RECONCILE_RUNS.c.id == run_id, RECONCILE_RUNS.c.status.in_(UNFINISHED_RUN_STATUSES)
-        )
+        .where(RECONCILE_RUNS.c.id == run_id, RECONCILE_RUNS.c.status.in_(UNFINISHED_RUN_STATUSES))
         .values(status=RunStatus.FAILED, finished_at=now, error=error)
     )
     return bool(result.rowcount)
@@ -221,13 +219,15 @@ async def list_runs(
 
 
 async def existing_keys(conn: AsyncConnection, source: str, keys: Iterable[str]) -> set[str]:
+    """The keys of ``source`` that are stored: in ``event_keys``, where a key stays after
+    its event row was pruned, so that a pass over a pruned range repairs nothing."""
     wanted = list(set(keys))
     found: set[str] = set()
     for start in range(0, len(wanted), 500):
         chunk = wanted[start : start + 500]
         result = await conn.execute(
-            sa.select(EVENTS.c.dedupe_key).where(
-                EVENTS.c.source == source, EVENTS.c.dedupe_key.in_(chunk)
+            sa.select(EVENT_KEYS.c.dedupe_key).where(
+                EVENT_KEYS.c.source == source, EVENT_KEYS.c.dedupe_key.in_(chunk)
             )
         )
         found.update(row[0] for row in result)
@@ -235,7 +235,8 @@ async def existing_keys(conn: AsyncConnection, source: str, keys: Iterable[str])
 
 
 async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
-    """Per source and status: run count and summed counters (for metrics)."""
+    """Per source and status: run count and summed counters (for metrics), the pruned
+    runs' (``reconcile_run_totals``) included, so that a counter never goes down."""
     result = await conn.execute(
         sa.select(
             RECONCILE_RUNS.c.source,
@@ -246,7 +247,17 @@ async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
             sa.func.coalesce(sa.func.sum(RECONCILE_RUNS.c.rate_limited), 0).label("rate_limited"),
         ).group_by(RECONCILE_RUNS.c.source, RECONCILE_RUNS.c.status, RECONCILE_RUNS.c.dry_run)
     )
-    return list(map(RunTotalsRow._make, result))
+    carried = await conn.execute(
+        sa.select(
+            RECONCILE_RUN_TOTALS.c.source,
+            RECONCILE_RUN_TOTALS.c.status,
+            RECONCILE_RUN_TOTALS.c.dry_run,
+            RECONCILE_RUN_TOTALS.c.runs,
+            RECONCILE_RUN_TOTALS.c.missing,
+            RECONCILE_RUN_TOTALS.c.rate_limited,
+        )
+    )
+    return [*map(RunTotalsRow._make, result), *map(RunTotalsRow._make, carried)]
 
 
 def run_resource(row: RunRow) -> dict[str, Any]:

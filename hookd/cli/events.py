@@ -45,8 +45,8 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
             return EXIT_OK
         try:
             detail = await events.show(args.id, with_body=args.body)
-        except NotFound:
-            print(f"hookd: no event {args.id}", file=sys.stderr)
+        except NotFound as exc:
+            print(f"hookd: {exc.said or f'no event {args.id}'}", file=sys.stderr)
             return EXIT_FAIL
         res = detail.resource
         res["headers"] = detail.headers
@@ -80,7 +80,7 @@ def print_table(resources: list[dict[str, Any]], columns: Sequence[str] = EVENT_
 
 async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Poll one event read-only until it is done or the monotonic deadline passes."""
-    from store.events import get_event
+    from store.events import get_event, get_tombstone
 
     deadline = time.monotonic() + args.timeout
     status = "unknown"
@@ -90,9 +90,13 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 async with engine.connect() as conn:
                     row = await get_event(conn, args.id)
+                    gone = None if row is not None else await get_tombstone(conn, args.id)
             except (OSError, ConnectionError, sa_exc.DBAPIError) as exc:
                 status = f"unknown ({type(exc).__name__})"  # keep waiting: it may come back
             else:
+                if gone is not None:  # done long ago: retention removed its row since
+                    print(f"{args.id} {gone.final_status} ({gone.describe()})")
+                    return EXIT_OK if gone.final_status == EventStatus.PROCESSED else EXIT_WAIT_DEAD
                 if row is None:
                     print(f"hookd: no event {args.id}", file=sys.stderr)
                     return EXIT_WAIT_UNKNOWN
@@ -129,5 +133,7 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
         for event_id in done.ids:
             if event_id not in done.unknown:
                 state = "replayed" if event_id in done.replayed else "skipped: being processed now"
+                if event_id in done.body_pruned:
+                    state = "skipped: its body was removed by the retention policy"
                 print(f"{event_id} {state}")
     return EXIT_FAIL if done.unknown else EXIT_OK

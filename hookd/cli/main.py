@@ -1,7 +1,7 @@
 """The ``hookd`` command line: parse the options, read the settings, run the command.
 
 Each command lives in its own module (``serve``, ``events``, ``reconcile``,
-``maintenance``, ``send_test``); the options, defaults and exit statuses in
+``maintenance`` (with ``prune``), ``send_test``); the options, defaults and exit statuses in
 ``parser``. A configuration error is one ``hookd: ...`` line and exit status 2.
 """
 
@@ -15,11 +15,12 @@ from collections.abc import Sequence
 
 from hookd.cli.context import preflight
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
-from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate
+from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.parser import EXIT_BROKEN_PIPE, EXIT_USAGE, build_parser
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
 from hookd.cli.send_test import cmd_send_test
 from hookd.cli.serve import cmd_serve, cmd_worker
+from hookd.cli.trial import cmd_try
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.settings import Settings
@@ -52,12 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911, PLR0912
     if args.command == "serve":
         return cmd_serve(args, settings)
     if args.command == "worker":
         return cmd_worker(settings)
-    if args.command in ("wait", "replay", "events", "reconcile", "sources", "keys"):
+    if args.command in ("wait", "replay", "events", "reconcile", "sources", "keys", "prune", "try"):
         asyncio.run(preflight(settings))
     if args.command == "wait":
         return asyncio.run(cmd_wait(args, settings))
@@ -73,6 +74,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
         return asyncio.run(cmd_events(args, settings))
     if args.command == "keys":
         return asyncio.run(cmd_keys_rotate(settings))
+    if args.command == "prune":
+        return asyncio.run(cmd_prune(args, settings, load_sources(settings.config)))
+    if args.command == "try":
+        return asyncio.run(cmd_try(args, settings))
     if args.command == "send-test":
         return cmd_send_test(args, settings, load_sources(settings.config))
     raise AssertionError(args.command)

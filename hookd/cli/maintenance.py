@@ -1,12 +1,23 @@
-"""The commands that change the database as a whole: ``hookd db upgrade`` (the schema)
-and ``hookd keys rotate`` (the encryption of every stored body)."""
+"""The commands that change the database as a whole: ``hookd db upgrade`` (the schema),
+``hookd keys rotate`` (the encryption of every stored body) and ``hookd prune`` (the
+retention policy)."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from datetime import UTC, datetime
+
 from hookd.cli.context import database
+from hookd.cli.events import print_table
 from hookd.cli.parser import EXIT_OK
 from hookd.errors import ConfigError
 from hookd.settings import Settings
+from hookd.sources import Sources
+from hookd.timefmt import iso_z, iso_z_or_none
 
 
 def cmd_db_upgrade(settings: Settings) -> int:
@@ -38,3 +49,100 @@ async def cmd_keys_rotate(settings: Settings) -> int:
         "with the first key; the other keys can now be removed"
     )
     return EXIT_OK
+
+
+async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
+    """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
+    batches, its lease given back) by SIGTERM or SIGINT."""
+    from hookd.errors import BadRequest
+    from hookd.ops import parse_as_of, prune_sources
+    from store import prune as store_prune
+    from store.ids import worker_id
+
+    try:
+        as_of = datetime.now(UTC) if args.as_of is None else parse_as_of(args.as_of)
+    except BadRequest as exc:
+        raise ConfigError(f"prune: --as-of: {exc.detail}") from None
+    if args.source is not None and sources.get(args.source) is None:
+        raise ConfigError(f"{sources.path}: no source named {args.source!r}")
+    stop = asyncio.Event()
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with database(settings) as engine:
+            done = await prune_sources(
+                engine,
+                sources,
+                owner=worker_id(),
+                now=as_of,
+                dry_run=args.dry_run,
+                only=args.source,
+                stop=stop,
+            )
+            if done.lease_held:
+                owner, until = await store_prune.lease_holder(engine)
+                print(
+                    f"hookd: prune: another process is pruning ({owner}, its lease runs "
+                    f"until {iso_z_or_none(until)}); nothing done",
+                    file=sys.stderr,
+                )
+                return EXIT_OK
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    rows = [
+        {
+            "source": source,
+            **counts.as_dict(),
+            "as_of": iso_z(as_of),
+            "dry_run": bool(args.dry_run),
+        }
+        for source, counts in done.counts.items()
+    ]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        if done.partitioned:
+            print(
+                json.dumps(
+                    {
+                        "partitions_dropped": done.partitions_dropped,
+                        "partitions_kept": done.partitions_kept,
+                        "as_of": iso_z(as_of),
+                        "dry_run": bool(args.dry_run),
+                    }
+                )
+            )
+    else:
+        print_table(rows, ("source", "body", "event", "key", "run"))
+        if done.partitioned:
+            print(_partitions_line(done.partitions_dropped, done.partitions_kept, args.dry_run))
+        what = "would be removed (dry run: nothing changed)" if args.dry_run else "removed"
+        print(f"as of {iso_z(as_of)}: {what}")
+    if received:
+        print(
+            f"hookd: prune interrupted by {received[0].name}: stopped after the batch in "
+            "progress; run it again to go on",
+            file=sys.stderr,
+        )
+        return 128 + received[0].value
+    return EXIT_OK
+
+
+def _partitions_line(dropped: list[str], kept: dict[str, str], dry_run: bool) -> str:
+    """What became of the day partitions of ``events`` (PostgreSQL): those dropped
+    whole (their events are counted in EVENT above), and how many past ones stay."""
+    verb = "would be dropped" if dry_run else "dropped"
+    line = f"partitions {verb}: {len(dropped)}"
+    if dropped:
+        line += f" ({', '.join(dropped)})"
+    if kept:
+        line += f"; {len(kept)} past ones kept: they hold events still kept (--json says why)"
+    return line

@@ -72,7 +72,7 @@ def listen_port(settings: Settings, option: str) -> int:
         ) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement per option
     parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
     parser.add_argument("--version", action="version", version=f"hookd {package_version()}")
     parser.add_argument(
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
     )
 
+    _add_prune(sub)
+    _add_try(sub)
+
     events = sub.add_parser("events", help="inspect stored events")
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
@@ -199,3 +202,71 @@ def build_parser() -> argparse.ArgumentParser:
         "private key to sign with (or HOOKD_SEND_TEST_KEY)",
     )
     return parser
+
+
+def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    prune = sub.add_parser(
+        "prune",
+        help="apply the retention policy now: strip old bodies, delete old events and keys",
+        description=(
+            "Apply each source's retention policy ([retention], [sources.retention]): "
+            "strip old bodies, delete old events, keys and reconcile runs. Safe to stop "
+            "and to run again; one process prunes at a time."
+        ),
+    )
+    prune.add_argument(
+        "--dry-run", action="store_true", help="count what would be removed; change nothing"
+    )
+    prune.add_argument("--source", metavar="S", help="only this source")
+    prune.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="apply the policy as if the time were TIME: ISO 8601 (UTC unless it says "
+        "otherwise) or unix seconds (default: now)",
+    )
+    prune.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
+    )
+
+
+def _add_try(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    trial = sub.add_parser(
+        "try",
+        help="run a handler on stored events and show what it did; records nothing",
+        description=(
+            "Run HANDLER (module:function, as in the sources file) on a stored event, or\n"
+            "with --all on the newest stored events that match, as processing would (the\n"
+            "same Event, the same idempotency key, HOOKD_HANDLER_TIMEOUT_S), and print\n"
+            "what it returned or raised. Nothing is recorded: no ledger row, no status\n"
+            "change, no attempt."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  every run returned\n"
+            f"  {EXIT_FAIL}  a run raised or did not finish in time\n"
+            f"  {EXIT_USAGE}  bad input: no such event, a handler that cannot be imported, "
+            "options that do not go together"
+        ),
+    )
+    trial.add_argument("handler", metavar="HANDLER", help="module:function")
+    trial.add_argument("id", nargs="?", metavar="EVENT_ID")
+    trial.add_argument(
+        "--all", action="store_true", help="try it on the newest stored events that match"
+    )
+    trial.add_argument("--source", metavar="S", help="with --all: only this source's events")
+    trial.add_argument(
+        "--type", metavar="GLOB", help="with --all: only events whose type matches (* and ?)"
+    )
+    trial.add_argument(
+        "--since",
+        metavar="TIME",
+        help="with --all: only events received since TIME: ISO 8601 (UTC unless it says "
+        "otherwise), unix seconds, or a time ago (90m, 24h, 7d)",
+    )
+    trial.add_argument(
+        "--limit",
+        type=positive_int,
+        metavar="N",
+        help="with --all: the most events to try (default: 10)",
+    )

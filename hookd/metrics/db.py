@@ -7,6 +7,7 @@ database, so every scrape of any receiver shows the same totals.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -14,16 +15,27 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.sources import Sources
+from reconcile.service import is_due, is_leased
 from store import reconcile as rstate
+from store import stats
 from store.models import EVENTS
-from store.status import DONE_RUN_STATUSES, RUNNABLE_STATUSES, EventStatus
+from store.prune import WHATS
+from store.rows import SourceStateRow
+from store.status import DONE_RUN_STATUSES, RUNNABLE_STATUSES, EventStatus, RunStatus
 
 Family = CounterMetricFamily | GaugeMetricFamily
+# The outcome label of hookd_reconcile_runs_total (a dry run's is dry_run, whatever it did).
+RUN_OUTCOMES = (*DONE_RUN_STATUSES, "dry_run")
+# A run record that says the run started: still running, or ended after starting.
+STARTED_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
 # Not processed or dead yet: what hookd_events_pending counts.
 NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
+# SQLite's table sizes read every page (see store.stats): counted at most this often.
+SQLITE_SIZES_EVERY_S = 300.0
+_sqlite_sizes: dict[str, tuple[float, list[stats.TableSize]]] = {}
 
 
 class _Snapshot(Collector):
@@ -53,6 +65,10 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         ).scalar_one()
         totals = await rstate.run_totals(conn)
         states = await rstate.all_states(conn)
+        pruned = await stats.pruned_totals(conn)
+        partitions_dropped = await stats.partitions_dropped(conn)
+        oldest_kept = await stats.oldest_events(conn, [s.name for s in sources])
+        sizes = await _table_sizes(engine, conn)
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
     families: list[Family] = [
@@ -87,27 +103,124 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         "1 when reconciliation of a source was disabled after authentication failures.",
         labels=["source"],
     )
+    started = CounterMetricFamily(
+        "hookd_reconcile_runs_started",
+        "Reconciliation runs that started (running or ended; not those that found the lease held).",
+        labels=["source"],
+    )
+    overdue = GaugeMetricFamily(
+        "hookd_reconcile_overdue_seconds",
+        "How long a source's scheduled run has been due with no run holding its lease: "
+        "waiting for a process that keeps the schedule (0 when not due, and before the "
+        "first run).",
+        labels=["source"],
+    )
     by_run: dict[tuple[str, str], int] = {}
     by_source_missed: dict[str, int] = {}
     by_source_limited: dict[str, int] = {}
+    by_source_started: dict[str, int] = {}
     for row in totals:
         if row.status in DONE_RUN_STATUSES:
             key = (row.source, "dry_run" if row.dry_run else row.status)
             by_run[key] = by_run.get(key, 0) + row.runs
+        if row.status in STARTED_RUN_STATUSES:
+            by_source_started[row.source] = by_source_started.get(row.source, 0) + row.runs
         if not row.dry_run:
             by_source_missed[row.source] = by_source_missed.get(row.source, 0) + int(row.missing)
         by_source_limited[row.source] = by_source_limited.get(row.source, 0) + int(row.rate_limited)
     reconciled = [s.name for s in sources if s.config.reconcile is not None]
+    # Every reconciled source's outcomes from the first scrape on, at 0 until they happen.
+    for source in reconciled:
+        for outcome in RUN_OUTCOMES:
+            by_run.setdefault((source, outcome), 0)
     for (source, outcome), count in sorted(by_run.items()):
         runs.add_metric([source, outcome], count)
     for source in reconciled:
         missed.add_metric([source], by_source_missed.get(source, 0))
         limited.add_metric([source], by_source_limited.get(source, 0))
+        started.add_metric([source], by_source_started.get(source, 0))
         state = states.get(source)
         disabled.add_metric([source], 1.0 if state is not None and state.disabled else 0.0)
-        if state is not None and state.cursor is not None:
-            lag.add_metric([source], max(0.0, now.timestamp() - state.cursor))
-    return [*families, runs, missed, limited, lag, disabled]
+        overdue.add_metric([source], _overdue_s(state, now))
+        # 0 before the first run ends (no cursor yet): hookd_reconcile_due says it waits.
+        cursor = state.cursor if state is not None else None
+        lag.add_metric([source], 0.0 if cursor is None else max(0.0, now.timestamp() - cursor))
+    return [
+        *families,
+        runs,
+        missed,
+        limited,
+        lag,
+        disabled,
+        started,
+        overdue,
+        *_retention(sources, now, pruned, oldest_kept, sizes),
+        CounterMetricFamily(
+            "hookd_partitions_dropped",
+            "Day partitions of events dropped whole by retention (PostgreSQL).",
+            partitions_dropped,
+        ),
+    ]
+
+
+def _overdue_s(state: SourceStateRow | None, now: datetime) -> float:
+    if state is None or state.next_run_at is None:
+        return 0.0  # never ran: when it fell due is not recorded
+    if not is_due(state, now) or is_leased(state, now):
+        return 0.0
+    return max(0.0, (now - state.next_run_at).total_seconds())
+
+
+def _retention(
+    sources: Sources,
+    now: datetime,
+    pruned: dict[tuple[str, str], int],
+    oldest_kept: dict[str, datetime],
+    sizes: list[stats.TableSize],
+) -> list[Family]:
+    removed = CounterMetricFamily(
+        "hookd_pruned",
+        "What retention removed: bodies stripped, event rows, keys, reconcile runs.",
+        labels=["source", "what"],
+    )
+    for source, what in sorted({*pruned, *((s.name, w) for s in sources for w in WHATS)}):
+        removed.add_metric([source, what], pruned.get((source, what), 0))
+    oldest = GaugeMetricFamily(
+        "hookd_oldest_event_seconds",
+        "Age of the oldest event row kept, per source (0 when none): what retention bounds.",
+        labels=["source"],
+    )
+    for source in sources:
+        received = oldest_kept.get(source.name)
+        age = 0.0 if received is None else max(0.0, (now - received).total_seconds())
+        oldest.add_metric([source.name], age)
+    rows = GaugeMetricFamily(
+        "hookd_table_rows",
+        "Rows per table (PostgreSQL: the planner's estimate).",
+        labels=["table"],
+    )
+    size = GaugeMetricFamily(
+        "hookd_table_bytes", "Bytes per table, its indexes included.", labels=["table"]
+    )
+    for table in sizes:
+        rows.add_metric([table.table], table.rows)
+        if table.bytes is not None:
+            size.add_metric([table.table], table.bytes)
+    return [removed, oldest, rows, size]
+
+
+async def _table_sizes(engine: AsyncEngine, conn: AsyncConnection) -> list[stats.TableSize]:
+    """PostgreSQL's at every scrape (catalog reads); SQLite's once per
+    ``SQLITE_SIZES_EVERY_S``, kept per database in this process."""
+    if conn.dialect.name != "sqlite":
+        return await stats.table_sizes(conn)
+    key = engine.url.render_as_string(hide_password=True)
+    cached = _sqlite_sizes.get(key)
+    if cached is not None and time.monotonic() - cached[0] < SQLITE_SIZES_EVERY_S:
+        return cached[1]
+    sizes = await stats.table_sizes(conn)
+    _sqlite_sizes[key] = (time.monotonic(), sizes)
+    return sizes
 
 
 def render(families: list[Family]) -> bytes:

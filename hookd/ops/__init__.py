@@ -1,6 +1,6 @@
 """What an operator can do, written once for the operations API, the admin UI and
 the command line: list and show events, replay them, look at sources and switch
-their reconciliation back on, start, run, list and show reconciliation runs.
+their reconciliation back on, start, run, list and show reconciliation runs, prune.
 
 Refusals are typed (``BadRequest``, ``NotFound``, ``Conflict`` in ``hookd.errors``,
 each with its ``reason``); each caller turns them into its own answer (a status
@@ -8,6 +8,7 @@ code and JSON body, a flash message or error page, a line and an exit status).
 """
 
 from hookd.ops.events import EventDetail, EventOps, EventPage, Replayed, Wake
+from hookd.ops.prune import parse_as_of, policies, prune_sources
 from hookd.ops.queries import MAX_LIMIT, EventQuery, RunQuery
 from hookd.ops.runs import RunOps, StartedRun
 from hookd.ops.sources import SourceOps
@@ -24,4 +25,7 @@ __all__ = [
     "SourceOps",
     "StartedRun",
     "Wake",
+    "parse_as_of",
+    "policies",
+    "prune_sources",
 ]

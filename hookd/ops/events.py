@@ -9,16 +9,16 @@ due. ``wake`` is whatever the caller's process uses (the in-process consumer of
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import Conflict, NotFound
 from hookd.ops.queries import EventQuery
 from store import claims
-from store.events import event_resource, get_event, list_events
+from store.events import event_resource, get_event, get_tombstone, list_events
 from store.ids import is_id
 from store.status import EventStatus
 
@@ -47,8 +47,9 @@ class EventDetail:
 class Replayed:
     ids: list[str]  # what was asked for (or found dead)
     unknown: list[str]  # no such event
-    replayed: list[str]  # pending again; the others are being processed right now
+    replayed: list[str]  # pending again; the others are being processed right now,
     resources: list[dict[str, Any]]  # the replayed events as the replay left them, if asked
+    body_pruned: list[str] = field(default_factory=list)  # or lost their body to retention
 
 
 class EventOps:
@@ -80,8 +81,9 @@ class EventOps:
         async with self._engine.connect() as conn:
             row = await get_event(conn, event_id, with_body=with_body)
             ledger = await claims.finished_handlers_many(conn, [event_id]) if with_ledger else {}
-        if row is None:
-            raise NotFound("event")
+            if row is None:
+                await self._missing(conn, event_id)
+        assert row is not None
         return EventDetail(
             event_resource(row),
             row.headers,
@@ -97,10 +99,26 @@ class EventOps:
             raise NotFound("event")
         done = await self._replay([event_id], read_back=True)
         if done.unknown:
-            raise NotFound("event")
+            async with self._engine.connect() as conn:
+                await self._missing(conn, event_id)
+        if done.body_pruned:
+            raise Conflict(
+                "body_pruned",
+                "the event's body was removed by the retention policy (keep_body_days): "
+                "it cannot be processed again",
+            )
         if not done.replayed:
             raise Conflict("in_progress", "the event is being processed right now")
+        if not done.resources:  # pruned while the replay was waiting for its row
+            async with self._engine.connect() as conn:
+                await self._missing(conn, event_id)
         return done.resources[0]
+
+    @staticmethod
+    async def _missing(conn: AsyncConnection, event_id: str) -> NoReturn:
+        """``NotFound``, saying when and how the event ended if it was pruned."""
+        tombstone = await get_tombstone(conn, event_id)
+        raise NotFound("event", "" if tombstone is None else tombstone.describe())
 
     async def replay_many(self, event_ids: Sequence[str]) -> Replayed:
         """Every event that is not being processed right now; unknown ids are named."""
@@ -126,10 +144,11 @@ class EventOps:
             else:
                 assert event_ids is not None
                 unknown = [i for i in event_ids if await get_event(conn, i) is None]
+            bodiless = await claims.without_body(conn, event_ids)
             replayed = await claims.replay(conn, event_ids, datetime.now(UTC))
             # Read inside the transaction: once it commits, processing may take them.
             rows = [await get_event(conn, i) for i in replayed] if read_back else []
         if replayed:
             await self._wake()
         resources = [event_resource(r) for r in rows if r is not None]
-        return Replayed(event_ids, unknown, replayed, resources)
+        return Replayed(event_ids, unknown, replayed, resources, bodiless)

@@ -181,6 +181,11 @@ class Provider:
     # passed to sign instead (e.g. "a whpk_ public key ... --signing-key whsk_..."), or
     # None when the secret signs itself (every shared-secret scheme).
     signing_key_needed: Callable[[str], str | None] = lambda secret: None
+    # How long after an event the provider may send it again, or list it to be
+    # reconciled, in days: its retry window, and for a provider with a list API the
+    # retention of that API. A source's key must be kept at least this long
+    # (``keep_keys_days``), or a late redelivery would be stored as a new event.
+    redelivery_horizon_days: float = 3.0
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int

@@ -235,6 +235,8 @@ def _signing_key_needed(secret: str) -> str | None:
 # No reconcile: Discord has no API that lists past interactions or webhook events.
 PROVIDER = Provider(
     name="discord",
+    # Discord retries for up to 10 minutes.
+    redelivery_horizon_days=1,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -147,6 +147,8 @@ class GitHubReconcile(ReconcileConfig):
 
 PROVIDER = Provider(
     name="github",
+    # GitHub does not retry; its deliveries can be listed and redelivered for 3 days.
+    redelivery_horizon_days=3,
     parse_secret=plain_secret,
     check_headers=check_headers,
     verify=verify,

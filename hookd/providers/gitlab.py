@@ -185,6 +185,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # GitLab lists and resends a hook's events of the last 7 days.
+    redelivery_horizon_days=7,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -139,6 +139,8 @@ def bind(public_url: str) -> Provider:
 
     return Provider(
         name=NAME,
+        # HubSpot retries up to 10 times over 24 hours.
+        redelivery_horizon_days=1,
         parse_secret=parse_secret,
         check_headers=check_headers,
         verify=verify,

@@ -148,6 +148,8 @@ def challenge(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None
 
 PROVIDER = Provider(
     name=NAME,
+    # Intercom keeps retrying a failing subscription until it suspends it after 7 days.
+    redelivery_horizon_days=7,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -166,6 +166,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # Linear does not document its retry window: hookd's default.
+    redelivery_horizon_days=3,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

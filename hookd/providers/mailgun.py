@@ -177,6 +177,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # Mailgun retries for 8 hours.
+    redelivery_horizon_days=1,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -164,6 +164,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # Paddle keeps (lists, replays) notifications and events for 90 days.
+    redelivery_horizon_days=90,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

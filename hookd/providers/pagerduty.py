@@ -150,6 +150,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # PagerDuty retries up to 5 attempts over about 20 minutes.
+    redelivery_horizon_days=1,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -238,6 +238,8 @@ def _signing_key_needed(secret: str) -> str | None:
 # No reconcile: SendGrid has no API that lists past Event Webhook events or deliveries.
 PROVIDER = Provider(
     name="sendgrid",
+    # SendGrid retries for up to 24 hours after the event.
+    redelivery_horizon_days=1,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

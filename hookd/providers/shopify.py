@@ -141,6 +141,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name=NAME,
+    # Shopify retries 8 times over 4 hours.
+    redelivery_horizon_days=1,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -223,6 +223,9 @@ class SlackReconcile(ReconcileConfig):
 
 PROVIDER = Provider(
     name="slack",
+    # Slack retries three times within minutes; conversations.history reaches as far back
+    # as the source's lookback_s, which the retention check adds.
+    redelivery_horizon_days=1,
     parse_secret=plain_secret,
     check_headers=check_headers,
     verify=verify,

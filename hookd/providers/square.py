@@ -151,6 +151,8 @@ def bind(url: str) -> Provider:
 
 PROVIDER = dataclasses.replace(
     bind(EXAMPLE_URL),
+    # Square retries for 72 hours; its Events API lists events of the past 28 days.
+    redelivery_horizon_days=28,
     with_public_url=bind,
     # Square cannot send a webhook again: a missing event is stored from the list.
     reconcile=Reconciling(

@@ -205,6 +205,8 @@ def _signing_key_needed(secret: str) -> str | None:
 # No reconcile: Standard Webhooks defines no API that lists what was sent.
 PROVIDER = Provider(
     name="standard",
+    # Svix's retry schedule ends about 27.6 hours after the first attempt.
+    redelivery_horizon_days=2,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

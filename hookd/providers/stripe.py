@@ -114,6 +114,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 
 PROVIDER = Provider(
     name="stripe",
+    # Stripe retries for up to 3 days; its events API lists events for 30 days.
+    redelivery_horizon_days=30,
     parse_secret=parse_secret,
     check_headers=check_headers,
     verify=verify,

@@ -207,6 +207,8 @@ def bind(public_url: str) -> Provider:
 
     return Provider(
         name=NAME,
+        # Twilio retries a failed request within seconds (connection overrides).
+        redelivery_horizon_days=1,
         parse_secret=parse_secret,
         check_headers=check_headers,
         verify=verify,

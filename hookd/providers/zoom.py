@@ -180,6 +180,8 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
 # No reconcile: Zoom has no API that lists past webhook deliveries.
 PROVIDER = Provider(
     name="zoom",
+    # Zoom retries three times, the last about 85 minutes after the first.
+    redelivery_horizon_days=1,
     parse_secret=plain_secret,
     check_headers=check_headers,
     verify=verify,

@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
+from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
+from hookd.ops.watch import WatchOps
+from hookd.runtime.prune import PruneSchedule
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
@@ -69,6 +72,8 @@ def create_app(
     # Without Redis there is no worker: serve keeps the reconciliation schedule too.
     scheduled = settings.reconcile_schedule and not waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
+    # Every receiver process keeps it; a lease in the database lets one prune at a time.
+    pruning = PruneSchedule(engine, sources, settings.prune_every_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -82,6 +87,7 @@ def create_app(
             await consumer.start()
         if scheduler is not None:
             await scheduler.start()
+        await pruning.start()
         log.info(
             "receiver started",
             extra={"sources": len(sources), "processing": "arq" if waker else "in-process"},
@@ -92,6 +98,7 @@ def create_app(
             # Reconciliation runs still going are cancelled below (after a grace for a
             # scheduled one): each records this as its end instead of staying ``running``.
             runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"
+            await pruning.stop()
             await receiver.deadlines.stop()
             await committer.stop()
             await inserter.close()
@@ -106,9 +113,9 @@ def create_app(
 
     app = HookdApp(
         routes=[
-            *health.routes(engine, waker, settings.admin_token, sources, committer),
-            *api.routes(settings.admin_token, events, source_ops, runs),
-            *admin.routes(settings.admin_token, events, source_ops, runs),
+            *health.routes(engine, waker, tokens_of(settings), sources, committer),
+            *api.routes(tokens_of(settings), events, source_ops, runs),
+            *admin.routes(tokens_of(settings), events, source_ops, runs, WatchOps(engine)),
         ],
         lifespan=lifespan,
     )
@@ -116,6 +123,11 @@ def create_app(
     app.state.committer = committer
     app.state.engine = engine
     return app
+
+
+def tokens_of(settings: Settings) -> Tokens:
+    """The bearer tokens the settings configure (``hookd.auth``)."""
+    return Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
 
 
 async def check_schema(engine: AsyncEngine, url: str) -> None:

@@ -1,8 +1,15 @@
-"""``hookd worker``: arq functions and cron for processing and the outbox sweep.
+"""``hookd worker``: arq functions and cron for processing and the outbox sweep, and
+the reconciliation schedule.
 
-Redis only says "look now". The worker keeps processing from the database
-while Redis is away (a local sweep every few seconds) and reconnects to arq
-with backoff, so losing Redis delays events and loses none.
+Redis only says "look now": an arq job starts a drain of the processor that this
+process owns (``Drains``) and returns at once, so arq's job timeout, and with it
+how long a job of a worker killed mid-run stays marked in progress in Redis, is
+seconds, whatever handlers take. The reconciliation schedule is not an arq job at
+all: it is this process's own loop (``reconcile.service.Scheduler``), and the
+reconcile lease in the database lets one process at a time run a source. The worker
+keeps processing from the database while Redis is away (a local sweep every few
+seconds) and reconnects to arq with backoff, so losing Redis delays events and
+loses none.
 """
 
 from __future__ import annotations
@@ -21,21 +28,30 @@ from arq.worker import Worker, func
 from redis.asyncio import ConnectionPool
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd.auth import Tokens
 from hookd.backoff import capped
+from hookd.runtime.prune import PruneSchedule
 from hookd.settings import Settings
 from hookd.sources import Sources
 from processing.handlers import load_handlers
 from processing.processor import Processor, RetryPolicy
-from processing.wakeups import WAKE_JOB, warn_if_redis_unreachable
+from processing.wakeups import WAKE_JOB, Drains, warn_if_redis_unreachable
 from reconcile.poller import Reconciler
-from reconcile.service import TICK_S, run_due
+from reconcile.poller import initialise_metrics as initialise_reconcile_metrics
+from reconcile.service import Scheduler
 from store import db
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.worker")
 
 SWEEP_JOB = "hookd_sweep"
-RECONCILE_JOB = "hookd_reconcile"
+# arq's time limit on a job. A job only starts a drain (``Drains.kick``) and returns, so
+# this is a few Redis round trips' worth. arq marks a running job "in progress" in Redis
+# for its longest job timeout + 10 s: the mark a worker killed mid-job leaves behind
+# (while it lasts, arq starts no job in its place) ends within seconds.
+JOB_TIMEOUT_S = 5.0
+# Drains that wake-ups may run at once in one worker (what arq's max_jobs was).
+PARALLEL_DRAINS = 4
 # Every Redis call of the worker gives up after this long. arq sets no read timeout of
 # its own, so a connection that stops answering (a half-open TCP connection after a
 # network fault, a stalled proxy) would hang the arq loop, and with it every wake-up and
@@ -54,6 +70,7 @@ class Runtime:
     client: httpx.AsyncClient
     processor: Processor
     reconciler: Reconciler
+    drains: Drains
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -78,40 +95,24 @@ def build_runtime(
         concurrency=settings.process_concurrency,
     )
     reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
-    return Runtime(settings, sources, engine, client, processor, reconciler)
+    initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
+    drains = Drains(processor, PARALLEL_DRAINS)
+    return Runtime(settings, sources, engine, client, processor, reconciler, drains)
 
 
 async def hookd_wake(ctx: dict[str, Any]) -> int:
-    """A commit happened somewhere: claim and process what is due."""
+    """A commit happened somewhere: claim and process what is due (in a drain this
+    process owns; the job ends at once)."""
     runtime: Runtime = ctx["runtime"]
-    return await runtime.processor.drain()
+    runtime.drains.kick()
+    return 0
 
 
 async def hookd_sweep(ctx: dict[str, Any]) -> int:
     """The outbox sweep: events whose wake-up never came (Redis down, crash) get processed."""
     runtime: Runtime = ctx["runtime"]
-    return await runtime.processor.drain()
-
-
-async def hookd_reconcile(ctx: dict[str, Any]) -> int:
-    """The reconciliation schedule: run every source whose next run is due."""
-    runtime: Runtime = ctx["runtime"]
-    return len(await run_due(runtime.reconciler, runtime.sources))
-
-
-def reconcile_cron(runtime: Runtime) -> list[Any]:
-    if not runtime.settings.reconcile_schedule:
-        return []
-    return [
-        cron(
-            hookd_reconcile,
-            name=RECONCILE_JOB,
-            second=set(range(0, 60, int(TICK_S))),
-            run_at_startup=True,
-            unique=True,
-            timeout=3600,
-        )
-    ]
+    runtime.drains.kick()
+    return 0
 
 
 def redis_pool(url: str) -> ArqRedis:
@@ -137,13 +138,12 @@ def arq_worker(runtime: Runtime) -> Worker:
                 run_at_startup=True,
                 unique=True,
             ),
-            *reconcile_cron(runtime),
         ],
         redis_pool=redis_pool(runtime.settings.redis_url),
         ctx={"runtime": runtime},
         handle_signals=False,
         max_jobs=4,
-        job_timeout=max(300, runtime.settings.lease_s),
+        job_timeout=JOB_TIMEOUT_S,
         poll_delay=0.05,
     )
 
@@ -227,9 +227,7 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
             failures = 0
         failures += 1
         # Jobs in flight work on the database, not on Redis: let them finish
-        # rather than cancel them (close() would) and strand their claims. A shutdown
-        # meanwhile still wins: a reconcile run waiting on a provider that never answers
-        # would otherwise keep SIGTERM waiting past any Deployment's grace period.
+        # rather than cancel them (close() would). A shutdown meanwhile still wins.
         if not await _finish_or_stop(worker, stop):
             await _close(worker)
             return
@@ -246,11 +244,13 @@ async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
     sweep periods.
 
     arq starts only jobs it finds among the first 100 of its queue, and a job whose
-    worker died stays there marked "in progress" for the longest job timeout (an hour,
-    with the reconciliation schedule). After a few dozen worker crashes within that
-    time, those ghosts filled the window and no worker started any job, wake-up or
-    sweep: processing stopped everywhere until they expired. The database, not arq,
-    decides who processes what, so this sweep can run beside arq's.
+    worker died stays there marked "in progress" for the longest job timeout + 10 s.
+    That was an hour while the reconciliation schedule was an arq job: after a few
+    dozen worker crashes within the hour, those ghosts filled the window and no worker
+    started any job, wake-up or sweep, until they expired. Jobs now last moments and
+    their marks seconds (``JOB_TIMEOUT_S``), but whatever else fills or stalls arq's
+    queue, the database, not arq, decides who processes what, so this sweep can run
+    beside arq's.
     """
     period = 2 * runtime.settings.sweep_s
     while not stop.is_set():
@@ -281,10 +281,9 @@ async def run(settings: Settings, sources: Sources) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    tokens = Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
     metrics = (
-        asyncio.create_task(workermetrics.serve(sock, settings.admin_token, stop))
-        if sock is not None
-        else None
+        asyncio.create_task(workermetrics.serve(sock, tokens, stop)) if sock is not None else None
     )
     # After the checks that stop start-up (the metrics port, the keys): this one warns.
     await warn_if_redis_unreachable(
@@ -295,10 +294,22 @@ async def run(settings: Settings, sources: Sources) -> None:
     )
     log.info("worker started", extra={"owner": runtime.processor.owner})
     sweeping = asyncio.create_task(backstop(runtime, stop))
+    scheduler = Scheduler(runtime.reconciler, sources) if settings.reconcile_schedule else None
+    if scheduler is not None:
+        await scheduler.start()
+    pruning = PruneSchedule(runtime.engine, sources, settings.prune_every_s)
+    await pruning.start()
     try:
         await supervise(runtime, stop)
     finally:
         stop.set()
+        # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
+        runtime.processor.stopping = True
+        await runtime.drains.stop()
+        if scheduler is not None:
+            # At once, as a shutdown always did: a run in progress records its interruption.
+            await scheduler.stop(grace_s=0)
+        await pruning.stop()
         # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -1,5 +1,6 @@
 """Operations API under ``/api``: events, replay, sources, reconcile runs and the OpenAPI
-document of all of them (`hookd/web/openapi.py`). Bearer token required, also for unknown paths.
+document of all of them (`hookd/web/openapi.py`). Bearer token required, also for unknown paths:
+the admin token for everything, the read token for the GETs (``hookd.auth``).
 
 Each endpoint reads its request, asks ``hookd.ops`` and answers; the refusals of
 ``hookd.ops`` become the status codes and bodies here (``protected``)."""
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Route
 from starlette.types import Receive, Scope, Send
 
-from hookd.auth import token_ok
+from hookd.auth import Right, Tokens, refusal
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.web import openapi
@@ -27,18 +28,24 @@ def problem(status: int, code: str, detail: str = "") -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def protected(token: str, endpoint: Endpoint) -> Endpoint:
+# The 403's detail, by what the token lacked.
+NOT_OURS = {
+    Right.WRITE: "this token may only read: changes need HOOKD_ADMIN_TOKEN",
+    Right.READ: "this token does not open the operations API",
+}
+
+
+def protected(tokens: Tokens, right: Right, endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
-        if not token_ok(request, token):
-            return JSONResponse(
-                {"error": "unauthorized"}, 401, headers={"WWW-Authenticate": "Bearer"}
-            )
+        refused = refusal(tokens, request, right, NOT_OURS[right])
+        if refused is not None:
+            return refused
         try:
             return await endpoint(request)
         except BadRequest as exc:
             return problem(400, "bad_request", exc.detail)
-        except NotFound:  # no detail: not even what kind of thing is missing
-            return problem(404, "not_found")
+        except NotFound as exc:  # not even what kind of thing is missing, unless it was
+            return problem(404, "not_found", exc.said)  # pruned: that is said
         except Conflict as exc:
             return problem(409, exc.reason, exc.detail)
 
@@ -53,8 +60,9 @@ class ApiFallback(BaseRoute):
     matches only what no other route of the app matches fully, wherever it is listed.
     """
 
-    def __init__(self, token: str) -> None:
-        self._endpoint = protected(token, self._answer)
+    def __init__(self, tokens: Tokens) -> None:
+        # Reading is enough to be told what is not there (or which methods are).
+        self._endpoint = protected(tokens, Right.READ, self._answer)
         self._under_api = (Route("/api", self._answer), Route("/api/{rest:path}", self._answer))
 
     @staticmethod
@@ -97,8 +105,8 @@ class OperationsApi:
     """Events, sources and reconcile runs; runs started here run in this process
     (``RunOps.stop`` cancels them)."""
 
-    def __init__(self, token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> None:
-        self._token = token
+    def __init__(self, tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps) -> None:
+        self._tokens = tokens
         self._events = events
         self._sources = sources
         self._runs = runs
@@ -135,22 +143,27 @@ class OperationsApi:
         return JSONResponse(await self._runs.get(request.path_params["id"]))
 
     def routes(self) -> list[BaseRoute]:
-        t = self._token
+        t = self._tokens
+
+        def read(endpoint: Endpoint) -> Endpoint:
+            return protected(t, Right.READ, endpoint)
+
+        def write(endpoint: Endpoint) -> Endpoint:
+            return protected(t, Right.WRITE, endpoint)
+
         return [
-            Route("/api/openapi.json", protected(t, self.openapi_document), methods=["GET"]),
-            Route("/api/events", protected(t, self.events_index), methods=["GET"]),
-            Route("/api/events/{id}", protected(t, self.event_detail), methods=["GET"]),
-            Route("/api/events/{id}/replay", protected(t, self.event_replay), methods=["POST"]),
-            Route("/api/sources", protected(t, self.sources_index), methods=["GET"]),
-            Route(
-                "/api/sources/{name}/reconcile", protected(t, self.reconcile_now), methods=["POST"]
-            ),
-            Route("/api/sources/{name}/enable", protected(t, self.enable), methods=["POST"]),
-            Route("/api/reconcile-runs", protected(t, self.runs_index), methods=["GET"]),
-            Route("/api/reconcile-runs/{id}", protected(t, self.run_detail), methods=["GET"]),
+            Route("/api/openapi.json", read(self.openapi_document), methods=["GET"]),
+            Route("/api/events", read(self.events_index), methods=["GET"]),
+            Route("/api/events/{id}", read(self.event_detail), methods=["GET"]),
+            Route("/api/events/{id}/replay", write(self.event_replay), methods=["POST"]),
+            Route("/api/sources", read(self.sources_index), methods=["GET"]),
+            Route("/api/sources/{name}/reconcile", write(self.reconcile_now), methods=["POST"]),
+            Route("/api/sources/{name}/enable", write(self.enable), methods=["POST"]),
+            Route("/api/reconcile-runs", read(self.runs_index), methods=["GET"]),
+            Route("/api/reconcile-runs/{id}", read(self.run_detail), methods=["GET"]),
             ApiFallback(t),
         ]
 
 
-def routes(token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> list[BaseRoute]:
-    return OperationsApi(token, events, sources, runs).routes()
+def routes(tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps) -> list[BaseRoute]:
+    return OperationsApi(tokens, events, sources, runs).routes()

@@ -70,7 +70,7 @@ def _error(description: str, *codes: str) -> dict[str, Any]:
 
 
 UNAUTHORIZED = {
-    "description": "No bearer token, or not the configured one (`HOOKD_ADMIN_TOKEN`).",
+    "description": "No bearer token, or none of the configured ones.",
     "headers": {
         "WWW-Authenticate": {
             "description": "Always `Bearer`.",
@@ -83,6 +83,27 @@ UNAUTHORIZED = {
                 "allOf": [
                     _ref("Error"),
                     {"type": "object", "properties": {"error": {"enum": ["unauthorized"]}}},
+                ]
+            }
+        }
+    },
+}
+
+FORBIDDEN = {
+    "description": "A token of this server that does not open this operation: the read "
+    "token (`HOOKD_READ_TOKEN`) on a POST, the metrics token (`HOOKD_METRICS_TOKEN`) anywhere.",
+    "headers": {
+        "WWW-Authenticate": {
+            "description": 'Always `Bearer error="insufficient_scope"` (RFC 6750).',
+            "schema": {"type": "string", "enum": ['Bearer error="insufficient_scope"']},
+        }
+    },
+    "content": {
+        JSON: {
+            "schema": {
+                "allOf": [
+                    _ref("Error"),
+                    {"type": "object", "properties": {"error": {"enum": ["forbidden"]}}},
                 ]
             }
         }
@@ -149,7 +170,7 @@ def _op(
     op: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
     if parameters:
         op["parameters"] = list(parameters)
-    op["responses"] = {**responses, "401": UNAUTHORIZED}
+    op["responses"] = {**responses, "401": UNAUTHORIZED, "403": FORBIDDEN}
     return op
 
 
@@ -225,7 +246,11 @@ PATHS: dict[str, Any] = {
             "events",
             {
                 "200": _json(_ref("Event"), "The event."),
-                "404": NOT_FOUND,
+                "404": _error(
+                    "No such event, or its row was pruned by the retention policy: then "
+                    "`detail` says when, and the status it had ended in.",
+                    "not_found",
+                ),
             },
             (EVENT_ID,),
         )
@@ -244,7 +269,12 @@ PATHS: dict[str, Any] = {
                     {"GetEvent": EVENT_LINKS["GetEvent"]},
                 ),
                 "404": NOT_FOUND,
-                "409": _error("The event is being processed right now.", "in_progress"),
+                "409": _error(
+                    "The event is being processed right now (`in_progress`), or it is "
+                    "processed and the retention policy removed its body (`body_pruned`).",
+                    "in_progress",
+                    "body_pruned",
+                ),
             },
             (EVENT_ID,),
         )
@@ -351,7 +381,8 @@ _DOCUMENT: dict[str, Any] = {
         "title": "hookd operations API",
         "version": _version(),
         "description": "Events, replay, sources and reconciliation runs of a hookd "
-        "webhook receiver. Every operation needs `Authorization: Bearer <HOOKD_ADMIN_TOKEN>`.",
+        "webhook receiver. Every operation needs `Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; "
+        "the GET operations also take `HOOKD_READ_TOKEN`.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "tags": [
@@ -367,7 +398,8 @@ _DOCUMENT: dict[str, Any] = {
             "bearerAuth": {
                 "type": "http",
                 "scheme": "bearer",
-                "description": "The `HOOKD_ADMIN_TOKEN` of the server.",
+                "description": "The `HOOKD_ADMIN_TOKEN` of the server (every operation) or "
+                "its `HOOKD_READ_TOKEN` (the GET operations).",
             }
         },
         "schemas": schemas(),

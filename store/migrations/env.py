@@ -14,6 +14,11 @@ target_metadata = EVENTS.metadata
 
 
 def _run(connection: Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        # A migration that rebuilds a table (0007) drops the old one; with foreign keys
+        # on, that would delete the rows referring to it (ON DELETE CASCADE). The pragma
+        # takes effect only outside a transaction: here, before the first statement.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -62,6 +62,10 @@ SERIES_SUFFIXES = ("_bucket", "_sum", "_count", "_created")
 # and the oldest these manifests claim to support.
 K8S_VERSIONS = (kv_utils.latest_version(), "1.29.0")
 CRD_KINDS = frozenset({"ServiceMonitor", "PrometheusRule"})
+# Two different tokens, as hookd requires: the admin token must never reach Prometheus.
+ADMIN_TOKEN = "test-admin-token"
+METRICS_TOKEN = "test-metrics-token"
+TOKENS = {"HOOKD_ADMIN_TOKEN": ADMIN_TOKEN, "HOOKD_METRICS_TOKEN": METRICS_TOKEN}
 # Environment names the deploy files may set that are not Settings fields.
 EXTRA_HOOKD_ENV = frozenset({"HOOKD_HEALTHCHECK_URL"})  # the Dockerfile's HEALTHCHECK
 
@@ -344,7 +348,7 @@ def compose_env(tmp_path: Path, **extra: str) -> tuple[dict[str, str], list[str]
 
 def test_compose_file_is_valid(tmp_path: Path) -> None:
     compose = require_tool("docker-compose")
-    env, env_file = compose_env(tmp_path, HOOKD_ADMIN_TOKEN="test-token")
+    env, env_file = compose_env(tmp_path, **TOKENS)
     result = run([compose, *env_file, "-f", str(COMPOSE), "config", "-q"], env=env)
     assert result.returncode == 0, result.stderr
     # The resolved file, as docker-compose understood it.
@@ -370,7 +374,16 @@ def test_compose_file_is_valid(tmp_path: Path) -> None:
     assert services["receiver"]["command"][:1] == ["serve"]
     assert "--workers" in services["receiver"]["command"]
     assert services["worker"]["command"] == ["worker"]
-    assert services["receiver"]["environment"]["HOOKD_ADMIN_TOKEN"] == "test-token"
+    for name in ("receiver", "worker"):
+        assert services[name]["environment"]["HOOKD_ADMIN_TOKEN"] == ADMIN_TOKEN, name
+        assert services[name]["environment"]["HOOKD_METRICS_TOKEN"] == METRICS_TOKEN, name
+    # Prometheus gets the metrics token and nothing else: not the admin token, under
+    # any name, anywhere in its service.
+    prometheus = services["prometheus"]
+    assert prometheus["environment"] == {"HOOKD_METRICS_TOKEN": METRICS_TOKEN}
+    assert ADMIN_TOKEN not in json.dumps(prometheus)
+    assert "HOOKD_ADMIN_TOKEN" not in json.dumps(prometheus)
+    assert "HOOKD_METRICS_TOKEN" in " ".join(prometheus["command"])
     assert services["worker"]["environment"]["HOOKD_WORKER_METRICS_HOST"] == "0.0.0.0"
     assert services["worker"]["environment"]["HOOKD_WORKER_METRICS_PORT"] == "9464"
     assert services["receiver"]["environment"]["HOOKD_DATABASE_URL"].startswith(
@@ -378,12 +391,17 @@ def test_compose_file_is_valid(tmp_path: Path) -> None:
     )
 
 
-def test_compose_file_needs_the_admin_token(tmp_path: Path) -> None:
+@pytest.mark.parametrize("missing", sorted(TOKENS))
+def test_compose_file_needs_both_tokens(tmp_path: Path, missing: str) -> None:
     compose = require_tool("docker-compose")
-    env, env_file = compose_env(tmp_path)
+    given = {k: v for k, v in TOKENS.items() if k != missing}
+    env, env_file = compose_env(tmp_path, **given)
     result = run([compose, *env_file, "-f", str(COMPOSE), "config", "-q"], env=env)
     assert result.returncode != 0
-    assert "HOOKD_ADMIN_TOKEN" in result.stderr
+    # The error ends with the ${VAR:?message} of the missing one (docker-compose 1.29
+    # also dumps the raw mapping before it, which holds both messages).
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.endswith(f"set {missing} in deploy/.env or the environment"), last_line
 
 
 # Each breakage of a copy of compose.yaml, and what docker-compose says about it.
@@ -417,7 +435,7 @@ def test_compose_check_fails_on_a_broken_copy(tmp_path: Path, breakage: str) -> 
     mutate, complaint = BREAKAGES[breakage]
     mutate(data)
     (copy / "compose.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    env, env_file = compose_env(tmp_path, HOOKD_ADMIN_TOKEN="test-token")
+    env, env_file = compose_env(tmp_path, **TOKENS)
     result = run([compose, *env_file, "-f", str(copy / "compose.yaml"), "config", "-q"], env=env)
     assert result.returncode != 0, f"{breakage}: docker-compose accepted it"
     assert complaint in result.stderr
@@ -443,7 +461,12 @@ def test_compose_prometheus_writes_the_token_where_prometheus_yml_reads_it() -> 
     compose = yaml.safe_load(COMPOSE.read_text())
     service = compose["services"]["prometheus"]
     script = " ".join(service["command"])
-    assert "> /etc/prometheus/secrets/hookd-token" in script
+    # The file prometheus.yml reads is written from the metrics token, and the
+    # container is given that token alone.
+    assert "printf '%s' \"$$HOOKD_METRICS_TOKEN\" > /etc/prometheus/secrets/hookd-token" in script
+    assert "ADMIN" not in script
+    assert set(service["environment"]) == {"HOOKD_METRICS_TOKEN"}
+    assert service["environment"]["HOOKD_METRICS_TOKEN"].startswith("${HOOKD_METRICS_TOKEN:?")
     assert "/etc/prometheus/secrets" in service["tmpfs"]
     assert "./prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in service["volumes"]
     assert "./prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in service["volumes"]
@@ -458,6 +481,7 @@ def test_k8s_manifests_are_the_expected_objects() -> None:
         [
             ("ConfigMap", "hookd-sources"),
             ("CronJob", "hookd-reconcile"),
+            ("CronJob", "hookd-prune"),
             ("Deployment", "hookd-receiver"),
             ("Deployment", "hookd-worker"),
             ("Job", "hookd-migrate"),
@@ -493,7 +517,7 @@ def test_k8s_validation_rejects_a_broken_manifest() -> None:
         kubernetes_validate.validate(broken, K8S_VERSIONS[0], strict=True)
 
 
-def test_servicemonitors_scrape_both_services_with_the_token() -> None:
+def test_servicemonitors_scrape_both_services_with_the_metrics_token() -> None:
     services = k8s_by_kind("Service")
     secret = k8s_by_kind("Secret")["hookd"]
     monitors = k8s_by_kind("ServiceMonitor")
@@ -515,8 +539,13 @@ def test_servicemonitors_scrape_both_services_with_the_token() -> None:
             assert endpoint["path"] == "/metrics"
             auth = endpoint["authorization"]
             assert auth["type"] == "Bearer"
-            assert auth["credentials"] == {"name": "hookd", "key": "HOOKD_ADMIN_TOKEN"}
+            # The /metrics-only token; never the admin token, which can replay events.
+            assert auth["credentials"] == {"name": "hookd", "key": "HOOKD_METRICS_TOKEN"}
             assert auth["credentials"]["key"] in secret["stringData"]
+            assert "HOOKD_ADMIN_TOKEN" not in json.dumps(endpoint)
+    # Two keys with different values: hookd refuses to start on equal tokens.
+    tokens = secret["stringData"]
+    assert tokens["HOOKD_METRICS_TOKEN"] != tokens["HOOKD_ADMIN_TOKEN"]
     jobs = set(re.findall(r'job="([^"]+)"', ALERTS.read_text()))
     assert jobs <= set(monitors)
 
@@ -538,7 +567,13 @@ def test_k8s_pods_run_hookd_non_root_read_only_with_the_secret() -> None:
     parser = build_parser()
     images = set()
     templates = dict(pod_templates())
-    assert set(templates) == {"hookd-receiver", "hookd-worker", "hookd-migrate", "hookd-reconcile"}
+    assert set(templates) == {
+        "hookd-receiver",
+        "hookd-worker",
+        "hookd-migrate",
+        "hookd-reconcile",
+        "hookd-prune",
+    }
     for name, template in templates.items():
         spec = template["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True, name
@@ -578,9 +613,13 @@ def test_k8s_roles() -> None:
     assert env_of(worker)["HOOKD_WORKER_METRICS_HOST"] == "0.0.0.0"
     assert env_of(worker)["HOOKD_WORKER_METRICS_PORT"] == "9464"
 
-    # The CronJob drives reconciliation, so nothing else keeps a schedule.
+    # The CronJobs drive reconciliation and retention, so nothing else keeps a schedule.
     for container in (receiver, worker):
         assert env_of(container)["HOOKD_RECONCILE_SCHEDULE"] == "false"
+        assert env_of(container)["HOOKD_PRUNE_EVERY_S"] == "0"
+    pruning = k8s_by_kind("CronJob")["hookd-prune"]
+    assert pruning["spec"]["concurrencyPolicy"] == "Forbid"
+    assert templates["hookd-prune"]["spec"]["containers"][0]["args"] == ["prune"]
     cronjob = k8s_by_kind("CronJob")["hookd-reconcile"]
     assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
     assert templates["hookd-reconcile"]["spec"]["containers"][0]["args"][0] == "reconcile"
@@ -620,7 +659,12 @@ def hookd_env_names() -> set[str]:
 def test_hookd_environment_names_are_settings() -> None:
     known = {"HOOKD_" + field.upper() for field in Settings.model_fields} | EXTRA_HOOKD_ENV
     used = hookd_env_names()
-    assert {"HOOKD_DATABASE_URL", "HOOKD_ADMIN_TOKEN", "HOOKD_WORKER_METRICS_HOST"} <= used
+    assert {
+        "HOOKD_DATABASE_URL",
+        "HOOKD_ADMIN_TOKEN",
+        "HOOKD_METRICS_TOKEN",
+        "HOOKD_WORKER_METRICS_HOST",
+    } <= used
     assert used <= known, sorted(used - known)
 
 

@@ -314,13 +314,15 @@ def report(figures: dict[str, Any]) -> str:
         "With the default lease (120 s) a crash delays its claimed events by up to about "
         "two minutes; events nobody had claimed are taken at once by the next worker.",
         "",
-        "Each kill also leaves the arq jobs that were running (wake-ups, the sweep) in "
-        "Redis, marked in progress for the longest job timeout (3,610 s with the "
-        "reconciliation schedule). arq only looks at the first 100 jobs of its queue: before "
-        "the worker's backstop sweep (`hookd/runtime/worker.py`), about 40 kills within the hour "
+        "A kill can also leave an arq job that was running (a wake-up, the sweep) in "
+        "Redis, marked in progress for the longest job timeout + 10 s: 15 s, since a job "
+        "only starts a drain the worker owns and the reconciliation schedule is the worker's "
+        "own loop, not an arq job. While the schedule was one, that was 3,610 s, and arq "
+        "only looks at the first 100 jobs of its queue: about 40 kills within the hour "
         "filled that window and every worker stopped processing, wake-ups and sweeps alike, "
-        "until the ghosts expired. The backstop drains from the database whenever arq has "
-        "run nothing in the process for two sweep periods.",
+        "until the ghosts expired. The backstop sweep (`hookd/runtime/worker.py`) still "
+        "drains from the database whenever arq has run nothing in the process for two "
+        "sweep periods.",
         "",
         "Checks: "
         + ", ".join(f"{name} {'✓' if ok else '✗'}" for name, ok in figures["checks"].items()),

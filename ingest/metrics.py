@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
@@ -24,6 +25,36 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 
 UNKNOWN_SOURCE = "_unknown"
+# The outcome label of hookd_webhooks_received_total.
+OUTCOMES = ("accepted", "duplicate", "rejected")
+# Why a verifier refuses a request (SignatureError, 401): the reason codes every
+# provider shares (docs/providers.md).
+SIGNATURE_REASONS = (
+    "missing_header",
+    "duplicate_header",
+    "conflicting_headers",
+    "empty_header",
+    "malformed_id",
+    "malformed_signature",
+    "missing_signature",
+    "malformed_timestamp",
+    "timestamp_too_old",
+    "timestamp_in_future",
+    "bad_signature",
+)
+# The reason label of hookd_webhook_rejections_total for a configured source: the
+# verifiers' reasons, then the receiver's own (400, 413, 408, a client gone before its
+# body arrived, 503).
+REJECTION_REASONS = (
+    *SIGNATURE_REASONS,
+    "malformed_payload",
+    "body_too_large",
+    "body_timeout",
+    "client_disconnected",
+    "unavailable",
+)
+# Refusals before a source is known, counted with source="_unknown".
+UNKNOWN_SOURCE_REASONS = ("unknown_source", "header_timeout", "headers_too_large")
 
 WEBHOOKS_RECEIVED = Counter(
     "hookd_webhooks_received_total",
@@ -41,6 +72,21 @@ ACK_SECONDS = Histogram(
     ["source"],
     buckets=ACK_BUCKETS,
 )
+
+
+def initialise(sources: Iterable[str]) -> None:
+    """Every label set these families know of, at 0, before the first request: a
+    dashboard or an ``absent()`` alert sees each series from the first scrape on,
+    not from the first time it happens."""
+    for source in sources:
+        for outcome in OUTCOMES:
+            WEBHOOKS_RECEIVED.labels(source, outcome)
+        for reason in REJECTION_REASONS:
+            WEBHOOK_REJECTIONS.labels(source, reason)
+        ACK_SECONDS.labels(source)
+    WEBHOOKS_RECEIVED.labels(UNKNOWN_SOURCE, "rejected")
+    for reason in UNKNOWN_SOURCE_REASONS:
+        WEBHOOK_REJECTIONS.labels(UNKNOWN_SOURCE, reason)
 
 
 def multiprocess_dir() -> str | None:

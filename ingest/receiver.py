@@ -204,6 +204,8 @@ class Receiver:
         self._body_timeout_s = body_timeout_s
         self._clock = clock
         self.deadlines = Deadlines()
+        # Every series of the receive-side families at 0 from the first scrape.
+        metrics.initialise(s.name for s in sources)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()

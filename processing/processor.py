@@ -11,7 +11,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -55,6 +55,27 @@ PROCESSING_SECONDS = Histogram(
     ["source"],
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0),
 )
+CLAIMS = Counter(
+    "hookd_claims_total",
+    "Events claimed for processing (each claim is an attempt), takeovers included.",
+    ["source"],
+)
+TAKEOVERS = Counter(
+    "hookd_lease_takeovers_total",
+    "Claims of events whose previous claim's lease had expired: its worker died or stalled.",
+    ["source"],
+)
+OUTCOMES = (EventStatus.PROCESSED, RETRY, EventStatus.DEAD)
+
+
+def initialise_metrics(sources: Iterable[str]) -> None:
+    """Every source's series of the processing families, at 0 (see ingest.metrics)."""
+    for source in sources:
+        for outcome in OUTCOMES:
+            EVENTS_PROCESSED.labels(source, outcome)
+        PROCESSING_SECONDS.labels(source)
+        CLAIMS.labels(source)
+        TAKEOVERS.labels(source)
 
 
 @cache
@@ -67,6 +88,31 @@ def _processing_seconds(source: str) -> Histogram:
     return PROCESSING_SECONDS.labels(source)
 
 
+@cache
+def _claims(source: str) -> Counter:
+    return CLAIMS.labels(source)
+
+
+@cache
+def _takeovers(source: str) -> Counter:
+    return TAKEOVERS.labels(source)
+
+
+def event_of(row: EventRow, body: bytes) -> Event:
+    """The ``Event`` handlers get for a stored row (its idempotency key set per handler)."""
+    return Event(
+        id=row.id,
+        source=row.source,
+        provider=row.provider,
+        type=row.type,
+        dedupe_key=row.dedupe_key,
+        origin=row.origin,
+        received_at=row.received_at,
+        headers=dict(row.headers),
+        body=body,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Exponential backoff with full jitter: uniform(0, min(cap, base · 2^(n-1)))."""
@@ -76,8 +122,6 @@ class RetryPolicy:
 
     def delay_s(self, attempt: int, rng: random.Random) -> float:
         return full_jitter(rng, self.base_s, min(max(attempt - 1, 0), 60), self.cap_s)
-
-
 
 
 class Processor:
@@ -106,6 +150,7 @@ class Processor:
         self._semaphore = asyncio.Semaphore(concurrency)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
+        initialise_metrics(s.name for s in sources)
         # Set on shutdown: finish the batch in hand, claim no more.
         self.stopping = False
         self._expired_checked_at = -math.inf
@@ -124,17 +169,29 @@ class Processor:
     async def run_once(self) -> int:
         """Claim one batch of due events and process them; the number claimed."""
         now = datetime.now(UTC)
+        taken: list[EventRow] = []
         async with self._engine.begin() as conn:
-            rows = await claims.claim_due(
-                conn,
-                self.owner,
-                self._lease_s,
-                self._batch_size,
-                now,
-                expired=self._expired_check_due(),
-            )
+            # Expired leases first, by their own statement, so that takeovers are counted.
+            if self._expired_check_due():
+                taken = await claims.claim_expired(
+                    conn, self.owner, self._lease_s, self._batch_size, now
+                )
+            rows = taken
+            if len(taken) < self._batch_size:
+                rows = taken + await claims.claim_due(
+                    conn,
+                    self.owner,
+                    self._lease_s,
+                    self._batch_size - len(taken),
+                    now,
+                    expired=False,
+                )
         if not rows:
             return 0
+        for row in rows:
+            _claims(row.source).inc()
+        for row in taken:
+            _takeovers(row.source).inc()
         started = time.perf_counter()
         async with self._engine.connect() as conn:
             ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
@@ -296,17 +353,7 @@ class Processor:
             return _Result(
                 ok=False, error=UNDECRYPTABLE, error_type=type(exc).__name__, permanent=True
             )
-        event = Event(
-            id=row.id,
-            source=row.source,
-            provider=row.provider,
-            type=row.type,
-            dedupe_key=row.dedupe_key,
-            origin=row.origin,
-            received_at=row.received_at,
-            headers=dict(row.headers),
-            body=body,
-        )
+        event = event_of(row, body)
         for name, handler in chain:
             if name in finished:
                 continue

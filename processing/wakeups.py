@@ -1,9 +1,10 @@
 """What wakes processing up after a commit.
 
 Without Redis, ``InProcessConsumer`` runs inside ``hookd serve``. With Redis,
-``ArqWaker`` enqueues a wake-up job that a ``hookd worker`` answers by claiming
-due events from the database. Either way the database decides who runs what;
-a lost wake-up only delays an event until the next sweep.
+``ArqWaker`` enqueues a wake-up job that a ``hookd worker`` answers by starting a
+drain (``Drains``) that claims due events from the database. Either way the
+database decides who runs what; a lost wake-up only delays an event until the
+next sweep.
 """
 
 from __future__ import annotations
@@ -72,6 +73,53 @@ class InProcessConsumer:
                 failures += 1
                 log.warning("consumer pass failed", extra={"error": type(exc).__name__})
                 await asyncio.sleep(capped(0.5, failures, 30.0))
+
+
+class Drains:
+    """Drains of the processor that wake-ups start and this process owns.
+
+    An arq job that asks for processing starts one here (``kick``) and returns: the
+    drain runs however long its handlers take, outside arq's job timeout, and arq's
+    jobs stay short. At most ``parallel`` drains run at once; a wake-up while all of
+    them run is remembered, and one of them drains again when it is done. ``stop``
+    cancels them: each hands back the claims of its batch in hand.
+    """
+
+    def __init__(self, processor: Processor, parallel: int = 4) -> None:
+        self._processor = processor
+        self._parallel = parallel
+        self._tasks: set[asyncio.Task[int]] = set()
+        self._again = False
+
+    def kick(self) -> None:
+        if len(self._tasks) >= self._parallel:
+            self._again = True
+            return
+        task = asyncio.create_task(self._run(), name="hookd-drain")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def _run(self) -> int:
+        total = 0
+        while True:
+            self._again = False
+            try:
+                total += await self._processor.drain()
+            except Exception as exc:  # the database is away: the next wake-up or sweep retries
+                log.warning("drain failed", extra={"error": type(exc).__name__})
+                return total
+            if not self._again:
+                return total
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class ArqWaker:

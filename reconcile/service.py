@@ -16,6 +16,7 @@ from hookd.timefmt import iso_z_or_none
 from reconcile.poller import Outcome, Reconciler
 from store import reconcile as state
 from store.models import EVENTS
+from store.rows import SourceStateRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 
 log = logging.getLogger("hookd.reconcile")
@@ -27,17 +28,36 @@ def reconciled(sources: Sources) -> list[Source]:
     return [s for s in sources if s.config.reconcile is not None]
 
 
+def is_due(current: SourceStateRow | None, now: datetime) -> bool:
+    """Due for a scheduled run: never ran, or its next run is due; not disabled."""
+    if current is None:
+        return True
+    return not current.disabled and (current.next_run_at is None or current.next_run_at <= now)
+
+
+def is_leased(current: SourceStateRow | None, now: datetime) -> bool:
+    """A run of the source holds its lease (in this process or another)."""
+    return (
+        current is not None
+        and current.lease_owner is not None
+        and current.lease_expires_at is not None
+        and current.lease_expires_at > now
+    )
+
+
 async def run_due(reconciler: Reconciler, sources: Sources) -> list[Outcome]:
-    """Run every source whose next run is due (or that never ran), one after another."""
+    """Run every source whose next run is due (or that never ran), one after another.
+
+    A source whose lease another run holds is left to that run: every process that
+    keeps the schedule (each ``hookd worker``, ``hookd serve`` without Redis) looks
+    at the same sources, and the lease, not the schedule, says who runs one."""
     now = datetime.now(UTC)
     async with reconciler.engine.connect() as conn:
         states = await state.all_states(conn)
     outcomes = []
     for source in reconciled(sources):
         current = states.get(source.name)
-        if current is not None and (
-            current.disabled or (current.next_run_at is not None and current.next_run_at > now)
-        ):
+        if not is_due(current, now) or is_leased(current, now):
             continue
         try:
             outcomes.append(await reconciler.run(source, trigger="schedule"))

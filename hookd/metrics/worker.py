@@ -4,7 +4,8 @@ A worker runs handlers, so its per-process families (``hookd_events_processed_to
 ``hookd_processing_seconds``) exist only in its memory: Prometheus scrapes each
 worker as it scrapes each receiver. Queue and reconciliation families come from
 the receivers' ``/metrics`` (read from the database there), so they are not
-repeated here. Same bearer token as the receiver.
+repeated here. The same bearer tokens open it as the receiver's: the metrics token
+or the admin token.
 """
 
 from __future__ import annotations
@@ -22,20 +23,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hookd.auth import token_ok
+from hookd.auth import Right, Tokens, refusal
 from hookd.errors import ConfigError
 from ingest.metrics import render_process_families
 
 log = logging.getLogger("hookd.worker")
 
 
-def metrics_app(token: str) -> Starlette:
+def metrics_app(tokens: Tokens) -> Starlette:
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
-        if not token_ok(request, token):
-            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        refused = refusal(tokens, request, Right.METRICS, "this token does not open /metrics")
+        if refused is not None:
+            return refused
         return PlainTextResponse(render_process_families(), media_type=CONTENT_TYPE_LATEST)
 
     return Starlette(
@@ -71,10 +73,10 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(sock: socket.socket, token: str, stop: asyncio.Event) -> None:
+async def serve(sock: socket.socket, tokens: Tokens, stop: asyncio.Event) -> None:
     """Serve on ``sock`` until ``stop`` is set."""
     config = uvicorn.Config(
-        metrics_app(token),
+        metrics_app(tokens),
         lifespan="off",
         access_log=False,
         log_level="warning",

@@ -1,5 +1,7 @@
 """The admin UI at ``/admin``: server-rendered pages over the same operations
-(``hookd.ops``) as the Operations API, behind a login with the admin token.
+(``hookd.ops``) as the Operations API, behind a login with the admin token (every
+page and action) or the read token (the pages only: no action is offered, and a
+POSTed one is refused with 403, logging out aside).
 
 The session, its CSRF token, forms, redirects and security headers are in
 ``admin_session``; the templates, their filters and the pages' messages in
@@ -19,8 +21,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from hookd.auth import Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops import EventOps, EventPage, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops.watch import WatchOps, WatchQuery
 from hookd.timefmt import iso_z_or_none
 from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
 from hookd.web.admin_session import (
@@ -58,8 +62,16 @@ class AdminUI:
     started here is one the API started, cancelled at shutdown like them).
     """
 
-    def __init__(self, token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> None:
-        self._sessions = Sessions(token)
+    def __init__(
+        self,
+        tokens: Tokens,
+        events: EventOps,
+        sources: SourceOps,
+        runs: RunOps,
+        watch: WatchOps,
+    ) -> None:
+        self._sessions = Sessions(tokens.admin, tokens.read)
+        self._watch = watch
         self._events = events
         self._source_ops = sources
         self._sources = sources.sources
@@ -74,6 +86,7 @@ class AdminUI:
     ) -> Response:
         context.setdefault("csrf", None)
         context.setdefault("section", "")
+        context.setdefault("can_act", False)
         html = self._templates.get_template(template).render(
             prefix=PREFIX, flash=flash_message(request.query_params), here=here(request), **context
         )
@@ -81,7 +94,10 @@ class AdminUI:
 
     def _problem(self, request: Request, session: Session | None, code: int, text: str) -> Response:
         csrf = session.csrf if session else None
-        return self._render(request, "error.html", code, csrf=csrf, code=code, message=text)
+        can_act = session.can_act if session else False
+        return self._render(
+            request, "error.html", code, csrf=csrf, can_act=can_act, code=code, message=text
+        )
 
     @staticmethod
     def _to_login(request: Request) -> Response:
@@ -106,13 +122,21 @@ class AdminUI:
 
         return endpoint
 
-    def action(self, handler: Action) -> Endpoint:
-        """A POST: a valid session, then the form's CSRF token, before anything changes."""
+    def action(self, handler: Action, *, read_only_too: bool = False) -> Endpoint:
+        """A POST: a valid session that may act (``read_only_too``: any session, for
+        logging out), then the form's CSRF token, before anything changes."""
 
         async def endpoint(request: Request) -> Response:
             session = self._sessions.load(request)
             if session is None:
                 return secured(self._to_login(request))
+            if not (session.can_act or read_only_too):
+                path = request.url.path
+                log.warning("admin action refused: read-only session", extra={"path": path})
+                text = (
+                    "This session may only look: sign in with HOOKD_ADMIN_TOKEN to change things."
+                )
+                return secured(self._problem(request, session, 403, text))
             form = await read_form(request)
             if form is None:
                 return secured(self._problem(request, session, 413, "That form is too large."))
@@ -139,12 +163,13 @@ class AdminUI:
         form = await read_form(request) or {}
         target = safe_next(form.get("next"))
         client = request.client.host if request.client else None
-        if not self._sessions.token_ok(form.get("token", "")):
+        can_act = self._sessions.opens(form.get("token", ""))
+        if can_act is None:
             log.warning("admin login refused", extra={"client": client})
             message = (
                 "That token is not right."
                 if self._sessions.enabled
-                else "The admin UI is off: set HOOKD_ADMIN_TOKEN to use it."
+                else "The admin UI is off: set HOOKD_ADMIN_TOKEN (or HOOKD_READ_TOKEN) to use it."
             )
             response = self._render(
                 request,
@@ -155,9 +180,9 @@ class AdminUI:
                 message=message,
             )
             return secured(response)
-        log.info("admin login", extra={"client": client})
+        log.info("admin login", extra={"client": client, "read_only": not can_act})
         response = RedirectResponse(target, status_code=303)
-        self._sessions.start(response, request)
+        self._sessions.start(response, request, can_act=can_act)
         return secured(response)
 
     async def logout(self, request: Request, _: Session, __: dict[str, str]) -> Response:
@@ -183,7 +208,12 @@ class AdminUI:
             if rc is not None:
                 rc["lag_s"] = None if rc["cursor"] is None else max(0.0, now - rc["cursor"])
         return self._render(
-            request, "sources.html", csrf=session.csrf, section="sources", rows=rows
+            request,
+            "sources.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="sources",
+            rows=rows,
         )
 
     async def reconcile_now(
@@ -272,6 +302,7 @@ class AdminUI:
             request,
             "events.html",
             csrf=session.csrf,
+            can_act=session.can_act,
             section="events",
             sources=self._names,
             statuses=STATUSES,
@@ -288,11 +319,53 @@ class AdminUI:
             request,
             "dead.html",
             csrf=session.csrf,
+            can_act=session.can_act,
             section="dead",
             sources=self._names,
             counts=counts,
             **listed,
         )
+
+    async def _watch_page(
+        self,
+        request: Request,
+        session: Session,
+        section: str,
+        fetch: Callable[[WatchQuery], Awaitable[EventPage]],
+    ) -> Response:
+        """A watch list (stuck, many attempts): filtered and paged as the event list."""
+        q = request.query_params
+        params = filled(q, "source", "cursor", *(("attempts",) if section == "retried" else ()))
+        try:
+            query = WatchQuery.parse({**params, "limit": str(PAGE_SIZE)})
+        except BadRequest as exc:
+            return self._problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
+        page = await fetch(query)
+        for resource in page.events:
+            resource["last_error"] = (resource["error"] or {}).get("message")
+        kept = {k: v for k, v in params.items() if k != "cursor"}
+        older = None
+        if page.next_cursor is not None:
+            older = "?" + urlencode({**kept, "cursor": page.next_cursor})
+        return self._render(
+            request,
+            f"{section}.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section=section,
+            sources=self._names,
+            events=page.events,
+            filters={"source": query.source, "attempts": query.min_attempts},
+            older=older,
+            newest="?" + urlencode(kept),
+            first_page=query.cursor is None,
+        )
+
+    async def stuck_page(self, request: Request, session: Session) -> Response:
+        return await self._watch_page(request, session, "stuck", self._watch.stuck)
+
+    async def retried_page(self, request: Request, session: Session) -> Response:
+        return await self._watch_page(request, session, "retried", self._watch.retried)
 
     async def event_page(self, request: Request, session: Session) -> Response:
         try:
@@ -313,6 +386,7 @@ class AdminUI:
             request,
             "event.html",
             csrf=session.csrf,
+            can_act=session.can_act,
             section="events",
             event=event,
             handlers=handlers,
@@ -344,6 +418,7 @@ class AdminUI:
             request,
             "runs.html",
             csrf=session.csrf,
+            can_act=session.can_act,
             section="runs",
             runs=await self._runs.recent(query),
             reconciled=[s.name for s in self._source_ops.reconciled()],
@@ -361,6 +436,7 @@ class AdminUI:
             request,
             "run.html",
             csrf=session.csrf,
+            can_act=session.can_act,
             section="runs",
             run=run,
             can_reconcile=source is not None and source.config.reconcile is not None,
@@ -372,7 +448,7 @@ class AdminUI:
         return [
             Route(PREFIX + "/login", self.login_form, methods=["GET"]),
             Route(PREFIX + "/login", self.login, methods=["POST"]),
-            Route(PREFIX + "/logout", action(self.logout), methods=["POST"]),
+            Route(PREFIX + "/logout", action(self.logout, read_only_too=True), methods=["POST"]),
             Route(PREFIX + "/static/admin.css", self.css, methods=["GET"]),
             Route(PREFIX, page(self.sources_page), methods=["GET"]),
             Route(
@@ -386,13 +462,17 @@ class AdminUI:
             Route(PREFIX + "/events/{id}", page(self.event_page), methods=["GET"]),
             Route(PREFIX + "/events/{id}/replay", action(self.replay), methods=["POST"]),
             Route(PREFIX + "/dead", page(self.dead_page), methods=["GET"]),
+            Route(PREFIX + "/stuck", page(self.stuck_page), methods=["GET"]),
+            Route(PREFIX + "/retried", page(self.retried_page), methods=["GET"]),
             Route(PREFIX + "/runs", page(self.runs_page), methods=["GET"]),
             Route(PREFIX + "/runs/{id}", page(self.run_page), methods=["GET"]),
         ]
 
 
-def routes(token: str, events: EventOps, sources: SourceOps, runs: RunOps) -> list[Route]:
-    return AdminUI(token, events, sources, runs).routes()
+def routes(
+    tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps, watch: WatchOps
+) -> list[Route]:
+    return AdminUI(tokens, events, sources, runs, watch).routes()
 
 
 EVENT_FILTERS = ("source", "status", "origin", "type")

@@ -31,6 +31,7 @@ ERRORS = {
 BAD_FILTER = {
     "cursor": "That page link is not one this page made.",
     "text": "Filters must not contain NUL.",
+    "attempts": "Attempts must be a whole number from 1 to 10000.",
 }
 
 

@@ -1,8 +1,10 @@
 """What a request to the admin UI must carry, and what every answer carries.
 
-A session is a signed cookie (itsdangerous) whose key is derived from the admin
-token, so rotating the token logs everyone out. It holds a random CSRF token that
-every state-changing form must send back. Forms are small and url-encoded; a
+A session is a signed cookie (itsdangerous) whose key is derived from the token
+it was opened with, so rotating a token logs out everyone who signed in with it.
+The admin token opens a session that may act; the read token (``HOOKD_READ_TOKEN``)
+one that may only look. It holds a random CSRF token that every state-changing
+form must send back. Forms are small and url-encoded; a
 redirect goes only to a path inside the UI; every page goes out with the security
 headers (no script, nothing loaded from elsewhere, no framing).
 """
@@ -26,6 +28,7 @@ PREFIX = "/admin"
 COOKIE = "hookd_admin"
 SESSION_MAX_AGE_S = 12 * 3600
 SESSION_KEY_LABEL = b"hookd admin session"
+READ_SESSION_KEY_LABEL = b"hookd admin session (read only)"
 MAX_FORM_BYTES = 16 * 1024
 
 SECURITY_HEADERS = {
@@ -43,42 +46,73 @@ SECURITY_HEADERS = {
 @dataclass(frozen=True, slots=True)
 class Session:
     csrf: str
+    # Opened with the admin token: its actions (replay, reconcile, enable) are allowed.
+    can_act: bool = True
+
+
+def _serializer(token: bytes, label: bytes) -> URLSafeTimedSerializer:
+    key = hmac.new(token, label, hashlib.sha256).digest()
+    return URLSafeTimedSerializer(
+        key, salt="hookd-admin", signer_kwargs={"digest_method": hashlib.sha256}
+    )
 
 
 class Sessions:
-    """Signed, timed session cookies; the key is derived from the admin token."""
+    """Signed, timed session cookies; the key is derived from the token the session
+    was opened with (admin or read), so each token's sessions end when it changes."""
 
-    def __init__(self, token: str) -> None:
-        self.enabled = bool(token)
+    def __init__(self, token: str, read_token: str = "") -> None:
+        self.enabled = bool(token or read_token)
         self._token = token.encode()
-        key = hmac.new(self._token, SESSION_KEY_LABEL, hashlib.sha256).digest()
-        self._serializer = URLSafeTimedSerializer(
-            key, salt="hookd-admin", signer_kwargs={"digest_method": hashlib.sha256}
-        )
+        self._read_token = read_token.encode()
+        self._serializer = _serializer(self._token, SESSION_KEY_LABEL)
+        self._read_serializer = _serializer(self._read_token, READ_SESSION_KEY_LABEL)
 
     def token_ok(self, given: str) -> bool:
-        """Constant-time comparison with the admin token; no token configured: never."""
-        return self.enabled and hmac.compare_digest(given.encode(), self._token)
+        """Whether ``given`` opens a session (the admin or the read token); constant
+        time; no token configured: never."""
+        return self.opens(given) is not None
 
-    def issue(self) -> str:
-        return self._serializer.dumps({"csrf": secrets.token_urlsafe(32)})
+    def opens(self, given: str) -> bool | None:
+        """What a session opened with ``given`` may do: True (act: the admin token),
+        False (look: the read token), None (no session). Both comparisons are made."""
+        raw = given.encode()
+        admin = bool(self._token) and hmac.compare_digest(raw, self._token)
+        read = bool(self._read_token) and hmac.compare_digest(raw, self._read_token)
+        if admin:
+            return True
+        return False if read else None
+
+    def issue(self, *, can_act: bool = True) -> str:
+        csrf = secrets.token_urlsafe(32)
+        if can_act:
+            return self._serializer.dumps({"csrf": csrf})
+        return self._read_serializer.dumps({"csrf": csrf, "read_only": True})
 
     def load(self, request: Request) -> Session | None:
         raw = request.cookies.get(COOKIE)
         if not self.enabled or not raw:
             return None
-        try:
-            data = self._serializer.loads(raw, max_age=SESSION_MAX_AGE_S)
-        except BadSignature:  # SignatureExpired is one too
-            return None
-        csrf = data.get("csrf") if isinstance(data, dict) else None
-        return Session(csrf) if isinstance(csrf, str) and csrf else None
+        for serializer, configured, can_act in (
+            (self._serializer, self._token, True),
+            (self._read_serializer, self._read_token, False),
+        ):
+            if not configured:
+                continue
+            try:
+                data = serializer.loads(raw, max_age=SESSION_MAX_AGE_S)
+            except BadSignature:  # SignatureExpired is one too
+                continue
+            csrf = data.get("csrf") if isinstance(data, dict) else None
+            if isinstance(csrf, str) and csrf:
+                return Session(csrf, can_act)
+        return None
 
-    def start(self, response: Response, request: Request) -> None:
+    def start(self, response: Response, request: Request, *, can_act: bool = True) -> None:
         """Log in: a new session cookie, for the UI's paths only, never read by a script."""
         response.set_cookie(
             COOKIE,
-            self.issue(),
+            self.issue(can_act=can_act),
             max_age=SESSION_MAX_AGE_S,
             path=PREFIX,
             secure=request.url.scheme == "https",

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hookd.auth import token_ok
+from hookd.auth import Right, Tokens, refusal
 from hookd.metrics import db as dbmetrics
 from hookd.sources import Sources
 from ingest import metrics as process_metrics
@@ -21,6 +21,8 @@ from store import db
 
 log = logging.getLogger("hookd.health")
 
+# The 403's detail for a token that opens something else (the read token).
+METRICS_ONLY = "this token does not open /metrics"
 # How long /readyz waits for the database: a ping, then a probe write while commits fail.
 READY_WAIT_S = 2.0
 
@@ -28,7 +30,7 @@ READY_WAIT_S = 2.0
 def routes(
     engine: AsyncEngine,
     waker: ArqWaker | None,
-    token: str,
+    tokens: Tokens,
     sources: Sources,
     committer: GroupCommitter | None = None,
 ) -> list[Route]:
@@ -62,8 +64,9 @@ def routes(
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
-        if not token_ok(request, token):
-            return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        refused = refusal(tokens, request, Right.METRICS, METRICS_ONLY)
+        if refused is not None:
+            return refused
         text = process_metrics.render_process_families()
         try:
             async with asyncio.timeout(5.0):

@@ -310,6 +310,18 @@ def checked_key(key: object, what: str) -> str:
     return key
 
 
+# The events table's ``type`` column holds up to this many characters.
+MAX_TYPE_CHARS = 255
+
+
+def bounded_type(value: object) -> str | None:
+    """An event type read from a payload, or None when it is not a short printable
+    string (a type is informative: an odd one is left out, not refused)."""
+    if isinstance(value, str) and 0 < len(value) <= MAX_TYPE_CHARS and value.isprintable():
+        return value
+    return None
+
+
 def epoch_to_datetime(value: object) -> datetime | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

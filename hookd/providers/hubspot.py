@@ -38,6 +38,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     b64decode_strict,
+    bounded_type,
     checked_key,
     epoch_to_datetime,
     one_header,
@@ -72,7 +73,6 @@ ESCAPE = re.compile("|".join(DECODED), re.IGNORECASE)
 MAX_MILLIS_DIGITS = 15
 SIGNATURE_BYTES = 32
 MAX_EVENTS = 1000
-MAX_TYPE_CHARS = 255
 IGNORED_FIELDS = frozenset({"attemptNumber"})
 
 
@@ -185,9 +185,7 @@ def batch_key(events: Sequence[dict[str, Any]]) -> str:
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     events = parse_events(body)
     kinds = {event.get("subscriptionType") for event in events}
-    kind = kinds.pop() if len(kinds) == 1 else None
-    if not (isinstance(kind, str) and 0 < len(kind) <= MAX_TYPE_CHARS and kind.isprintable()):
-        kind = None
+    kind = bounded_type(kinds.pop()) if len(kinds) == 1 else None
     moments = [
         moment
         for moment in (epoch_to_datetime(_seconds(event.get("occurredAt"))) for event in events)

@@ -34,6 +34,7 @@ from hookd.providers.base import (
     Provider,
     SignedHeaders,
     Verified,
+    bounded_type,
     checked_key,
     epoch_to_datetime,
     hmac_sha256_hex,
@@ -47,7 +48,6 @@ NAME = "mailgun"
 KEPT_HEADERS = ("content-type", "user-agent")
 # Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
 MAX_TOKEN_CHARS = 512
-MAX_TYPE_CHARS = 255
 SIGNATURE_FIELDS = ("signature", "parent-signature")
 
 
@@ -127,9 +127,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     data = payload.get("event-data")
     if not isinstance(data, dict):
         raise PayloadError("malformed_payload", "payload has no event-data object")
-    kind = data.get("event")
-    if not (isinstance(kind, str) and 0 < len(kind) <= MAX_TYPE_CHARS and kind.isprintable()):
-        kind = None
+    kind = bounded_type(data.get("event"))
     return Envelope(
         dedupe_key=checked_key(data.get("id"), "event-data.id"),
         type=kind,

@@ -28,6 +28,7 @@ from hookd.providers.base import (
     Provider,
     SignedHeaders,
     Verified,
+    bounded_type,
     checked_key,
     hmac_sha256_hex,
     match_hmac,
@@ -42,7 +43,6 @@ SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
 # A rotation shows two signatures; many more is a hostile header.
 MAX_ENTRIES = 16
-MAX_TYPE_CHARS = 255
 
 
 def parse_secret(raw: str) -> HmacKey:
@@ -93,9 +93,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     event = payload.get("event")
     if not isinstance(event, dict):
         raise PayloadError("malformed_payload", "payload has no event object")
-    kind = event.get("event_type")
-    if not (isinstance(kind, str) and 0 < len(kind) <= MAX_TYPE_CHARS and kind.isprintable()):
-        kind = None
+    kind = bounded_type(event.get("event_type"))
     return Envelope(
         dedupe_key=checked_key(event.get("id"), "event.id"),
         type=kind,

@@ -49,6 +49,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     b64decode_strict,
+    bounded_type,
     checked_key,
     epoch_to_datetime,
     one_header,
@@ -158,8 +159,8 @@ def batch_type(events: list[dict[str, Any]]) -> str:
     kinds = {event.get("event") for event in events}
     if len(kinds) == 1:
         (kind,) = kinds
-        if isinstance(kind, str) and kind and kind.isprintable() and len(kind) < 256:
-            return kind
+        if (usable := bounded_type(kind)) is not None:
+            return usable
     return BATCH_TYPE
 
 

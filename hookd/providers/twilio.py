@@ -49,6 +49,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     b64decode_strict,
+    bounded_type,
     checked_key,
     media_type,
     one_header,
@@ -73,7 +74,6 @@ DEFAULT_PORTS = {"http": "80", "https": "443"}
 EXAMPLE_URL = "https://hookd.example/hooks/twilio"
 # A status callback carries a few dozen parameters; far more is not Twilio.
 MAX_PARAMETERS = 1000
-MAX_TYPE_CHARS = 255
 # The parameter whose value names the event, and the resource it belongs to, in the
 # order they are looked for (a recording callback also names its call, for instance).
 STATUS_PARAMETERS = (
@@ -216,12 +216,6 @@ def bind(public_url: str) -> Provider:
         sample_event=sample_event,
         with_public_url=bind,
     )
-
-
-def bounded_type(value: object) -> str | None:
-    if isinstance(value, str) and value and len(value) <= MAX_TYPE_CHARS and value.isprintable():
-        return value
-    return None
 
 
 def form_type(params: dict[str, str]) -> str | None:

@@ -7,6 +7,7 @@ file raises ``ConfigError`` whose text is one line naming file, source and key.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -468,7 +469,16 @@ def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:
                 f"{path}: {label}: key 'public_url': {provider.name} signs the URL it posts "
                 f"to; set public_url to the URL registered with {provider.name}"
             )
-        return provider.with_public_url(config.public_url)
+        bound = provider.with_public_url(config.public_url)
+        # The URL changes how requests verify and samples sign; all else the provider
+        # declares (its horizon, list API, answers, handshakes) stays as registered.
+        return dataclasses.replace(
+            provider,
+            check_headers=bound.check_headers,
+            verify=bound.verify,
+            envelope=bound.envelope,
+            sample_event=bound.sample_event,
+        )
     if config.public_url is not None:
         raise ConfigError(
             f"{path}: {label}: key 'public_url': {provider.name} does not sign the URL; remove it"

@@ -322,3 +322,21 @@ def test_bad_redis_url_names_the_variable_without_quoting_it(
     message = str(info.value)
     assert message.startswith("environment: HOOKD_REDIS_URL: not a Redis URL: use redis://")
     assert "hunter2" not in message and url not in message
+
+
+@pytest.mark.parametrize("provider", ["twilio", "square", "hubspot"])
+def test_a_url_signing_source_keeps_what_its_provider_declares(provider: str) -> None:
+    """Bound to its public_url, a source's provider still has the registered horizon,
+    list API and answers; only verifying and signing use the URL."""
+    text = (
+        f'[[sources]]\nname = "s"\nprovider = "{provider}"\nsecrets = ["k"]\n'
+        'public_url = "https://hooks.example.com/hooks/s?x=1"\n'
+    )
+    source = parse_sources(text, Path("hookd.toml"), {}).get("s")
+    assert source is not None
+    registered = PROVIDERS[provider]
+    adapter = source.adapter
+    assert adapter.redelivery_horizon_days == registered.redelivery_horizon_days
+    assert adapter.reconcile == registered.reconcile
+    assert adapter.accepted_status == registered.accepted_status
+    assert adapter.verify is not registered.verify

@@ -33,6 +33,13 @@ RUN_OUTCOMES = (*DONE_RUN_STATUSES, "dry_run")
 STARTED_RUN_STATUSES = (RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED)
 # Not processed or dead yet: what hookd_events_pending counts.
 NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
+# hookd_retention_days's ``what`` label: each source's [sources.retention] key it shows.
+RETENTION_DAYS = {
+    "body": "keep_body_days",
+    "event": "keep_events_days",
+    "dead": "keep_dead_days",
+    "key": "keep_keys_days",
+}
 # SQLite's table sizes read every page (see store.stats): counted at most this often.
 SQLITE_SIZES_EVERY_S = 300.0
 _sqlite_sizes: dict[str, tuple[float, list[stats.TableSize]]] = {}
@@ -194,6 +201,18 @@ def _retention(
         received = oldest_kept.get(source.name)
         age = 0.0 if received is None else max(0.0, (now - received).total_seconds())
         oldest.add_metric([source.name], age)
+    # From the sources file, beside what it bounds: an alert compares the two
+    # (HookdPruneNotRunning: the oldest row a day past the longer of event and dead).
+    days = GaugeMetricFamily(
+        "hookd_retention_days",
+        "Each source's retention as configured, in days: body, event (processed rows), "
+        "dead (dead rows), key (keys of pruned events).",
+        labels=["source", "what"],
+    )
+    for source in sources:
+        retention = source.config.retention
+        for what, key in RETENTION_DAYS.items():
+            days.add_metric([source.name, what], getattr(retention, key))
     rows = GaugeMetricFamily(
         "hookd_table_rows",
         "Rows per table (PostgreSQL: the planner's estimate).",
@@ -206,7 +225,7 @@ def _retention(
         rows.add_metric([table.table], table.rows)
         if table.bytes is not None:
             size.add_metric([table.table], table.bytes)
-    return [removed, oldest, rows, size]
+    return [removed, oldest, days, rows, size]
 
 
 async def _table_sizes(engine: AsyncEngine, conn: AsyncConnection) -> list[stats.TableSize]:

@@ -25,6 +25,8 @@ from hookd.auth import Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventPage, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.ops.watch import WatchOps, WatchQuery
+from hookd.providers import PROVIDERS
+from hookd.sources import DAY_S, keys_needed
 from hookd.timefmt import iso_z_or_none
 from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
 from hookd.web.admin_session import (
@@ -40,6 +42,7 @@ from hookd.web.admin_session import (
     with_query,
 )
 from processing.handlers import FORWARD
+from store import stats
 from store.models import ORIGINS, STATUSES
 from store.status import RUNNABLE_STATUSES, EventStatus
 
@@ -48,6 +51,9 @@ log = logging.getLogger("hookd.admin")
 PAGE_SIZE = 50
 # An event page reloads itself while the event is about to move on (never tried, or claimed).
 _MOVING = (EventStatus.PENDING, EventStatus.PROCESSING)
+# How far past its longest retention a source's oldest kept event may be before the
+# sources page says prune is behind: a day, as HookdPruneNotRunning does.
+PRUNE_BEHIND_DAYS = 1.0
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -214,7 +220,42 @@ class AdminUI:
             can_act=session.can_act,
             section="sources",
             rows=rows,
+            retention=await self._retention(datetime.now(UTC)),
         )
+
+    async def _retention(self, now: datetime) -> list[dict[str, Any]]:
+        """Each source's retention as configured, its provider's redelivery horizon
+        (and what its keys must outlast, when it is reconciled), and the
+        age of its oldest kept event: past the longer of ``keep_events_days`` and
+        ``keep_dead_days`` by ``PRUNE_BEHIND_DAYS``, prune is behind (the alert
+        HookdPruneNotRunning says the same)."""
+        async with self._source_ops.engine.connect() as conn:
+            oldest = await stats.oldest_events(conn, self._names)
+        rows = []
+        for source in self._sources:
+            kept = source.config.retention
+            provider = PROVIDERS[source.provider]
+            needed, why = keys_needed(provider, source.config.reconcile)
+            received = oldest.get(source.name)
+            age = None if received is None else max(0.0, (now - received).total_seconds())
+            longest = max(kept.keep_events_days, kept.keep_dead_days)
+            rows.append(
+                {
+                    "name": source.name,
+                    "body": _in_days(kept.keep_body_days),
+                    "events": _in_days(kept.keep_events_days),
+                    "dead": _in_days(kept.keep_dead_days),
+                    "keys_kept": _in_days(kept.keep_keys_days),
+                    "horizon": _in_days(provider.redelivery_horizon_days),
+                    # The least keep_keys_days the sources file takes, and why: said
+                    # for a reconciled source, whose pass adds to the horizon.
+                    "keys_needed": None if source.config.reconcile is None else _in_days(needed),
+                    "keys_why": why,
+                    "oldest_age_s": age,
+                    "behind": age is not None and age > (longest + PRUNE_BEHIND_DAYS) * DAY_S,
+                }
+            )
+        return rows
 
     async def reconcile_now(
         self, request: Request, session: Session, form: dict[str, str]
@@ -467,6 +508,12 @@ class AdminUI:
             Route(PREFIX + "/runs", page(self.runs_page), methods=["GET"]),
             Route(PREFIX + "/runs/{id}", page(self.run_page), methods=["GET"]),
         ]
+
+
+def _in_days(days: float) -> str:
+    """A number of days as the sources file may give it: ``7 days``, ``1 day``, ``0.5 days``."""
+    shown = f"{round(days, 3):g}"
+    return f"{shown} day" if shown == "1" else f"{shown} days"
 
 
 def routes(

@@ -8,11 +8,13 @@ database.
 from __future__ import annotations
 
 import asyncio
+import html as html_text
 import json
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -539,5 +541,117 @@ async def test_reconcile_now_creates_a_run_and_enable_reenables(sqlite_url: str)
             assert "Reconciliation enabled again." in page.text
             assert "/admin/sources/stripe/enable" not in page.text
             assert "/admin/sources/stripe/reconcile" in page.text
+    finally:
+        await engine.dispose()
+
+
+def retention_sources() -> Sources:
+    text = f"""
+[retention]
+keep_body_days = 3
+
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["{SECRETS["stripe"]}"]
+
+[sources.reconcile]
+api_url = "http://127.0.0.1:9"
+token = "{STRIPE_KEY}"
+
+[sources.retention]
+keep_dead_days = 60
+keep_keys_days = 45
+
+[[sources]]
+name = "slack"
+provider = "slack"
+secrets = ["{SECRETS["slack"]}"]
+"""
+    return parse_sources(text, Path("admin.toml"), env={})
+
+
+def retention_row(html: str, source: str) -> list[str]:
+    """The cells of ``source``'s row in the page's Retention table, as text."""
+    table = html[html.index("<h2>Retention</h2>") :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    for row in rows:
+        cells = [
+            " ".join(html_text.unescape(re.sub(r"<[^>]+>", " ", cell)).split())
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        ]
+        if cells and cells[0] == source:
+            return cells
+    raise AssertionError(f"no retention row for {source}: {table}")
+
+
+async def test_sources_page_shows_retention_and_the_age_of_the_oldest_kept_event(
+    sqlite_url: str,
+) -> None:
+    """Each source's retention as configured (the file's [retention] under its own),
+    the provider's redelivery horizon, and how old its oldest kept event is: flagged
+    when it is a day past the longer of keep_events_days and keep_dead_days, as the
+    alert HookdPruneNotRunning does. Read-only sessions see it too."""
+    engine = db.create_engine(sqlite_url)
+    now = time.time()
+    try:
+        async with running_app(
+            retention_sources(), sqlite_url, admin_token=TOKEN, reconcile_schedule=False
+        ) as (_, client):
+            ages_days = {"github": 91.5, "stripe": 40.25}
+            for source, age_days in ages_days.items():
+                headers, body = sample_event(source, SECRETS[source], 1)
+                stored = await client.post(f"/hooks/{source}", content=body, headers=headers)
+                assert stored.status_code == 202, stored.text
+                event_id = stored.json()["event_id"]
+                await wait_status(engine, event_id, "processed")
+                received = datetime.fromtimestamp(now - age_days * 86400, UTC)
+                async with engine.begin() as conn:
+                    await conn.execute(
+                        sa.update(EVENTS)
+                        .where(EVENTS.c.id == event_id)
+                        .values(received_at=received)
+                    )
+            await login(client)
+            page = await client.get("/admin")
+            assert page.status_code == 200
+            github = retention_row(page.text, "github")
+            stripe = retention_row(page.text, "stripe")
+            slack = retention_row(page.text, "slack")
+            # Source, bodies, processed events, dead events, keys, horizon, oldest.
+            assert github[:6] == ["github", "3 days", "30 days", "90 days", "400 days", "3 days"]
+            assert stripe[:4] == ["stripe", "3 days", "30 days", "60 days"]
+            assert stripe[4] == (
+                "45 days at least 30.003 days: stripe's redelivery horizon of 30 days "
+                "plus this source's reconcile overlap_s = 300"
+            )
+            assert stripe[5] == "30 days"
+            assert slack[1:6] == ["3 days", "30 days", "90 days", "400 days", "1 day"]
+            # 91.5 days is past github's 90 + 1: flagged. 40.25 is within stripe's 60.
+            assert github[6].startswith("91d 12h A day past its retention"), github
+            assert stripe[6] == "40d 6h", stripe
+            assert slack[6] == "none kept"
+            assert page.text.count('class="bad"') == 1
+            assert "<script" not in page.text
+
+        # A read-only session sees the same, and no action.
+        async with running_app(
+            retention_sources(),
+            sqlite_url,
+            admin_token=TOKEN,
+            read_token="admin-ui-read-token",
+            reconcile_schedule=False,
+        ) as (_, client):
+            await login(client, "admin-ui-read-token")
+            page = await client.get("/admin")
+            assert retention_row(page.text, "github")[6].startswith("91d 12h A day past")
+            assert retention_row(page.text, "stripe")[4].startswith("45 days at least 30.003")
+            assert '<form method="post" action="/admin/sources' not in page.text
     finally:
         await engine.dispose()

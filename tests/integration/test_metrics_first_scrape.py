@@ -41,7 +41,7 @@ class Documented:
     name: str
     labels: tuple[str, ...]
     values: dict[str, tuple[str, ...]]  # label -> its documented values
-    kind: str  # "per process" | "database"
+    kind: str  # "per process" | "database" | "sources file"
     served_by: str
 
     def family(self) -> str:
@@ -83,9 +83,20 @@ def documented_reasons() -> tuple[list[str], list[str]]:
     return BACKTICKED.findall(per_source), BACKTICKED.findall(unknown)
 
 
+# The retention sources_toml sets, as hookd_retention_days must show it: the file's
+# [retention] under each source's own, the defaults where neither says.
+RETENTION_DAYS = {
+    "github": {"body": 3.0, "event": 30.0, "dead": 90.0, "key": 400.0},
+    "stripe": {"body": 3.0, "event": 14.0, "dead": 60.0, "key": 45.0},
+}
+
+
 def sources_toml(path: Path) -> Path:
     path.write_text(
         f"""
+[retention]
+keep_body_days = 3
+
 [[sources]]
 name = "github"
 provider = "github"
@@ -104,6 +115,11 @@ secrets = ["{SECRETS["stripe"]}"]
 [sources.reconcile]
 api_url = "{NOWHERE}"
 token = "sk_test_first_scrape"
+
+[sources.retention]
+keep_events_days = 14
+keep_dead_days = 60
+keep_keys_days = 45
 """
     )
     return path
@@ -182,8 +198,22 @@ async def test_a_fresh_serve_shows_every_documented_family_at_zero_per_source(
     docs = documented()
     missing = [d.name for d in docs if d.family() not in families]
     assert not missing, missing
-    problems = [p for d in docs for p in check_zero_series(d, samples, SOURCES)]
+    # What the sources file says is not 0: hookd_retention_days shows it, per source.
+    from_file = [d for d in docs if d.kind == "sources file"]
+    assert [d.name for d in from_file] == ["hookd_retention_days"]
+    problems = [
+        p for d in docs if d not in from_file for p in check_zero_series(d, samples, SOURCES)
+    ]
     assert not problems, problems
+    [retention] = from_file
+    assert retention.labels == ("source", "what")
+    shown = {(lab["source"], lab["what"]): value for lab, value in samples[retention.family()]}
+    assert shown == {
+        (source, what): days
+        for source, by_what in RETENTION_DAYS.items()
+        for what, days in by_what.items()
+    }
+    assert {what for _, what in shown} == set(retention.values["what"])
     rejections = {
         (labels["source"], labels["reason"]): value
         for labels, value in samples["hookd_webhook_rejections"]

@@ -14,10 +14,12 @@ Then ``store.prune.prune`` runs with ``now`` = the end of the day and the defaul
 retention of ``hookd.sources`` (body 7, events 30, dead 90, keys 400 days).
 
 Per day: database size (``pg_database_size``; the SQLite file, and its WAL apart), rows in
-``events`` and ``event_keys``, the prune's seconds and the partitions it dropped. At the
-end, ``--check-keys`` keys of days 1..300 (all of them pruned rows by then, their keys
-kept) are delivered again through ``store.events.insert_events``: each must answer
-duplicate with the original id and add no row.
+``events`` and ``event_keys``, the bytes of ``events`` with its indexes (every partition;
+on SQLite every ``--events-bytes-every`` days, read from ``dbstat``), the prune's seconds
+and the partitions it dropped and compacted. At the end, ``--check-keys`` keys of days
+1..300 (all of them pruned rows by then, their keys kept) are delivered again through
+``store.events.insert_events``: each must answer duplicate with the original id and add
+no row.
 
 Each target gets its own database (PostgreSQL ``hookd_run_retention``, dropped at the
 end; SQLite, a file in a temporary directory); results go to
@@ -39,7 +41,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
@@ -52,6 +54,8 @@ from store import db, migrate  # noqa: E402
 from store import partitions as parts  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
 from store.events import NewEvent, NewRow, _insert_keys, insert_events, key_row  # noqa: E402
+
+Row = dict[str, Any]  # a NewRow with the columns processing sets (processed_at, last_error)
 from store.ids import new_id  # noqa: E402
 from store.models import EVENT_KEYS, EVENTS  # noqa: E402
 from store.prune import Policy, prune  # noqa: E402
@@ -86,13 +90,15 @@ def body(seq: int, size: int) -> bytes:
     return (head + pad + '"}}').encode()
 
 
-def day_rows(day: int, start: datetime, per_day: int, body_bytes: int) -> list[NewRow]:
+def day_rows(day: int, start: datetime, per_day: int, body_bytes: int) -> list[Row]:
     """One simulated day's events, finished, ids minted at their received times."""
-    rows: list[NewRow] = []
+    rows: list[Row] = []
     for i in range(per_day):
         received = start + timedelta(seconds=(i + 0.5) * 86_400 / per_day)
         ms = int(received.timestamp() * 1000)
         dead = i % 100 == 99
+        # Already finished, as processing would have left them (set here, not by an
+        # UPDATE after the insert: that would leave a dead version of every row).
         rows.append(
             {
                 "id": new_id(ms),
@@ -110,6 +116,8 @@ def day_rows(day: int, start: datetime, per_day: int, body_bytes: int) -> list[N
                 "status": EventStatus.DEAD if dead else EventStatus.PROCESSED,
                 "attempts": 1,
                 "next_attempt_at": received,
+                "last_error": "bench: handler failed" if dead else None,
+                "processed_at": None if dead else received,
                 "created_at": received,
                 "updated_at": received,
             }
@@ -117,24 +125,15 @@ def day_rows(day: int, start: datetime, per_day: int, body_bytes: int) -> list[N
     return rows
 
 
-async def store_day(conn: AsyncConnection, rows: list[NewRow]) -> None:
+async def store_day(conn: AsyncConnection, rows: list[Row]) -> None:
     """``insert_events``' statements for rows whose ids are the simulated time's."""
     result = await conn.execute(
-        _insert_keys(conn).returning(EVENT_KEYS.c.event_id), [key_row(r) for r in rows]
+        _insert_keys(conn).returning(EVENT_KEYS.c.event_id),
+        [key_row(cast(NewRow, r)) for r in rows],
     )
     new = {row[0] for row in result}
     assert len(new) == len(rows), "a simulated key was there already"
     await conn.execute(sa.insert(EVENTS), rows)
-    await conn.execute(
-        sa.update(EVENTS)
-        .where(EVENTS.c.status == EventStatus.DEAD, EVENTS.c.last_error.is_(None))
-        .values(last_error="bench: handler failed", updated_at=EVENTS.c.received_at)
-    )
-    await conn.execute(
-        sa.update(EVENTS)
-        .where(EVENTS.c.status == EventStatus.PROCESSED, EVENTS.c.processed_at.is_(None))
-        .values(processed_at=EVENTS.c.received_at)
-    )
 
 
 def file_sizes(path: str) -> dict[str, int]:
@@ -223,6 +222,22 @@ async def check_keys(
     }
 
 
+async def events_bytes(engine: AsyncEngine, postgres: bool) -> int:
+    """Bytes of ``events`` with its indexes: every partition on PostgreSQL."""
+    async with engine.connect() as conn:
+        if postgres:
+            sql = (
+                "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+                "FROM pg_partition_tree('events') WHERE isleaf"
+            )
+        else:
+            sql = (
+                "SELECT coalesce(sum(d.pgsize), 0) FROM dbstat d "
+                "JOIN sqlite_master m ON m.name = d.name WHERE m.tbl_name = 'events'"
+            )
+        return int((await conn.execute(sa.text(sql))).scalar() or 0)
+
+
 async def table_sizes(engine: AsyncEngine, postgres: bool) -> dict[str, int]:
     """Bytes of ``events`` (every partition) and ``event_keys``, indexes included, as
     they are at the end (not compacted)."""
@@ -261,6 +276,7 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
     engine = db.create_engine(url)
     days: list[dict[str, Any]] = []
     dropped_total: list[str] = []
+    compacted_total: list[str] = []
     started = time.perf_counter()
     try:
         for d in range(args.days):
@@ -276,13 +292,19 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
                 await store_day(conn, rows)
             insert_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            done = await prune(engine, {SOURCE: policy}, now=end, owner="bench-retention")
+            # Without the pause after each batch that leaves room for live traffic (there
+            # is none here): the prune's work, not its idle time.
+            done = await prune(
+                engine, {SOURCE: policy}, now=end, owner="bench-retention", pause_ratio=0.0
+            )
             prune_s = time.perf_counter() - t0
             assert not done.lease_held
             assert not done.stopped
             ev, keys, bodies = await counts(engine)
             c = done.counts.get(SOURCE)
             dropped_total += done.partitions_dropped
+            compacted_total += done.partitions_compacted
+            sized = path is None or (d + 1) % args.events_bytes_every == 0 or d + 1 == args.days
             days.append(
                 {
                     "day": d + 1,
@@ -295,6 +317,8 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
                     "pruned_rows": c.event if c else 0,
                     "pruned_bodies": c.body if c else 0,
                     "partitions_dropped": len(done.partitions_dropped),
+                    "partitions_compacted": len(done.partitions_compacted),
+                    **({"events_bytes": await events_bytes(engine, path is None)} if sized else {}),
                 }
             )
             if (d + 1) % 30 == 0 or d + 1 == args.days:
@@ -318,6 +342,7 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
     out = summarize(
         days=days,
         dropped=dropped_total,
+        compacted=compacted_total,
         partitions_left=part_left,
         check=check,
         per_day=per_day,
@@ -332,6 +357,7 @@ def summarize(
     *,
     days: list[dict[str, Any]],
     dropped: list[str],
+    compacted: list[str],
     partitions_left: int,
     check: dict[str, Any],
     per_day: int,
@@ -353,6 +379,7 @@ def summarize(
             "max": round(max(prune_s), 4),
         },
         "partitions_dropped": len(dropped),
+        "partitions_compacted": len(compacted),
         "partitions_left": partitions_left,
         "dedupe_check": check,
         "per_day": days,
@@ -374,6 +401,16 @@ def summarize(
             "keys_growth_per_day": round((last["event_keys"] - first["event_keys"]) / span),
             "bytes_growth_per_day": round((last["bytes"] - first["bytes"]) / span),
         }
+        sized = [d for d in plateau if "events_bytes" in d]
+        if sized:
+            table = statistics.mean(d["events_bytes"] for d in sized)
+            kept_sized = statistics.mean(d["events"] for d in sized)
+            out["plateau"] |= {
+                "events_bytes_mean": round(table),
+                "events_bytes_min": min(d["events_bytes"] for d in sized),
+                "events_bytes_max": max(d["events_bytes"] for d in sized),
+                "events_bytes_per_kept_event": round(table / kept_sized) if kept_sized else None,
+            }
     return out
 
 
@@ -404,6 +441,9 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1000.0, help="divide --rate by this")
     parser.add_argument("--body-bytes", type=int, default=1000)
     parser.add_argument("--check-keys", type=int, default=1000)
+    parser.add_argument(
+        "--events-bytes-every", type=int, default=10, help="days between dbstat reads (SQLite)"
+    )
     parser.add_argument("--out", type=Path, default=BENCH / "results" / "retention_year.json")
     args = parser.parse_args()
     results: dict[str, Any] = {}

@@ -14,6 +14,14 @@ read from the database, and every 2xx'd event must be stored and processed exact
     .venv/bin/python bench/soak.py                 # 10 minutes per target
     .venv/bin/python bench/soak.py --quick         # 1 minute per target
     .venv/bin/python bench/soak.py --rate 800      # skip the max measurement
+    .venv/bin/python bench/soak.py --targets hookd --minutes 20 --autovacuum-off
+
+``--autovacuum-off`` turns autovacuum off for every table and partition of hookd's
+database (``ALTER TABLE … SET (autovacuum_enabled = off)``, and for their TOAST tables;
+partitions made during the run too), so processing has to do without what vacuum and
+analyze would give it; the result then says whether processing lag drifted: its p50/p99
+over the events received in the first ``--lag-compare`` seconds after the warm-up
+against the last ``--lag-compare`` seconds (default: 5 minutes, or a third of the run).
 
 The load generator runs on uvloop with raw asyncio protocols (no streams), one request in
 flight per keep-alive connection. Request k is due at start + k/rate whatever happened to
@@ -77,6 +85,7 @@ secrets = ["{ib.SECRET}"]
 handlers = ["bench.handlers:noop"]
 """
 NOT_DONE = ("pending", "processing", "retrying")
+LAG_DRIFT_WARN = 1.5  # last ÷ first processing lag p99 that counts as a drift
 
 
 # --------------------------------------------------------------------------- load generator
@@ -757,6 +766,77 @@ def overall_lag(args: argparse.Namespace, start_wall: float) -> dict[str, float]
     }
 
 
+def lag_drift(args: argparse.Namespace, start_wall: float) -> dict[str, Any]:
+    """Processing lag p50/p99 of the events received in the first ``--lag-compare``
+    seconds after the warm-up and in the last ones, and last ÷ first."""
+    first = (args.warmup, args.warmup + args.lag_compare)
+    last = (args.seconds - args.lag_compare, args.seconds)
+    out: dict[str, Any] = {"span_s": args.lag_compare}
+    for name, (a, b) in (("first", first), ("last", last)):
+        row = ib.psql(
+            pg_args(args),
+            "SELECT count(*) || '|' || coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY "
+            "extract(epoch FROM processed_at - received_at)), 0) || '|' || coalesce("
+            "percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - "
+            "received_at)), 0) FROM events WHERE processed_at IS NOT NULL AND received_at >= "
+            f"to_timestamp({start_wall + a}) AND received_at < to_timestamp({start_wall + b})",
+            db=args.pg_db,
+        )
+        n, p50, p99 = row.split("|")
+        out[name] = {
+            "from_s": a,
+            "to_s": b,
+            "events": int(n),
+            "p50_ms": round(float(p50) * 1000, 1),
+            "p99_ms": round(float(p99) * 1000, 1),
+        }
+    for key in ("p50_ms", "p99_ms"):
+        before, after = out["first"][key], out["last"][key]
+        out[f"{key.removesuffix('_ms')}_ratio"] = round(after / before, 2) if before else None
+    return out
+
+
+AUTOVACUUM_TABLES = (
+    "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'm') "
+    "AND NOT coalesce(c.reloptions && ARRAY['autovacuum_enabled=off', "
+    "'autovacuum_enabled=false'], false)"
+)
+
+
+def autovacuum_off(args: argparse.Namespace) -> dict[str, Any]:
+    """Autovacuum off for every table of the database (partitions included, and their
+    TOAST tables): what the server-wide ``autovacuum = off`` would do to hookd."""
+    p = pg_args(args)
+    tables = [t for t in ib.psql(p, AUTOVACUUM_TABLES, db=args.pg_db).splitlines() if t]
+    for table in tables:
+        ib.psql(
+            p,
+            f"ALTER TABLE {table} SET (autovacuum_enabled = off, toast.autovacuum_enabled = off)",
+            db=args.pg_db,
+        )
+    return {"tables_set_off": len(tables), **autovacuum_state(args)}
+
+
+def autovacuum_state(args: argparse.Namespace) -> dict[str, Any]:
+    """The server's setting, tables still vacuumed by it, and how often it ran here."""
+    p = pg_args(args)
+    left = [t for t in ib.psql(p, AUTOVACUUM_TABLES, db=args.pg_db).splitlines() if t]
+    runs = ib.psql(
+        p,
+        "SELECT coalesce(sum(autovacuum_count), 0) || '|' || coalesce(sum(autoanalyze_count), 0)"
+        " FROM pg_stat_user_tables",
+        db=args.pg_db,
+    )
+    vacuums, analyzes = runs.split("|")
+    return {
+        "server_autovacuum": ib.psql(p, "SHOW autovacuum", db=args.pg_db),
+        "tables_with_autovacuum": left,
+        "autovacuum_runs": int(vacuums),
+        "autoanalyze_runs": int(analyzes),
+    }
+
+
 # --------------------------------------------------------------------------- targets
 
 
@@ -799,6 +879,8 @@ def soak_hookd(
     )
     if upgrade.returncode != 0:
         raise RuntimeError(f"hookd db upgrade failed:\n{upgrade.stdout}{upgrade.stderr}")
+    if args.autovacuum_off:
+        result["autovacuum"] = autovacuum_off(args)
     server = ib.start_server("hookd", work, env)
     server.pg_db = args.pg_db
     stack.callback(ib.stop_server, server)
@@ -856,6 +938,10 @@ def soak_hookd(
     if left:
         raise RuntimeError(f"{left} events not processed before the soak")
     baseline = int(ib.psql(p, "SELECT count(*) FROM events", db=args.pg_db))
+    if args.autovacuum_off:  # and the partitions serve and worker made at their start
+        first = result["autovacuum"]["tables_set_off"]
+        result["autovacuum"] = autovacuum_off(args)
+        result["autovacuum"]["tables_set_off"] += first
     probe = Probe(server.proc.pid, worker.pid, args.pg_db, pg_dsn(args))
     requests = ib.build_requests(ib.read_pool(pool_file), server.port)
     gen, samples = run_soak(server.port, requests, nonces.next(), probe, args, "hookd")
@@ -869,6 +955,9 @@ def soak_hookd(
     for i, s in enumerate(samples):
         s |= {k: v for k, v in by_window.get(i, {}).items() if k != "window"}
     summary["processing_lag_ms"] = overall_lag(args, gen.start_wall)
+    summary["lag_drift"] = lag_drift(args, gen.start_wall)
+    if args.autovacuum_off:
+        result["autovacuum"] |= {"at_end": autovacuum_state(args)}
     result["summary"] = summary
     result["samples"] = samples
     result["server_exit_code"] = ib.stop_server(server)
@@ -951,6 +1040,12 @@ def warnings_of(result: dict[str, Any]) -> list[str]:
     out = []
     if s["other_cpu_pct_mean"] > ib.BACKGROUND_WARN_PCT:
         out.append(f"{t}: other processes used {s['other_cpu_pct_mean']:.0f}% of a core on average")
+    drift = s.get("lag_drift", {}).get("p99_ratio")
+    if drift is not None and drift > LAG_DRIFT_WARN:
+        out.append(
+            f"{t}: processing lag p99 drifted {drift:.2f}x from the first to the last "
+            f"{s['lag_drift']['span_s']:.0f} s"
+        )
     backlog = [x.get("backlog", 0) for x in result.get("samples", [])]
     if backlog and backlog[-1] > max(100.0, s["rate_asked"] * 5):
         out.append(
@@ -1048,6 +1143,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds to wait for the worker to finish a backlog (default 600; quick 90)",
     )
     p.add_argument("--targets", default="hookd,bare", help="hookd, bare or both (default)")
+    p.add_argument(
+        "--autovacuum-off",
+        action="store_true",
+        help="turn autovacuum off for every table and partition of hookd's database",
+    )
+    p.add_argument(
+        "--lag-compare",
+        type=float,
+        help="seconds of the first and last spans whose processing lag is compared "
+        "(default 300, or a third of the run if shorter)",
+    )
     p.add_argument("--pool", type=int, default=1024, help="distinct signed bodies (1024)")
     p.add_argument(
         "--hookd-env", action="append", default=[], type=key_value, metavar="HOOKD_KEY=VALUE"
@@ -1070,6 +1176,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.seconds = round(args.minutes * 60 / args.interval) * args.interval
+    if args.lag_compare is None:
+        args.lag_compare = min(300.0, (args.seconds - args.warmup) / 3)
+    if args.warmup + 2 * args.lag_compare > args.seconds + 1e-9:
+        p.error("--warmup + 2 * --lag-compare must fit in --minutes")
     if args.warmup + 2 * args.compare > args.seconds + 1e-9:
         p.error("--warmup + 2 * --compare must fit in --minutes")
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
@@ -1120,6 +1230,8 @@ def main(argv: list[str] | None = None) -> int:
             "timeout",
             "quick",
             "targets",
+            "autovacuum_off",
+            "lag_compare",
         )
     }
     config["hookd_env"] = dict(args.hookd_env)
@@ -1167,6 +1279,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{title}:")
             for line in lines:
                 print(f"  - {line}")
+    for r in results:
+        drift = r.get("summary", {}).get("lag_drift")
+        if drift:
+            print(
+                f"[{r['target']}] processing lag, first → last {drift['span_s']:.0f} s: "
+                f"p50 {drift['first']['p50_ms']} → {drift['last']['p50_ms']} ms "
+                f"({drift['p50_ratio']}x), p99 {drift['first']['p99_ms']} → "
+                f"{drift['last']['p99_ms']} ms ({drift['p99_ratio']}x)"
+                + (f"; autovacuum {r['autovacuum']}" if "autovacuum" in r else "")
+            )
     if not found:
         print("no errors: every answer a 2xx; hookd stored every event, processed each once")
     print(f"\nresults: {args.out}")

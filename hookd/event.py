@@ -24,6 +24,14 @@ class Event:
     headers: Mapping[str, str]
     body: bytes = field(repr=False)
     idempotency_key: str = ""
+    # The provider's own time of the event, where its payload or headers carry one
+    # (docs/providers.md says which, per provider); None otherwise.
+    occurred_at: datetime | None = None
+    # [sources.order]: the object the event is about (None when the source has no
+    # ordering or the event names none), and with fetch = true the object as the
+    # provider's API shows it when the handlers run (JSON, as decoded).
+    object_key: str | None = None
+    object: Any = field(default=None, repr=False)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -36,4 +44,3 @@ def idempotency_key(event_id: str, handler: str) -> str:
     """Stable per (event, handler): the same on every attempt, replay and worker."""
     digest = hashlib.sha256(f"{event_id}\x00{handler}".encode()).hexdigest()[:32]
     return f"hookd_{digest}"
-

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     # this process keeps the schedule (off when cron runs `hookd reconcile`).
     reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
     reconcile_schedule: bool = True
+    # Bulk operations (POST /api/operations, `hookd replay --since`): the events one
+    # transaction changes, and the runner's lease, renewed every batch (a runner that
+    # died is taken over this long after its last batch).
+    operation_batch: int = Field(default=500, ge=1, le=5_000)
+    operation_lease_s: float = Field(default=30.0, gt=0, le=3_600)
     # How often `hookd serve` and `hookd worker` apply the retention policy (`hookd
     # prune`), in seconds; 0 turns it off (a cron job runs `hookd prune` instead). A
     # lease in the database lets one process at a time prune.

@@ -22,10 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticKnownError
 
 from hookd.errors import ConfigError
+from hookd.ordering import OrderConfig
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key, Provider
 from hookd.providers.generic import SourceSettings
 from hookd.providers.reconciling import ReconcileConfig, validate_table
+from hookd.routing import (
+    FORWARD,
+    BreakerConfig,
+    DestinationConfig,
+    HandlerEntry,
+    handler_entries,
+)
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -122,18 +130,24 @@ class SourceConfig(_Strict):
     secrets: tuple[str, ...] = Field(min_length=1)
     tolerance_s: int = Field(default=300, gt=0, le=86_400)
     max_body_bytes: int = Field(default=1_048_576, gt=0, le=MAX_BODY_LIMIT)
-    handlers: tuple[str, ...] = ()
+    # Plain "module:function" strings, or tables with a filter (hookd.routing).
+    handlers: tuple[HandlerEntry, ...] = ()
     forward: ForwardConfig | None = None
+    # [[sources.destinations]]: signed HTTP deliveries, each a handler in the ledger.
+    destinations: tuple[DestinationConfig, ...] = ()
     # Validated with the model of the source's provider (see _reconcile).
     reconcile: ReconcileConfig | None = None
     max_attempts: int = Field(default=8, ge=1, le=100)
     # A configurable provider's scheme, validated with its model (see _verify).
     verify: SourceSettings | None = Field(default=None, validate_default=True)
     # The URL the provider posts to, as registered with it: the providers that sign it
-    # (twilio, square, hubspot) need it, since behind a proxy hookd cannot know it.
+    # (twilio, square, hubspot) need it, since behind a proxy hookd cannot know it; the
+    # registration check (github, stripe) compares the provider's record with it.
     public_url: str | None = None
     # The file's top-level [retention], with this source's [sources.retention] over it.
     retention: RetentionConfig = RetentionConfig()
+    # [sources.order]: per-object ordering of its events (hookd.ordering).
+    order: OrderConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -188,13 +202,15 @@ class SourceConfig(_Strict):
             raise ValueError("must be the http:// or https:// URL registered with the provider")
         return value
 
-    @field_validator("handlers")
+    @field_validator("handlers", mode="before")
     @classmethod
-    def _handlers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for ref in value:
-            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", ref):
-                raise ValueError(f'{ref!r} is not "module:function"')
-        return value
+    def _handlers(cls, value: object) -> object:
+        return handler_entries(value)
+
+    @property
+    def handler_refs(self) -> tuple[str, ...]:
+        """The handlers' "module:function" names, in order (their ledger names)."""
+        return tuple(h.ref for h in self.handlers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +287,10 @@ _TABLES: dict[tuple[str, ...], type[BaseModel]] = {
     (): SourceConfig,
     ("forward",): ForwardConfig,
     ("retention",): RetentionConfig,
+    ("order",): OrderConfig,
+    ("handlers",): HandlerEntry,
+    ("destinations",): DestinationConfig,
+    ("destinations", "breaker"): BreakerConfig,
 }
 
 
@@ -326,15 +346,15 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             # A misspelt key shows up twice: as unknown, and as the real key missing.
             # The unknown one is what was written, so it is the one to report.
             err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-            loc = [
-                p for p in err["loc"] if not isinstance(p, int) or err["type"] != "extra_forbidden"
-            ]
+            named = _named_entries(err["loc"], resolved)
+            loc = [p for p in named if not isinstance(p, int) or err["type"] != "extra_forbidden"]
             message = (
-                "unknown key" + _did_you_mean(loc)
+                "unknown key" + _did_you_mean(_table_loc(named))
                 if err["type"] == "extra_forbidden"
                 else err["msg"]
             )
             raise ConfigError(f"{path}: {label}: key {_key_path(loc)!r}: {message}") from None
+        _check_destinations(path, label, config)
         if config.name in by_name:
             raise ConfigError(f"{path}: {label}: key 'name': duplicate source name")
         keys: list[Key] = []
@@ -349,10 +369,75 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
         _check_reconcile(path, label, config, resolved.get("reconcile"))
+        _check_order(path, label, config)
         _check_keys_kept(path, label, config, own_retention, default_retention)
         adapter = _adapter(path, label, config)
         by_name[config.name] = Source(config=config, keys=tuple(keys), adapter=adapter)
     return Sources(path=path, by_name=by_name)
+
+
+def _named_entries(loc: Sequence[Any], resolved: Any) -> list[Any]:
+    """``destinations.0.url`` as ``destinations.billing.url`` when the entry has a name
+    (names only where the entry has one)."""
+    out = list(loc)
+    if not out or out[0] != "destinations" or not isinstance(resolved, dict):
+        return out
+    entries = resolved.get("destinations")
+    if not isinstance(entries, list):
+        return out
+    index = out[1] if len(out) > 1 and isinstance(out[1], int) else None
+    if index is not None and 0 <= index < len(entries):
+        entry = entries[index]
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            out[1] = entry["name"]
+    return out
+
+
+def _table_loc(loc: Sequence[Any]) -> list[Any]:
+    """A location without the entries' indexes or names, for finding the table's model
+    (``destinations.billing.breaker.x`` is a key of ``destinations.breaker``)."""
+    parts = [p for p in loc if not isinstance(p, int)]
+    if len(parts) > 2 and parts[0] == "destinations" and len(loc) > 1 and loc[1] == parts[1]:
+        return [parts[0], *parts[2:]]
+    return parts
+
+
+def _check_destinations(path: Path, label: str, config: SourceConfig) -> None:
+    """Names that would share a ledger entry: two destinations, or one called like the
+    ``[sources.forward]`` table's."""
+    seen = {FORWARD} if config.forward is not None else set()
+    for destination in config.destinations:
+        if destination.name in seen:
+            why = (
+                "the [sources.forward] table's ledger name"
+                if destination.name == FORWARD
+                else "a duplicate destination name"
+            )
+            raise ConfigError(
+                f"{path}: {label}: key 'destinations.{destination.name}.name': {why}; "
+                "give each destination its own name"
+            )
+        seen.add(destination.name)
+
+
+def _check_order(path: Path, label: str, config: SourceConfig) -> None:
+    """``fetch = true`` needs a provider whose reconcile adapter can fetch an event's
+    object, and the source's ``[sources.reconcile]`` table to call its API with."""
+    order = config.order
+    if order is None or not order.fetch:
+        return
+    spec = PROVIDERS[config.provider].reconcile
+    if spec is None or not spec.objects:
+        raise ConfigError(
+            f"{path}: {label}: key 'order.fetch': {config.provider} sources cannot fetch an "
+            "event's object from the provider's API; remove fetch (handlers get the event "
+            "as delivered)"
+        )
+    if config.reconcile is None:
+        raise ConfigError(
+            f"{path}: {label}: key 'order.fetch': fetching objects uses the provider's API "
+            "with the [sources.reconcile] table's api_url and token; add that table"
+        )
 
 
 def _check_reconcile(
@@ -479,9 +564,11 @@ def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:
             envelope=bound.envelope,
             sample_event=bound.sample_event,
         )
-    if config.public_url is not None:
+    checked = provider.reconcile is not None and provider.reconcile.registration
+    if config.public_url is not None and not checked:
         raise ConfigError(
-            f"{path}: {label}: key 'public_url': {provider.name} does not sign the URL; remove it"
+            f"{path}: {label}: key 'public_url': {provider.name} does not sign the URL "
+            "and its registration cannot be checked; remove it"
         )
     if provider.configurable is None or config.verify is None:
         return provider

@@ -31,7 +31,7 @@ from hookd.providers.base import HeaderMap, QueryMap, Reply
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
-from store.events import NewEvent
+from store.events import NewEvent, Stored
 from store.status import EventOrigin
 
 log = logging.getLogger("hookd.receiver")
@@ -44,6 +44,9 @@ JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
 
 Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+# Told (source, dedupe_key) of a webhook answered as a duplicate, for a reconciled
+# source; must not block (it queues: ``reconcile.late``).
+OnDuplicate = Callable[[str, str], None]
 
 
 class BodyTooLarge(Exception):
@@ -198,11 +201,13 @@ class Receiver:
         *,
         body_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
+        on_duplicate: OnDuplicate | None = None,
     ) -> None:
         self._sources = sources
         self._committer = committer
         self._body_timeout_s = body_timeout_s
         self._clock = clock
+        self._on_duplicate = on_duplicate
         self.deadlines = Deadlines()
         # Every series of the receive-side families at 0 from the first scrape.
         metrics.initialise(s.name for s in sources)
@@ -229,6 +234,21 @@ class Receiver:
             headers = [JSON_TYPE, (b"content-length", str(len(body)).encode()), *headers]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+    def _stored(self, source: Source, stored: Stored, dedupe_key: str) -> None:
+        """Log a new event; hand a duplicate of a reconciled source's key on (a late
+        delivery when a reconcile run stored it first), without waiting."""
+        if stored.created:
+            log.info(
+                "accepted",
+                extra={
+                    "event_id": stored.event_id,
+                    "source": source.name,
+                    "dedupe_key": dedupe_key,
+                },
+            )
+        elif self._on_duplicate is not None and source.config.reconcile is not None:
+            self._on_duplicate(source.name, dedupe_key)
 
     def _reject(self, source: str, reason: str) -> None:
         _received(source, "rejected").inc()
@@ -317,6 +337,9 @@ class Receiver:
             headers=env.headers,
             body=body,
         )
+        order = source.config.order
+        if order is not None:  # the object it is about, and its version ([sources.order])
+            event = order.stamp(event)
         try:
             stored = await self._committer.submit(event)
         except StoreUnavailable as exc:
@@ -326,11 +349,7 @@ class Receiver:
         outcome = "accepted" if stored.created else "duplicate"
         _received(name, outcome).inc()
         _ack(name).observe(time.perf_counter() - started)
-        if stored.created:
-            log.info(
-                "accepted",
-                extra={"event_id": stored.event_id, "source": name, "dedupe_key": env.dedupe_key},
-            )
+        self._stored(source, stored, env.dedupe_key)
         if env.ack is not None:
             return reply_answer(env.ack)
         if stored.created:

@@ -17,17 +17,10 @@ import httpx
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler
 from hookd.providers.standard import standard_headers
+from hookd.routing import FORWARD
 from hookd.sources import ForwardConfig, Sources
 
-FORWARD = "forward"
-
-
-
-
-
-
-
-
+__all__ = ["FORWARD", "forward_handler", "import_handler", "load_handlers"]
 
 
 def import_handler(ref: str) -> Handler:
@@ -73,11 +66,13 @@ def forward_handler(config: ForwardConfig, client: httpx.AsyncClient) -> Handler
 def load_handlers(
     sources: Sources, client: httpx.AsyncClient
 ) -> dict[str, list[tuple[str, Handler]]]:
-    """Per source, the (name, callable) pairs to run in order; import errors stop start-up."""
-    table: dict[str, list[tuple[str, Handler]]] = {}
-    for source in sources:
-        chain = [(ref, import_handler(ref)) for ref in source.config.handlers]
-        if source.config.forward is not None:
-            chain.append((FORWARD, forward_handler(source.config.forward, client)))
-        table[source.name] = chain
-    return table
+    """Per source, the (name, callable) pairs to run in order; import errors stop start-up.
+
+    ``[sources.forward]`` is not among them: it is a destination, delivered beside the
+    handlers by ``processing.destinations.Router`` as ``forward``. ``client`` is kept
+    for callers of this signature."""
+    del client
+    return {
+        source.name: [(ref, import_handler(ref)) for ref in source.config.handler_refs]
+        for source in sources
+    }

@@ -1,11 +1,15 @@
 """One reconciliation run of one source: lease, page, diff, repair, cursor, record.
 
 The cursor is a watermark in provider time. A run lists everything from
-``cursor - overlap_s`` (the first run: ``now - lookback_s``), stores each
-missing event with origin ``reconcile`` in the same transaction as the run's
-counters, and only when every page is done moves the cursor to the run's
-start. A run killed halfway leaves the cursor where it was; the next run lists
-the same window again and finds only what is still missing.
+``cursor - overlap_s`` (the first run: ``now - lookback_s``) and judges what is
+older than ``now - settle_s`` (younger items' webhooks may be on their way),
+stores each missing event with origin ``reconcile`` in the same transaction as the
+run's counters, and only when every page is done moves the cursor to ``now -
+settle_s``: never past what it did not judge. A run killed halfway leaves the
+cursor where it was; the next run lists the same window again and finds only what
+is still missing. Each run records the interval it judged in the coverage ledger
+(``store.coverage``), and the part of it that fell out of the provider's retention
+while the cursor waited (a source down or disabled too long) as unrecoverable.
 
 A run cancelled by its process's shutdown (SIGTERM) records itself failed with
 ``Reconciler.interrupt_reason``; one whose process died without a word stays
@@ -27,20 +31,22 @@ from typing import Any
 
 import httpx
 from prometheus_client import Counter, Histogram
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
-from reconcile import schedule
+from reconcile import audit, coverage, schedule
 from reconcile.http import Api
 from reconcile.providers import adapter_class
 from reconcile.providers.base import Item, ListAdapter
+from store import coverage as ledger
 from store import reconcile as state
+from store.audit import AUTO_DISABLED_BY
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.ids import new_id, worker_id
-from store.status import RunStatus, RunTrigger
+from store.status import CoverageOutcome, RunStatus, RunTrigger
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -92,6 +98,10 @@ class Outcome:
     error: str | None = None
     cursor_before: float | None = None
     cursor_after: float | None = None
+    # Acknowledged deliveries found not stored (new to the ledger), and the
+    # registration check's problems (None: not checked).
+    ack_violations: int = 0
+    registration_problems: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -110,6 +120,10 @@ class Reconciler:
     interrupt_reason: str = "interrupted: cancelled"
     # Runs recorded as interrupted, for the command line to name.
     interrupted: list[str] = field(default_factory=list)
+    # When a run starts: its window (settle, retention) and its ledger records are
+    # reckoned from it. Injected by tests that emulate days passing; leases keep to
+    # the real clock.
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
     def _api(self, source: Source, adapter: type[ListAdapter]) -> Api:
         return Api(
@@ -148,7 +162,7 @@ class Reconciler:
     ) -> Outcome:
         if source.config.reconcile is None:
             raise ReconcileError("not_configured", f"source {source.name} has no [reconcile]")
-        started = datetime.now(UTC)
+        started = self.clock()
         async with self.engine.begin() as conn:
             await state.ensure_state(conn, source.name, started)
             current = await state.get_state(conn, source.name)
@@ -205,7 +219,8 @@ class Reconciler:
         try:
             async with asyncio.timeout(INTERRUPT_WRITE_S), self.engine.begin() as conn:
                 now = datetime.now(UTC)
-                await state.fail_unfinished_run(conn, run.id, reason, now)
+                if await state.fail_unfinished_run(conn, run.id, reason, now):
+                    await self._ledger_failed(conn, run, reason)
                 await state.update_state(
                     conn,
                     run.source.name,
@@ -250,10 +265,9 @@ class Reconciler:
             )
 
     async def _leased(self, run: _Run) -> Outcome:
-        rc = run.rc
         now = run.started.timestamp()
         cursor = run.current.cursor
-        since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
+        since, until = run.plan(now)
         await self._record(run, RunStatus.RUNNING, finished=False, cursor_before=cursor)
         adapter_type = adapter_class(run.source.provider)
         api = self._api(run.source, adapter_type)
@@ -263,7 +277,13 @@ class Reconciler:
         outcome = Outcome(run.id, run.source.name, RunStatus.RUNNING, cursor_before=cursor)
         log.info(
             "run started",
-            extra={"source": run.source.name, "run_id": run.id, "cursor_before": cursor},
+            extra={
+                "source": run.source.name,
+                "run_id": run.id,
+                "cursor_before": cursor,
+                "window_from": since,
+                "window_to": until,
+            },
         )
         try:
             pages = 0
@@ -292,6 +312,10 @@ class Reconciler:
             return await self._failed(
                 run, outcome, ReconcileError("bad_answer", type(exc).__name__)
             )
+        registration = await audit.read_registration(adapter)
+        await audit.record_registration(self.engine, run.source.name, registration, run.id)
+        if registration.unchecked is None:
+            outcome.registration_problems = registration.problems
         await self._count(run, tally)
         meta.update(adapter.kept())
         return await self._succeeded(run, outcome, now, meta)
@@ -303,14 +327,19 @@ class Reconciler:
     async def _page(
         self, run: _Run, adapter: ListAdapter, items: list[Item], tally: _Tally, outcome: Outcome
     ) -> None:
-        """Check one page against the store and repair what is missing, counted with it."""
+        """Check one page against the store and repair what is missing, counted with it.
+
+        Items younger than the run's settle window are left out: their webhook may be on
+        its way, and the cursor stops short of them, so a later run judges them."""
         source = run.source
+        items = [i for i in items if i.time < run.until]
         async with self.engine.begin() as conn:
             now = datetime.now(UTC)
             if not await state.renew_lease(conn, source.name, self.owner, self.lease_s, now):
                 raise LeaseLost("lease_lost", "another run took the source over")
             present = await state.existing_keys(conn, source.name, (i.key for i in items))
         missing = [i for i in items if i.key not in present]
+        broken = run.acks.broken(adapter, [i.key for i in missing])
         events = []
         if missing and not run.dry_run:
             if adapter.redelivers:
@@ -319,14 +348,20 @@ class Reconciler:
             else:
                 received = datetime.now(UTC)
                 events = [await adapter.repair(item, received) for item in missing]
+                if source.config.order is not None:  # as the receiver does
+                    events = [source.config.order.stamp(e) for e in events]
         created: list[str] = []
         async with self.engine.begin() as conn:
             if events:
                 stored = await insert_events(conn, events, self.cipher)
                 created = [s.event_id for s in stored if s.created]
+                # Whose webhook comes after all is late, counted on this run.
+                keys = [e.dedupe_key for e, s in zip(events, stored, strict=True) if s.created]
+                await ledger.mark_repaired(conn, source.name, keys, run.id)
             # A webhook that landed while we fetched was not missed after all.
             found = len(created) if events else len(missing)
             repaired = 0 if run.dry_run else found
+            violations = await run.acks.record(conn, broken)
             await state.add_run_counts(
                 conn,
                 run.id,
@@ -334,8 +369,11 @@ class Reconciler:
                 items_missing=found,
                 items_repaired=repaired,
                 pages=1,
+                ack_violations=len(violations),
                 **tally.take(),
             )
+        run.acks.report(violations)
+        outcome.ack_violations += len(violations)
         outcome.checked += len(items)
         outcome.missing += found
         outcome.repaired += repaired
@@ -355,7 +393,10 @@ class Reconciler:
     ) -> Outcome:
         interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
         finished = datetime.now(UTC)
-        cursor_after = run.current.cursor if run.dry_run else now
+        # Up to what the run judged, never back (a settle window made longer).
+        before = run.current.cursor
+        judged = run.until if before is None else max(before, run.until)
+        cursor_after = before if run.dry_run else judged
         values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
         if not run.dry_run:
             values |= {
@@ -381,6 +422,8 @@ class Reconciler:
                 finished_at=finished,
                 cursor_after=cursor_after,
             )
+            if not run.dry_run:
+                await self._ledger_checked(conn, run, outcome.repaired)
         outcome.status, outcome.cursor_after = RunStatus.SUCCEEDED, cursor_after
         _ended(run)
         log.info(
@@ -397,6 +440,64 @@ class Reconciler:
         )
         return outcome
 
+    async def _ledger_checked(self, conn: AsyncConnection, run: _Run, repaired: int) -> None:
+        """The interval the run checked, and before it what fell out of the provider's
+        retention since the cursor (in the transaction that moves the cursor)."""
+        now = self.clock()
+        if run.lost is not None:
+            lost_from, lost_to = run.lost
+            await ledger.record(
+                conn,
+                source=run.source.name,
+                run_id=run.id,
+                start=coverage.at(lost_from),
+                end=coverage.at(lost_to),
+                outcome=CoverageOutcome.UNRECOVERABLE,
+                reason=(
+                    f"beyond {run.source.provider}'s retention "
+                    f"({coverage.retention_s(run.source) / coverage.DAY_S:g} days) when this "
+                    "run came to it: nothing there can be listed any more"
+                ),
+                now=now,
+            )
+            log.warning(
+                "interval beyond the provider's retention",
+                extra={
+                    "source": run.source.name,
+                    "run_id": run.id,
+                    "lost_from": lost_from,
+                    "lost_to": lost_to,
+                },
+            )
+        assert run.window is not None
+        since, until = run.window
+        await ledger.record(
+            conn,
+            source=run.source.name,
+            run_id=run.id,
+            start=coverage.at(since),
+            end=coverage.at(until),
+            outcome=CoverageOutcome.REPAIRED if repaired else CoverageOutcome.COMPLETE,
+            repaired=repaired,
+            now=now,
+        )
+
+    async def _ledger_failed(self, conn: AsyncConnection, run: _Run, reason: str) -> None:
+        """The interval a run set out to check and did not (a later run checks it)."""
+        if run.dry_run or run.window is None:
+            return
+        since, until = run.window
+        await ledger.record(
+            conn,
+            source=run.source.name,
+            run_id=run.id,
+            start=coverage.at(since),
+            end=coverage.at(until),
+            outcome=CoverageOutcome.FAILED,
+            reason=reason,
+            now=self.clock(),
+        )
+
     async def _failed(self, run: _Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
         rc = run.rc
         finished = datetime.now(UTC)
@@ -406,6 +507,8 @@ class Reconciler:
             values["auth_failures"] = failures
             if failures >= rc.disable_after_auth_failures:
                 values["disabled"] = True
+                values["disabled_at"] = finished
+                values["disabled_by"] = AUTO_DISABLED_BY
                 values["disabled_reason"] = (
                     f"{failures} authentication failures in a row ({exc.detail}); "
                     "fix the token, then `hookd sources enable`"
@@ -422,6 +525,7 @@ class Reconciler:
             await state.update_run(
                 conn, run.id, status=RunStatus.FAILED, finished_at=finished, error=message
             )
+            await self._ledger_failed(conn, run, message)
         outcome.status, outcome.error = RunStatus.FAILED, message
         _ended(run)
         log.warning(
@@ -444,6 +548,36 @@ class _Run:
     trigger: str
     dry_run: bool
     started: datetime
+    acks: audit.AckAudit = field(init=False)
+    # [from, to) of provider time this run judges, once planned; and what lies between
+    # the cursor and the provider's retention, when the cursor fell behind it.
+    window: tuple[float, float] | None = field(default=None, init=False)
+    lost: tuple[float, float] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.acks = audit.AckAudit(self.source.name, self.id, self.dry_run)
+
+    @property
+    def until(self) -> float:
+        assert self.window is not None
+        return self.window[1]
+
+    def plan(self, now: float) -> tuple[float, float]:
+        """The window this run judges, started at ``now``: from the cursor less
+        ``overlap_s`` (the first run: ``lookback_s`` back), kept inside the provider's
+        retention, to ``now - settle_s``. A cursor behind that retention leaves the
+        interval between the two ``lost``: recorded unrecoverable if the run succeeds.
+        The first run's look-back is kept inside it without a word: nothing before
+        it was promised."""
+        rc = self.rc
+        cursor = self.current.cursor
+        floor = now - coverage.retention_s(self.source) + coverage.RETENTION_MARGIN_S
+        since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
+        if cursor is not None and cursor < floor:
+            self.lost = (cursor, floor)
+        since = max(since, floor)
+        self.window = (since, max(since, now - coverage.settle_s(self.source)))
+        return self.window
 
     @property
     def rc(self) -> ReconcileConfig:

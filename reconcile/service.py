@@ -9,15 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.sources import Source, Sources
 from hookd.timefmt import iso_z_or_none
 from reconcile.poller import Outcome, Reconciler
+from store import coverage as ledger
 from store import reconcile as state
 from store.models import EVENTS
 from store.rows import SourceStateRow
-from store.status import RUNNABLE_STATUSES, EventStatus
+from store.status import RUNNABLE_STATUSES, CoverageOutcome, EventStatus
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -106,21 +107,48 @@ class Scheduler:
             await asyncio.sleep(self._tick_s)
 
 
-async def enable(engine: AsyncEngine, source: str) -> bool:
-    now = datetime.now(UTC)
+async def enable(engine: AsyncEngine, source: str, now: datetime | None = None) -> bool:
+    now = now or datetime.now(UTC)
     async with engine.begin() as conn:
         await state.ensure_state(conn, source, now)
+        await _record_disabled_window(conn, source, now)
         return await state.update_state(
             conn,
             source,
             None,
             disabled=False,
             disabled_reason=None,
+            # When and by whom it was off: read them before this (the coverage
+            # ledger's unchecked window ends now).
+            disabled_at=None,
+            disabled_by=None,
             auth_failures=0,
             error_count=0,
             next_run_at=now,
             updated_at=now,
         )
+
+
+async def _record_disabled_window(conn: AsyncConnection, source: str, now: datetime) -> None:
+    """A source enabled again was not checked from its cursor (where its last good run
+    left off) until now: the coverage ledger says so. Runs from now on check that
+    window again as far as the provider still keeps it; the rest stays a hole."""
+    current = await state.get_state(conn, source)
+    if current is None or not current.disabled:
+        return
+    start = None if current.cursor is None else datetime.fromtimestamp(current.cursor, UTC)
+    start = start or await ledger.first_start(conn, source)
+    if start is None:  # disabled before any run recorded anything: nothing was promised
+        return
+    await ledger.record(
+        conn,
+        source=source,
+        start=start,
+        end=now,
+        outcome=CoverageOutcome.NOT_CHECKED,
+        reason=f"reconciliation disabled: {current.disabled_reason or 'no reason recorded'}",
+        now=now,
+    )
 
 
 # Not processed or dead yet: what a source's pending count counts.

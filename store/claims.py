@@ -16,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.destinations import paused_sources
+from store.history import UNKNOWN, Requester, record_replays
 from store.models import EVENTS, HANDLER_RUNS
 from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
@@ -56,13 +58,23 @@ async def claim_due(
     """
     runnable = (
         sa.select(EVENTS.c.id)
-        .where(EVENTS.c.status.in_(RUNNABLE_STATUSES), EVENTS.c.next_attempt_at <= now)
+        .where(
+            EVENTS.c.status.in_(RUNNABLE_STATUSES),
+            EVENTS.c.next_attempt_at <= now,
+            # Events of an object are store.objects.claim's (not in ix_events_runnable).
+            EVENTS.c.object_key.is_(None),
+            _not_paused(),
+        )
         .order_by(EVENTS.c.next_attempt_at)
         .limit(limit)
     )
     leases = (
         sa.select(EVENTS.c.id)
-        .where(EVENTS.c.status == EventStatus.PROCESSING, EVENTS.c.lease_expires_at < now)
+        .where(
+            EVENTS.c.status == EventStatus.PROCESSING,
+            EVENTS.c.lease_expires_at < now,
+            _not_paused(),
+        )
         .order_by(EVENTS.c.lease_expires_at)
         .limit(limit)
     )
@@ -87,13 +99,24 @@ async def claim_expired(
     statement with the runnable ones; this is for a caller that counts takeovers."""
     leases = (
         sa.select(EVENTS.c.id)
-        .where(EVENTS.c.status == EventStatus.PROCESSING, EVENTS.c.lease_expires_at < now)
+        .where(
+            EVENTS.c.status == EventStatus.PROCESSING,
+            EVENTS.c.lease_expires_at < now,
+            _not_paused(),
+        )
         .order_by(EVENTS.c.lease_expires_at)
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
         leases = leases.with_for_update(skip_locked=True)
     return await _take(conn, leases, owner, lease_s, now)
+
+
+def _not_paused() -> sa.ColumnElement[bool]:
+    """Not an event of a paused source (``hookd sources pause``): read in the claim's own
+    statement, so a pause committed before it is never crossed. Its events stay where
+    they are, due in the order they came, and are claimed once the source resumes."""
+    return EVENTS.c.source.not_in(paused_sources())
 
 
 async def _take(
@@ -206,14 +229,15 @@ async def mark_processed(
 
 async def release(
     conn: AsyncConnection, event_ids: Sequence[str], owner: str, now: datetime
-) -> None:
-    """Give back claims still held by ``owner``, due at once (a clean shutdown).
+) -> set[str]:
+    """Give back claims still held by ``owner``, due at once (a clean shutdown); the
+    ids it gave back.
 
     The attempt is given back too: it was cut short, not failed, and counting it
     would let a few restarts use up an event's last attempts (an event claimed
     past ``max_attempts`` goes dead without running).
     """
-    await conn.execute(
+    result = await conn.execute(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
         .values(
@@ -222,7 +246,28 @@ async def release(
             attempts=EVENTS.c.attempts - 1,  # >= 1 while held: claiming added it
             **_unleased(now),
         )
+        .returning(EVENTS.c.id)
     )
+    return {row[0] for row in result}
+
+
+async def defer(
+    conn: AsyncConnection, event_id: str, *, owner: str, now: datetime, until: datetime
+) -> bool:
+    """Put off an attempt that did not run (a destination paused, rate-limited, or held by
+    its circuit breaker): ``retrying``, due at ``until``, the attempt given back as
+    ``release`` does (it was not a failure), the last error left as it was."""
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(_held(conn, [event_id], owner))
+        .values(
+            status=EventStatus.RETRYING,
+            next_attempt_at=until,
+            attempts=EVENTS.c.attempts - 1,  # >= 1 while held: claiming added it
+            **_unleased(now),
+        )
+    )
+    return bool(result.rowcount)
 
 
 async def mark_failed(
@@ -259,30 +304,54 @@ async def mark_failed(
     return bool(result.rowcount)
 
 
-async def replay(conn: AsyncConnection, event_ids: Sequence[str], now: datetime) -> list[str]:
+async def replay(
+    conn: AsyncConnection,
+    event_ids: Sequence[str],
+    now: datetime,
+    *,
+    only_handler: str | None = None,
+    by: Requester = UNKNOWN,
+) -> list[str]:
     """Make events runnable again on the same row: pending, attempts reset.
 
     The ledger is kept for handlers of an unfinished event (a fixed handler
     runs, the ones that already succeeded do not); a processed event is
     replayed whole, so its ledger is cleared. Events being processed, and those
     whose body was pruned (``without_body``), are left as they are.
+
+    ``only_handler`` (a destination's name) clears that one ledger entry instead,
+    of every replayed event: of a processed event, only it runs again.
+
+    The origin stays the first one, and what the replay resets is kept: each event
+    the update made pending gets a replay marker in its history (``store.history``:
+    ``by``, the status it found, the attempts it reset), in this transaction. The
+    ids returned are those: one claimed since it was read is not among them.
     """
     if not event_ids:
         return []
     rows = (
         await conn.execute(
             sa.select(
-                EVENTS.c.id, EVENTS.c.status, EVENTS.c.body.is_(None).label("bodiless")
+                EVENTS.c.id,
+                EVENTS.c.status,
+                EVENTS.c.attempts,
+                EVENTS.c.body.is_(None).label("bodiless"),
             ).where(EVENTS.c.id.in_(list(event_ids)))
         )
     ).all()
     # A processed event whose body retention removed cannot be run again.
     ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
     processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
-    if processed:
+    if only_handler is not None and ids:
+        await conn.execute(
+            sa.delete(HANDLER_RUNS).where(
+                HANDLER_RUNS.c.event_id.in_(ids), HANDLER_RUNS.c.handler == only_handler
+            )
+        )
+    elif processed:
         await conn.execute(sa.delete(HANDLER_RUNS).where(HANDLER_RUNS.c.event_id.in_(processed)))
     if ids:
-        await conn.execute(
+        result = await conn.execute(
             sa.update(EVENTS)
             .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
             .values(
@@ -295,6 +364,12 @@ async def replay(conn: AsyncConnection, event_ids: Sequence[str], now: datetime)
                 lease_expires_at=None,
                 updated_at=now,
             )
+            .returning(EVENTS.c.id)
+        )
+        made = {r[0] for r in result}
+        ids = [i for i in ids if i in made]
+        await record_replays(
+            conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
         )
     return ids
 

@@ -44,6 +44,11 @@ class NewEvent:
     verified_with: str
     headers: dict[str, str]
     body: bytes
+    # [sources.order] (``store.objects.stamped``): the object the event is about, its
+    # version there and the SHA-256 of the body; None on a source without ordering.
+    object_key: str | None = None
+    object_version: float | None = None
+    payload_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,9 @@ class NewRow(TypedDict):
     next_attempt_at: datetime
     created_at: datetime
     updated_at: datetime
+    object_key: str | None
+    object_version: float | None
+    payload_hash: str | None
 
 
 class KeyRow(TypedDict):
@@ -183,6 +191,9 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
                 "next_attempt_at": ev.received_at,
                 "created_at": now,
                 "updated_at": now,
+                "object_key": ev.object_key,
+                "object_version": ev.object_version,
+                "payload_hash": ev.payload_hash,
             }
         )
     # One lock order for every batch: two concurrent batches that share keys
@@ -307,11 +318,15 @@ async def list_events(
     origin: str | None = None,
     limit: int = 50,
     before_id: str | None = None,
+    object_key: str | None = None,
 ) -> list[EventRow]:
-    """Newest first, keyset-paged on the time-ordered id; bodies are not read."""
+    """Newest first, keyset-paged on the time-ordered id; bodies are not read.
+    ``object_key`` (with ``source``): one object's events ([sources.order])."""
     query = sa.select(*EVENT_COLUMNS_NO_BODY).order_by(EVENTS.c.id.desc()).limit(limit)
     if source is not None:
         query = query.where(EVENTS.c.source == source)
+    if object_key is not None:
+        query = query.where(EVENTS.c.object_key == object_key)
     if status is not None:
         query = query.where(EVENTS.c.status == status)
     if type_ is not None:
@@ -346,6 +361,9 @@ def event_resource(row: EventRow) -> dict[str, Any]:
         "occurred_at": iso_z_or_none(row.occurred_at),
         "processed_at": iso_z_or_none(row.processed_at),
         "verified_with": row.verified_with,
+        "object_key": row.object_key,
+        "object_version": row.object_version,
+        "payload_hash": row.payload_hash,
         "error": event_error(row),
         "poll_after_seconds": None if done else 1,
     }

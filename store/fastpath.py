@@ -65,6 +65,9 @@ COLUMNS = (
 )
 
 KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
+# Written only by a batch that holds an event of a source with [sources.order]; every
+# other batch's statements are the ones without them, unchanged.
+OBJECT_COLUMNS = ("object_key", "object_version", "payload_hash")
 
 # SQLite allows 32,766 parameters per statement; a larger batch is split into
 # statements of this many rows inside one transaction.
@@ -81,14 +84,14 @@ SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
 # answers one row per new event (source NULL) and one per key that was stored
 # before the statement's snapshot (its event_id, source and key); the other CTEs'
 # writes are invisible to that last SELECT, so it never sees the keys just added.
-PG_INSERT = f"""
+_PG_INSERT = """
 WITH u AS MATERIALIZED (
   SELECT *
   FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text,
                                         dedupe_key text, type text, origin text,
                                         received_at timestamptz, occurred_at timestamptz,
                                         verified_with text, headers json, body text,
-                                        body_encrypted bool)
+                                        body_encrypted bool{object_types})
 ),
 k AS (
   INSERT INTO event_keys (source, dedupe_key, event_id, received_at)
@@ -99,10 +102,10 @@ k AS (
 e AS (
   INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at,
                       occurred_at, verified_with, headers, body, body_encrypted, status,
-                      attempts, next_attempt_at, created_at, updated_at)
+                      attempts, next_attempt_at, created_at, updated_at{object_columns})
   SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
          u.occurred_at, u.verified_with, u.headers, decode(u.body, 'base64'),
-         u.body_encrypted, '{EventStatus.PENDING}', 0, u.received_at, $2, $2
+         u.body_encrypted, '{pending}', 0, u.received_at, $2, $2{object_values}
   FROM u JOIN k ON k.event_id = u.id
   ORDER BY u.n
   RETURNING id
@@ -112,7 +115,18 @@ UNION ALL
 SELECT x.event_id, x.source, x.dedupe_key
 FROM (SELECT u.source, u.dedupe_key FROM u WHERE u.id NOT IN (SELECT event_id FROM k)) AS c
 JOIN event_keys x ON x.source = c.source AND x.dedupe_key = c.dedupe_key
-"""  # noqa: S608 - constants and placeholders only
+"""
+PG_INSERT = _PG_INSERT.format(
+    object_types="", object_columns="", object_values="", pending=EventStatus.PENDING
+)
+# The same for a batch with events of an object: three more columns, read from the
+# JSON where the batch's rows have them (NULL where they do not).
+PG_INSERT_OBJECTS = _PG_INSERT.format(
+    object_types=", object_key text, object_version float8, payload_hash text",
+    object_columns=", " + ", ".join(OBJECT_COLUMNS),
+    object_values=", u.object_key, u.object_version, u.payload_hash",
+    pending=EventStatus.PENDING,
+)
 
 PG_EXISTING = """
 SELECT x.event_id, x.source, x.dedupe_key
@@ -240,7 +254,9 @@ async def _pg_insert(
     existing: dict[tuple[str, str], str] = {}
     todo = batch.rows
     for _ in range(KEY_RACE_TRIES):
-        for r in await conn.fetch(PG_INSERT, _pg_payload(todo), now):
+        objects = _with_objects(todo)
+        insert = PG_INSERT_OBJECTS if objects else PG_INSERT
+        for r in await conn.fetch(insert, _pg_payload(todo, objects=objects), now):
             if r[1] is None:
                 created.add(r[0])
             else:
@@ -261,28 +277,45 @@ async def _pg_insert(
     raise RuntimeError("event keys kept vanishing between insert and lookup")
 
 
-def _pg_payload(rows: list[NewRow]) -> str:
-    return json.dumps(
-        [
-            {
-                "n": n,
-                "id": row["id"],
-                "source": row["source"],
-                "provider": row["provider"],
-                "dedupe_key": row["dedupe_key"],
-                "type": row["type"],
-                "origin": row["origin"],
-                "received_at": row["received_at"].isoformat(),
-                "occurred_at": _iso(row["occurred_at"]),
-                "verified_with": row["verified_with"],
-                "headers": row["headers"],
-                "body": b64encode(row["body"]).decode("ascii"),
-                "body_encrypted": row["body_encrypted"],
-            }
-            for n, row in enumerate(rows)
-        ],
-        separators=(",", ":"),
-    )
+def _with_objects(rows: list[NewRow]) -> bool:
+    """Whether a row of the batch names an object ([sources.order])."""
+    return any(row["object_key"] is not None for row in rows)
+
+
+def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> str:
+    items: list[dict[str, object]] = [
+        {
+            "n": n,
+            "id": row["id"],
+            "source": row["source"],
+            "provider": row["provider"],
+            "dedupe_key": row["dedupe_key"],
+            "type": row["type"],
+            "origin": row["origin"],
+            "received_at": row["received_at"].isoformat(),
+            "occurred_at": _iso(row["occurred_at"]),
+            "verified_with": row["verified_with"],
+            "headers": row["headers"],
+            "body": b64encode(row["body"]).decode("ascii"),
+            "body_encrypted": row["body_encrypted"],
+        }
+        for n, row in enumerate(rows)
+    ]
+    if objects:
+        for item, row in zip(items, rows, strict=True):
+            item.update(_object_fields(row))
+    return json.dumps(items, separators=(",", ":"))
+
+
+def _object_fields(row: NewRow) -> dict[str, str | float | None]:
+    """The object columns of a row that has them; nothing for the others (read as NULL)."""
+    if row["object_key"] is None:
+        return {}
+    return {
+        "object_key": row["object_key"],
+        "object_version": row["object_version"],
+        "payload_hash": row["payload_hash"],
+    }
 
 
 async def _no_reset(_: asyncpg.Connection) -> None:
@@ -299,9 +332,11 @@ def _sqlite_time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def _sqlite_params(rows: list[NewRow]) -> list[str | int | bytes | None]:
-    """The rows' values, flat, in ``COLUMNS`` order."""
-    params: list[str | int | bytes | None] = []
+def _sqlite_params(
+    rows: list[NewRow], *, objects: bool = False
+) -> list[str | int | float | bytes | None]:
+    """The rows' values, flat, in ``COLUMNS`` order (then ``OBJECT_COLUMNS``'s)."""
+    params: list[str | int | float | bytes | None] = []
     for r in rows:
         params += (
             r["id"],
@@ -322,6 +357,8 @@ def _sqlite_params(rows: list[NewRow]) -> list[str | int | bytes | None]:
             _sqlite_time(r["created_at"]),
             _sqlite_time(r["updated_at"]),
         )
+        if objects:
+            params += (r["object_key"], r["object_version"], r["payload_hash"])
     return params
 
 
@@ -341,7 +378,7 @@ class SqliteInserter:
         self._cipher = cipher
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookd-sqlite")
         self._conn: sqlite3.Connection | None = None
-        self._statements: dict[tuple[str, int], str] = {}
+        self._statements: dict[tuple[str, int, int], str] = {}
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -353,13 +390,13 @@ class SqliteInserter:
 
     def _statement(self, table: str, columns: Sequence[str], n: int) -> str:
         """A multi-row insert of ``n`` rows; into event_keys, the new keys returned."""
-        sql = self._statements.get((table, n))
+        sql = self._statements.get((table, len(columns), n))
         if sql is None:
             one = "(" + ",".join("?" * len(columns)) + ")"
             sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES {','.join([one] * n)}"  # noqa: S608 - constants and placeholders only
             if table == "event_keys":
                 sql += " ON CONFLICT (source, dedupe_key) DO NOTHING RETURNING event_id"
-            self._statements[(table, n)] = sql
+            self._statements[(table, len(columns), n)] = sql
         return sql
 
     def _insert(
@@ -375,12 +412,15 @@ class SqliteInserter:
             chunk = key_params[i : i + step]
             sql = self._statement("event_keys", KEY_COLUMNS, len(chunk) // width)
             created.update(row[0] for row in conn.execute(sql, chunk).fetchall())
-        row_params = _sqlite_params([r for r in rows if r["id"] in created])
-        width = len(COLUMNS)
-        step = SQLITE_ROWS * width
+        new = [r for r in rows if r["id"] in created]
+        objects = _with_objects(new)
+        columns = COLUMNS + OBJECT_COLUMNS if objects else COLUMNS
+        row_params = _sqlite_params(new, objects=objects)
+        width = len(columns)
+        step = (32_766 // width) * width
         for i in range(0, len(row_params), step):
             part = row_params[i : i + step]
-            conn.execute(self._statement("events", COLUMNS, len(part) // width), part)
+            conn.execute(self._statement("events", columns, len(part) // width), part)
         existing: dict[tuple[str, str], str] = {}
         for r in rows:
             if r["id"] in created:

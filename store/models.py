@@ -16,6 +16,14 @@ from store.status import RUNNABLE_STATUSES, EventOrigin, EventStatus, sql_in
 # row was pruned) are in them, so storing a new key never writes to either.
 PRUNED = "pruned_at IS NOT NULL"
 
+# [sources.order]: an event that names an object (``object_key``) is claimed through the
+# object indexes, one at a time per object (store.objects); the others through
+# ix_events_runnable, which holds none of them, so a backlog of one never slows the other.
+UNORDERED = "object_key IS NULL"
+ORDERED = "object_key IS NOT NULL"
+RUNNABLE_UNORDERED = f"{sql_in('status', RUNNABLE_STATUSES)} AND {UNORDERED}"
+RUNNABLE_ORDERED = f"{sql_in('status', RUNNABLE_STATUSES)} AND {ORDERED}"
+
 # Plain strings, in the schema's order, for what lists or checks them (the API's
 # filters, the OpenAPI enums, the admin UI's menus).
 STATUSES: tuple[str, ...] = tuple(s.value for s in EventStatus)
@@ -56,12 +64,32 @@ class Event(SQLModel, table=True):
         sa.Index("ix_events_due", "status", "next_attempt_at"),
         sa.Index("ix_events_source_id", "source", "id"),
         sa.Index("ix_events_lease", "status", "lease_expires_at"),
-        # Claims read due events in due order from here and stop after a batch.
+        # Claims read due events in due order from here and stop after a batch
+        # (events of no object; migration 0012 added the second term).
         sa.Index(
             "ix_events_runnable",
             "next_attempt_at",
-            postgresql_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
-            sqlite_where=sa.text(sql_in("status", RUNNABLE_STATUSES)),
+            postgresql_where=sa.text(RUNNABLE_UNORDERED),
+            sqlite_where=sa.text(RUNNABLE_UNORDERED),
+        ),
+        # The same for events of an object: where the object claim looks for heads.
+        sa.Index(
+            "ix_events_object_due",
+            "next_attempt_at",
+            postgresql_where=sa.text(RUNNABLE_ORDERED),
+            sqlite_where=sa.text(RUNNABLE_ORDERED),
+        ),
+        # One object's events by status, then in version order: its head, whether one
+        # is being processed, and its list (``?object=``, with or without the source).
+        sa.Index(
+            "ix_events_object",
+            "object_key",
+            "source",
+            "status",
+            "object_version",
+            "id",
+            postgresql_where=sa.text(ORDERED),
+            sqlite_where=sa.text(ORDERED),
         ),
         # PostgreSQL: one partition per UTC day of the id (a ULID: its time first),
         # made and dropped by store.partitions; migration 0008.
@@ -94,6 +122,11 @@ class Event(SQLModel, table=True):
     processed_at: datetime | None = _utc(nullable=True)
     created_at: datetime = _utc()
     updated_at: datetime = _utc()
+    # [sources.order] (migration 0012): the object the event is about, its version
+    # there (unix seconds for a time), and the SHA-256 of the body; null elsewhere.
+    object_key: str | None = Field(default=None, max_length=255)
+    object_version: float | None = Field(default=None)
+    payload_hash: str | None = Field(default=None, max_length=64)
 
 
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]
@@ -111,9 +144,66 @@ class HandlerRun(SQLModel, table=True):
     )
     handler: str = Field(primary_key=True, max_length=255)
     finished_at: datetime = _utc()
+    # Null: it ran and finished. "skipped": its filter did not select the event (a
+    # store.status.LedgerOutcome), decided once and not evaluated again.
+    outcome: str | None = Field(default=None, max_length=16)
 
 
 HANDLER_RUNS: sa.Table = HandlerRun.__table__  # type: ignore[attr-defined]
+
+
+class EventHistory(SQLModel, table=True):
+    """What happened to an event, one row per processing attempt and per replay, in
+    the order they happened (``id``). Written in the transaction that records the
+    attempt's outcome or makes the replay (``store.history``); deleted with its event.
+
+    ``outcome`` is a short free word (no CHECK): what the attempt left the event in
+    (``processed``, ``retry``, ``dead``) or why it ended otherwise (``released`` at a
+    shutdown, ``lease_lost``, ``abandoned``); processing steps to come add their own.
+    """
+
+    __tablename__ = "event_history"
+    __table_args__ = (
+        # An event's history in order, and prune's deletes by a range of event ids.
+        sa.Index("ix_event_history_event", "event_id", "id"),
+    )
+
+    id: int | None = Field(
+        default=None,
+        sa_column=sa.Column(
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+    )
+    event_id: str = Field(
+        sa_column=sa.Column(
+            sa.String(26),
+            sa.ForeignKey("events.id", ondelete="CASCADE", name="fk_event_history_event"),
+            nullable=False,
+        )
+    )
+    kind: str = Field(max_length=16)  # a store.history.HistoryKind
+    # An attempt: when it started and ended. A replay: when it was made.
+    at: datetime = _utc()
+    finished_at: datetime | None = _utc(nullable=True)
+    # An attempt: its number (the event's attempts after the claim). A replay: the
+    # attempts it reset to 0.
+    attempt: int = Field(default=0)
+    worker: str | None = Field(default=None, max_length=64)
+    handler: str | None = Field(default=None, max_length=255)
+    outcome: str | None = Field(default=None, max_length=32)
+    error: str | None = Field(default=None, max_length=500)
+    error_type: str | None = Field(default=None, max_length=128)
+    duration_s: float | None = Field(default=None)
+    # A replay: the status it found, how it was asked for (cli, api, admin, ...) and,
+    # when known, with what (the token's scope, the OS user).
+    status_before: str | None = Field(default=None, max_length=16)
+    requested_via: str | None = Field(default=None, max_length=16)
+    requested_by: str | None = Field(default=None, max_length=128)
+
+
+EVENT_HISTORY: sa.Table = EventHistory.__table__  # type: ignore[attr-defined]
 
 
 class EventKey(SQLModel, table=True):
@@ -152,6 +242,11 @@ class EventKey(SQLModel, table=True):
     # How the event ended (a store.status.EventStatus), once its row is pruned.
     final_status: str | None = Field(default=None, max_length=16)
     pruned_at: datetime | None = _utc(nullable=True)
+    # The reconcile run that stored the event (origin reconcile), and when its webhook
+    # arrived after all (answered as a duplicate): a late delivery, counted once, on
+    # that run (``reconcile_runs.items_late``).
+    repaired_by: str | None = Field(default=None, max_length=26)
+    late_at: datetime | None = _utc(nullable=True)
 
 
 EVENT_KEYS: sa.Table = EventKey.__table__  # type: ignore[attr-defined]
@@ -179,6 +274,17 @@ class ReconcileState(SQLModel, table=True):
         default_factory=dict, sa_column=sa.Column(sa.JSON(), nullable=False)
     )
     updated_at: datetime = _utc()
+    # When and by whom reconciliation was switched off (``cli user:NAME``, ``api token:admin``,
+    # ``admin session:admin``, ``hookd auth-failures``); cleared when it is enabled again.
+    disabled_at: datetime | None = _utc(nullable=True)
+    disabled_by: str | None = Field(default=None, max_length=64)
+    # The last registration check (migration 0013): None before the first one.
+    registration_ok: bool | None = Field(default=None)
+    registration_checked_at: datetime | None = _utc(nullable=True)
+    # {"ok", "problems": [...], "registered": {the provider's fields as read}}
+    registration: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
+    )
 
 
 class ReconcileRun(SQLModel, table=True):
@@ -201,10 +307,63 @@ class ReconcileRun(SQLModel, table=True):
     cursor_before: float | None = Field(default=None)
     cursor_after: float | None = Field(default=None)
     error: str | None = Field(default=None, sa_type=sa.Text)
+    # Events this run stored whose webhook arrived afterwards (migration 0009).
+    items_late: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # Deliveries the provider says hookd acknowledged (2xx) whose key the store did
+    # not hold: newly found by this run (the ack_violations ledger counts each once).
+    ack_violations: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    # The run's registration check: None when none was made.
+    registration_ok: bool | None = Field(default=None)
+    registration_problems: list[str] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
+    )
 
 
+class AckViolation(SQLModel, table=True):
+    """A broken promise: a delivery the provider says hookd answered with a 2xx whose
+    key the store did not hold when a reconciliation run looked. One row per key, so
+    that the runs reading it again (their overlap) do not count it again; the counter
+    ``hookd_ack_violations_total`` is their number."""
+
+    __tablename__ = "ack_violations"
+
+    source: str = Field(primary_key=True, max_length=64)
+    dedupe_key: str = Field(primary_key=True, max_length=255)
+    run_id: str = Field(max_length=26)  # the run that found it
+    delivery: str | None = Field(default=None, max_length=64)  # the provider's delivery id
+    status_code: int | None = Field(default=None)  # what the provider says hookd answered
+    delivered_at: datetime | None = _utc(nullable=True)
+    found_at: datetime = _utc()
+
+
+ACK_VIOLATIONS: sa.Table = AckViolation.__table__  # type: ignore[attr-defined]
 RECONCILE_STATE: sa.Table = ReconcileState.__table__  # type: ignore[attr-defined]
 RECONCILE_RUNS: sa.Table = ReconcileRun.__table__  # type: ignore[attr-defined]
+
+
+class ReconcileCoverage(SQLModel, table=True):
+    """The coverage ledger: one row per time interval of a source and what became of
+    it (a ``store.status.CoverageOutcome``): checked by a run (complete, or repaired
+    ``repaired`` events), a run that failed on it, beyond the provider's retention when
+    a run came to it, or not checked while the source was disabled. Times are the
+    provider's (when it says an event happened), as the cursor's."""
+
+    __tablename__ = "reconcile_coverage"
+    __table_args__ = (sa.Index("ix_reconcile_coverage_source_start", "source", "start_at"),)
+
+    id: str = Field(primary_key=True, max_length=26)
+    source: str = Field(max_length=64)
+    # The run that recorded it; None for what no run did (a disabled window).
+    run_id: str | None = Field(default=None, max_length=26)
+    start_at: datetime = _utc()
+    end_at: datetime = _utc()
+    outcome: str = Field(max_length=16)
+    repaired: int = Field(default=0)
+    reason: str | None = Field(default=None, sa_type=sa.Text)
+    recorded_at: datetime = _utc()
+
+
+RECONCILE_COVERAGE: sa.Table = ReconcileCoverage.__table__  # type: ignore[attr-defined]
 
 
 class MaintenanceState(SQLModel, table=True):
@@ -244,8 +403,152 @@ class ReconcileRunTotal(SQLModel, table=True):
     runs: int = Field(default=0, sa_type=sa.BigInteger)
     missing: int = Field(default=0, sa_type=sa.BigInteger)
     rate_limited: int = Field(default=0, sa_type=sa.BigInteger)
+    late: int = Field(default=0, sa_type=sa.BigInteger, sa_column_kwargs={"server_default": "0"})
 
 
 MAINTENANCE_STATE: sa.Table = MaintenanceState.__table__  # type: ignore[attr-defined]
 PRUNE_TOTALS: sa.Table = PruneTotal.__table__  # type: ignore[attr-defined]
 RECONCILE_RUN_TOTALS: sa.Table = ReconcileRunTotal.__table__  # type: ignore[attr-defined]
+
+
+class Pause(SQLModel, table=True):
+    """A paused source (``destination`` empty) or destination, and who last switched it.
+
+    A paused source's events are stored and acknowledged but not claimed; a paused
+    destination's deliveries are put off without using attempts. Resuming keeps the
+    row (``paused`` false) so that who resumed it, and when, stays known."""
+
+    __tablename__ = "pauses"
+
+    source: str = Field(primary_key=True, max_length=64)
+    destination: str = Field(primary_key=True, max_length=64)
+    paused: bool = Field(default=True)
+    changed_by: str = Field(max_length=128)
+    reason: str | None = Field(default=None, sa_type=sa.Text)
+    changed_at: datetime = _utc()
+
+
+class DestinationBreaker(SQLModel, table=True):
+    """A destination's circuit breaker, shared by every process that delivers to it."""
+
+    __tablename__ = "destination_breakers"
+
+    source: str = Field(primary_key=True, max_length=64)
+    destination: str = Field(primary_key=True, max_length=64)
+    state: str = Field(max_length=16)  # a store.status.BreakerState
+    # Failed deliveries in a row (any process); a success sets it back to 0.
+    failures: int = Field(default=0)
+    opened_at: datetime | None = _utc(nullable=True)
+    # Open: when a delivery may probe. Half-open: when the probe's claim runs out.
+    retry_at: datetime | None = _utc(nullable=True)
+    probe_owner: str | None = Field(default=None, max_length=64)
+    # Why it opened last (a reason code and the failure's type, never a body).
+    reason: str | None = Field(default=None, max_length=255)
+    updated_at: datetime = _utc()
+
+
+PAUSES: sa.Table = Pause.__table__  # type: ignore[attr-defined]
+DESTINATION_BREAKERS: sa.Table = DestinationBreaker.__table__  # type: ignore[attr-defined]
+
+
+class AdminSession(SQLModel, table=True):
+    """An admin UI session (migration 0011). The signed cookie carries a random id;
+    only its SHA-256 is kept here. Logging out deletes the row, which ends the session
+    in every process, so a copy of the cookie stops working too."""
+
+    __tablename__ = "admin_sessions"
+    __table_args__ = (
+        # Expired sessions are deleted by expiry, a few at each login.
+        sa.Index("ix_admin_sessions_expires_at", "expires_at"),
+    )
+
+    id_hash: str = Field(primary_key=True, max_length=64)
+    # Opened with the admin token (may act) or the read token (may only look).
+    can_act: bool
+    created_at: datetime = _utc()
+    expires_at: datetime = _utc()
+
+
+class AdminLoginFailure(SQLModel, table=True):
+    """A refused admin login, by client address (migration 0011): an address's recent
+    ones decide whether it may try again, in whichever process it asks."""
+
+    __tablename__ = "admin_login_failures"
+    __table_args__ = (
+        # An address's failures in the window: counted at each login.
+        sa.Index("ix_admin_login_failures_client", "client", "failed_at"),
+        # Failures older than the window: deleted at each refused login.
+        sa.Index("ix_admin_login_failures_failed_at", "failed_at"),
+    )
+
+    id: str = Field(primary_key=True, max_length=32)
+    client: str = Field(max_length=64)
+    failed_at: datetime = _utc()
+
+
+ADMIN_SESSIONS: sa.Table = AdminSession.__table__  # type: ignore[attr-defined]
+ADMIN_LOGIN_FAILURES: sa.Table = AdminLoginFailure.__table__  # type: ignore[attr-defined]
+
+
+class Operation(SQLModel, table=True):
+    """A bulk operation (replay or cancel over a filter of events), run in batches by
+    whichever process holds its lease; its progress is committed with each batch, so a
+    runner that dies leaves it to the next one where it stopped."""
+
+    __tablename__ = "operations"
+    __table_args__ = (
+        # One operation per request id: a retried POST finds the first one.
+        sa.UniqueConstraint("request_id", name="uq_operations_request_id"),
+        # The runners' look for work: queued and running ones.
+        sa.Index("ix_operations_status", "status"),
+    )
+
+    id: str = Field(primary_key=True, max_length=26)
+    request_id: str = Field(max_length=255)
+    action: str = Field(max_length=16)  # a store.status.OperationAction
+    trigger: str = Field(max_length=16)  # who asked: api, admin, cli
+    # The filter as asked, in the API's words (``hookd.ops.operations.OperationFilter``).
+    filter: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    dry_run: bool = Field(default=False)
+    status: str = Field(max_length=16)  # a store.status.OperationStatus
+    # The estimate, counted before it started; then events gone over, changed, left as they were.
+    total: int = Field(default=0, sa_type=sa.BigInteger)
+    done_count: int = Field(default=0, sa_type=sa.BigInteger)
+    changed_count: int = Field(default=0, sa_type=sa.BigInteger)
+    skipped_count: int = Field(default=0, sa_type=sa.BigInteger)
+    # Events are gone over in id order, from above ``cursor`` up to below ``id_below``
+    # (the first id minted after the operation was asked for).
+    id_below: str = Field(max_length=26)
+    cursor: str | None = Field(default=None, max_length=26)
+    lease_owner: str | None = Field(default=None, max_length=64)
+    lease_expires_at: datetime | None = _utc(nullable=True)
+    cancel_requested_at: datetime | None = _utc(nullable=True)
+    error: str | None = Field(default=None, sa_type=sa.Text)
+    created_at: datetime = _utc()
+    started_at: datetime | None = _utc(nullable=True)
+    finished_at: datetime | None = _utc(nullable=True)
+    updated_at: datetime = _utc()
+
+
+OPERATIONS: sa.Table = Operation.__table__  # type: ignore[attr-defined]
+
+
+class SourceObject(SQLModel, table=True):
+    """[sources.order]: each object's latest known state, per source and object key, as
+    of the newest event processed for it (store.objects). An event older than
+    ``version`` is superseded, not run."""
+
+    __tablename__ = "source_objects"
+
+    source: str = Field(primary_key=True, max_length=64)
+    object_key: str = Field(primary_key=True, max_length=255)
+    # Of the newest event processed: its type, its version (the provider's updated-at
+    # or version number; a time in unix seconds), its id and the SHA-256 of its body.
+    type: str | None = Field(default=None, max_length=255)
+    version: float
+    event_id: str = Field(max_length=26)
+    payload_hash: str | None = Field(default=None, max_length=64)
+    updated_at: datetime = _utc()
+
+
+SOURCE_OBJECTS: sa.Table = SourceObject.__table__  # type: ignore[attr-defined]

@@ -1,13 +1,15 @@
 """Retention: what ``hookd prune`` (and the schedule of ``serve`` and ``worker``) removes.
 
 Per source and in this order, each step in batches of ``BATCH`` rows, one short
-transaction a batch, so a prune never holds a long lock, never blocks ingest
-(which writes only new rows and new keys), and can be stopped at any point and run
-again:
+transaction a batch followed by a pause as long (``PAUSE_RATIO``), so a prune never
+holds a long lock, never blocks ingest (which writes only new rows and new keys),
+leaves most of the machine to ingest and processing, and can be stopped at any
+point and run again:
 
 1. ``event``: processed events received more than ``keep_events_days`` ago, and dead
    ones more than ``keep_dead_days`` ago. In one transaction per batch: their
-   handler ledger rows are deleted, the rows deleted (``RETURNING`` their status,
+   handler ledger rows and their history (``event_history``, counted with its event,
+   not apart) are deleted, the rows deleted (``RETURNING`` their status,
    re-checked by the ``DELETE`` itself, so an event replayed meanwhile stays), and
    their keys in ``event_keys`` marked with ``final_status`` and ``pruned_at``: the
    key stays, as the tombstone that keeps answering redeliveries as duplicates.
@@ -29,7 +31,9 @@ has none, and a key's horizon runs from delivery, not from processing.
 On PostgreSQL, whose ``events`` is partitioned by day (``store.partitions``), a
 prune first makes the partitions ahead that are missing and drops every past day
 whose rows may all go (their keys marked and ledger deleted as in step 1, then the
-partition detached and dropped); the steps above then take what is left, row by row.
+partition detached and dropped), and rebuilds a past day whose processed rows may go
+but whose dead or unfinished ones stay with only those (compacted); the steps above
+then take what is left, row by row.
 It ends by analyzing the tables whose statistics went stale (``store.analyze``).
 
 Each batch adds what it removed to ``prune_totals`` in its own transaction (the
@@ -44,6 +48,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -59,6 +64,7 @@ from store.claims import one_of
 from store.events import mark_pruned
 from store.ids import id_floor
 from store.models import (
+    EVENT_HISTORY,
     EVENT_KEYS,
     EVENTS,
     HANDLER_RUNS,
@@ -78,6 +84,12 @@ TASK = "prune"
 # next prune by at most this long.
 LEASE_S = 300.0
 RELEASE_S = 2.0
+# After each batch, prune waits this many times as long as the batch took (at most
+# PAUSE_MAX_S): on a busy machine it takes at most about half of what one database
+# connection can do, and ingest and processing keep the rest; idle, a prune takes
+# about twice as long as it would flat out (bench/prune_load.py).
+PAUSE_RATIO = 1.0
+PAUSE_MAX_S = 1.0
 # What a prune counts, as hookd_pruned_total's ``what`` label says it.
 WHATS = ("body", "event", "key", "run")
 # Pages handed back to the file system per statement after a prune (SQLite, 4 KiB
@@ -126,6 +138,8 @@ class Pruned:
     partitions_created: list[str] = field(default_factory=list)
     partitions_dropped: list[str] = field(default_factory=list)
     partitions_kept: dict[str, str] = field(default_factory=dict)
+    # Past ones kept, rebuilt with only their rows still kept (dead, unfinished).
+    partitions_compacted: list[str] = field(default_factory=list)
     analyzed: list[str] = field(default_factory=list)  # tables whose statistics were stale
 
 
@@ -275,6 +289,7 @@ class _Pruner:
         owner: str,
         lease_s: float,
         stop: asyncio.Event | None,
+        pause_ratio: float = PAUSE_RATIO,
     ) -> None:
         self.engine = engine
         self.now = now
@@ -282,6 +297,7 @@ class _Pruner:
         self.owner = owner
         self.lease_s = lease_s
         self.stop = stop
+        self.pause_ratio = pause_ratio
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
@@ -290,11 +306,16 @@ class _Pruner:
     async def _tx(self) -> AsyncIterator[AsyncConnection]:
         """One batch's transaction, beginning with the renewal of the lease: a write
         first, so that on SQLite the batch holds the write lock from its start (a read
-        first could not write any more once ingest committed in between)."""
+        first could not write any more once ingest committed in between). Committed,
+        it pauses ``pause_ratio`` times as long as it took (``PAUSE_RATIO``)."""
+        started = time.monotonic()
         async with self.engine.begin() as conn:
             if not await renew(conn, self.owner, self.lease_s, _wall_clock()):
                 raise LeaseLost(TASK)
             yield conn
+        if self.pause_ratio > 0 and not self.stopping():
+            took = time.monotonic() - started
+            await asyncio.sleep(min(PAUSE_MAX_S, took * self.pause_ratio))
 
     async def events(self, source: str, status: EventStatus, cut: datetime) -> int:
         done = 0
@@ -329,12 +350,14 @@ class _Pruner:
                 if gone and conn.dialect.name != "postgresql":
                     # ON DELETE CASCADE did it already where foreign keys are enforced
                     # (always on PostgreSQL, where an ``= ANY`` list of ids could be
-                    # planned as a scan of the whole ledger without statistics).
-                    await conn.execute(
-                        sa.delete(HANDLER_RUNS).where(
-                            one_of(conn, HANDLER_RUNS.c.event_id, [r.id for r in gone])
+                    # planned as a scan of the whole ledger without statistics). The
+                    # history goes with its event, as the ledger does.
+                    for table in (HANDLER_RUNS, EVENT_HISTORY):
+                        await conn.execute(
+                            sa.delete(table).where(
+                                one_of(conn, table.c.event_id, [r.id for r in gone])
+                            )
                         )
-                    )
                 if gone:
                     await mark_pruned(conn, [(source, k, status) for k in keys], self.now)
                 await _count(conn, source, "event", len(keys))
@@ -435,6 +458,7 @@ class _Pruner:
                                 RECONCILE_RUNS.c.dry_run,
                                 RECONCILE_RUNS.c.items_missing,
                                 RECONCILE_RUNS.c.rate_limited,
+                                RECONCILE_RUNS.c.items_late,
                             )
                             .where(_runs_of(source, cut, last_run))
                             .order_by(RECONCILE_RUNS.c.id)
@@ -446,11 +470,12 @@ class _Pruner:
                     return done
                 sums: dict[tuple[str, bool], list[int]] = {}
                 for run in picked:
-                    total = sums.setdefault((run.status, bool(run.dry_run)), [0, 0, 0])
+                    total = sums.setdefault((run.status, bool(run.dry_run)), [0, 0, 0, 0])
                     total[0] += 1
                     total[1] += run.items_missing
                     total[2] += run.rate_limited
-                for (status, dry_run), (runs, missing, limited) in sums.items():
+                    total[3] += run.items_late
+                for (status, dry_run), (runs, missing, limited, late) in sums.items():
                     stmt = _insert(conn, RECONCILE_RUN_TOTALS).values(
                         source=source,
                         status=status,
@@ -458,6 +483,7 @@ class _Pruner:
                         runs=runs,
                         missing=missing,
                         rate_limited=limited,
+                        late=late,
                     )
                     await conn.execute(
                         stmt.on_conflict_do_update(
@@ -467,6 +493,7 @@ class _Pruner:
                                 "missing": RECONCILE_RUN_TOTALS.c.missing + stmt.excluded.missing,
                                 "rate_limited": RECONCILE_RUN_TOTALS.c.rate_limited
                                 + stmt.excluded.rate_limited,
+                                "late": RECONCILE_RUN_TOTALS.c.late + stmt.excluded.late,
                             },
                         )
                     )
@@ -485,6 +512,8 @@ class _Pruner:
         cuts = _Cutoffs.of(policy, self.now)
         counts = Counts()
         counts.event += await self.events(source, EventStatus.PROCESSED, cuts.events)
+        # Superseded ([sources.order]): final like processed, kept as long.
+        counts.event += await self.events(source, EventStatus.SUPERSEDED, cuts.events)
         counts.event += await self.events(source, EventStatus.DEAD, cuts.dead)
         counts.body += await self.bodies(source, cuts)
         counts.key += await self.keys(source, cuts.keys)
@@ -503,8 +532,10 @@ async def prune(
     lease_s: float = LEASE_S,
     stop: asyncio.Event | None = None,
     due_before: datetime | None = None,
+    pause_ratio: float = PAUSE_RATIO,
 ) -> Pruned:
     """Apply each source's policy as if the time were ``now``; see the module's text.
+    Each batch is followed by a pause of ``pause_ratio`` times its own time (0: none).
 
     Takes the prune lease for ``owner`` first (with ``due_before``: only if the last
     prune finished before then, see ``acquire``) and gives it back at the end; every
@@ -519,10 +550,19 @@ async def prune(
             done.partitioned = await parts.is_partitioned(conn)
         would = await parts.would_drop(engine, horizons, _wall_clock())
         done.partitions_dropped, done.partitions_kept = would.names, would.kept
+        done.partitions_compacted = would.compacted
         return done
     if not await acquire(engine, owner, lease_s, _wall_clock(), due_before=due_before):
         return Pruned(lease_held=True)
-    pruner = _Pruner(engine, now=now, batch=batch, owner=owner, lease_s=lease_s, stop=stop)
+    pruner = _Pruner(
+        engine,
+        now=now,
+        batch=batch,
+        owner=owner,
+        lease_s=lease_s,
+        stop=stop,
+        pause_ratio=pause_ratio,
+    )
     done = Pruned()
     try:
         async with engine.connect() as conn:
@@ -547,6 +587,7 @@ async def prune(
                 )
             else:
                 done.partitions_dropped, done.partitions_kept = dropped.names, dropped.kept
+                done.partitions_compacted = dropped.compacted
                 for source, n in dropped.events.items():
                     done.counts.setdefault(source, Counts()).event += n
         for source, policy in policies.items():
@@ -584,6 +625,7 @@ async def _would(conn: AsyncConnection, source: str, policy: Policy, now: dateti
 
     going = sa.or_(
         _events_of(source, EventStatus.PROCESSED, cuts.events),
+        _events_of(source, EventStatus.SUPERSEDED, cuts.events),
         _events_of(source, EventStatus.DEAD, cuts.dead),
     )
     last_run = (

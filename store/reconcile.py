@@ -31,6 +31,11 @@ class StateChange(TypedDict, total=False):
     last_run_id: str | None
     meta: dict[str, str]
     updated_at: datetime
+    disabled_at: datetime | None
+    disabled_by: str | None
+    registration_ok: bool | None
+    registration_checked_at: datetime | None
+    registration: dict[str, Any] | None
 
 
 class _RunProgress(TypedDict, total=False):
@@ -46,6 +51,10 @@ class _RunProgress(TypedDict, total=False):
     cursor_before: float | None
     cursor_after: float | None
     error: str | None
+    items_late: int
+    ack_violations: int
+    registration_ok: bool | None
+    registration_problems: list[str] | None
 
 
 class NewRun(_RunProgress):
@@ -147,6 +156,7 @@ async def create_run(conn: AsyncConnection, **values: Unpack[NewRun]) -> None:
         "items_checked": 0,
         "items_missing": 0,
         "items_repaired": 0,
+        "items_late": 0,
         "pages": 0,
         "api_calls": 0,
         "rate_limited": 0,
@@ -245,6 +255,7 @@ async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
             sa.func.count().label("runs"),
             sa.func.coalesce(sa.func.sum(RECONCILE_RUNS.c.items_missing), 0).label("missing"),
             sa.func.coalesce(sa.func.sum(RECONCILE_RUNS.c.rate_limited), 0).label("rate_limited"),
+            sa.func.coalesce(sa.func.sum(RECONCILE_RUNS.c.items_late), 0).label("late"),
         ).group_by(RECONCILE_RUNS.c.source, RECONCILE_RUNS.c.status, RECONCILE_RUNS.c.dry_run)
     )
     carried = await conn.execute(
@@ -255,6 +266,7 @@ async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
             RECONCILE_RUN_TOTALS.c.runs,
             RECONCILE_RUN_TOTALS.c.missing,
             RECONCILE_RUN_TOTALS.c.rate_limited,
+            RECONCILE_RUN_TOTALS.c.late,
         )
     )
     return [*map(RunTotalsRow._make, result), *map(RunTotalsRow._make, carried)]
@@ -275,10 +287,17 @@ def run_resource(row: RunRow) -> dict[str, Any]:
         "items_checked": row.items_checked,
         "items_missing": row.items_missing,
         "items_repaired": row.items_repaired,
+        "items_late": row.items_late,
         "pages": row.pages,
         "api_calls": row.api_calls,
         "rate_limited": row.rate_limited,
         "cursor_before": row.cursor_before,
         "cursor_after": row.cursor_after,
         "error": row.error,
+        "ack_violations": row.ack_violations,
+        "registration": (
+            None
+            if row.registration_ok is None
+            else {"ok": row.registration_ok, "problems": list(row.registration_problems or ())}
+        ),
     }

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
+from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE, SOURCE_OBJECTS
 
 
 class EventRow(NamedTuple):
@@ -45,6 +45,9 @@ class EventRow(NamedTuple):
     processed_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    object_key: str | None  # [sources.order]: the object, its version, the body's digest
+    object_version: float | None
+    payload_hash: str | None
 
 
 class SourceStateRow(NamedTuple):
@@ -63,6 +66,11 @@ class SourceStateRow(NamedTuple):
     last_run_id: str | None
     meta: dict[str, str]
     updated_at: datetime
+    disabled_at: datetime | None
+    disabled_by: str | None
+    registration_ok: bool | None
+    registration_checked_at: datetime | None
+    registration: dict[str, Any] | None
 
 
 class RunRow(NamedTuple):
@@ -84,6 +92,10 @@ class RunRow(NamedTuple):
     cursor_before: float | None
     cursor_after: float | None
     error: str | None
+    items_late: int
+    ack_violations: int
+    registration_ok: bool | None
+    registration_problems: list[str] | None
 
 
 class RunTotalsRow(NamedTuple):
@@ -95,6 +107,7 @@ class RunTotalsRow(NamedTuple):
     runs: int
     missing: int
     rate_limited: int
+    late: int
 
 
 # What the queries select: the tables' columns in the order of the rows' fields.
@@ -105,3 +118,18 @@ EVENT_COLUMNS_NO_BODY: list[sa.ColumnElement[Any]] = [
 ]
 SOURCE_STATE_COLUMNS = [RECONCILE_STATE.c[name] for name in SourceStateRow._fields]
 RUN_COLUMNS = [RECONCILE_RUNS.c[name] for name in RunRow._fields]
+
+
+class SourceObjectRow(NamedTuple):
+    """``source_objects``: one object's latest known state ([sources.order])."""
+
+    source: str
+    object_key: str
+    type: str | None
+    version: float
+    event_id: str
+    payload_hash: str | None
+    updated_at: datetime
+
+
+SOURCE_OBJECT_COLUMNS = [SOURCE_OBJECTS.c[name] for name in SourceObjectRow._fields]

@@ -24,12 +24,18 @@ class EventStatus(StrEnum):
     RETRYING = "retrying"  # an attempt failed; due again at next_attempt_at
     PROCESSED = "processed"  # every handler finished
     DEAD = "dead"  # no attempt left, or a permanent failure; replayable
+    # Not run: older than what was already processed for its object ([sources.order]);
+    # final like processed, replayable.
+    SUPERSEDED = "superseded"
 
 
 class EventOrigin(StrEnum):
     WEBHOOK = "webhook"  # the provider delivered it
     RECONCILE = "reconcile"  # a reconciliation run found it missing and stored it
-    REPLAY = "replay"  # allowed by the schema; nothing writes it (a replay reruns the row)
+    # Allowed by the schema (and the API's filters) but never written: a replay keeps
+    # the event's first origin, reruns the same row and adds a replay marker to its
+    # history (store.history), so how the event first arrived is never lost.
+    REPLAY = "replay"
 
 
 class RunStatus(StrEnum):
@@ -48,10 +54,32 @@ class RunTrigger(StrEnum):
     API = "api"
 
 
+class CoverageOutcome(StrEnum):
+    """What the coverage ledger (``reconcile_coverage``) says of one time interval of a
+    source (``ck_reconcile_coverage_outcome``, migration 0009)."""
+
+    COMPLETE = "complete"  # a run checked it and found nothing missing
+    REPAIRED = "repaired"  # a run checked it and repaired ``repaired`` missing events
+    FAILED = "failed"  # a run set out to check it and failed: a later run checks it again
+    UNRECOVERABLE = "unrecoverable"  # beyond the provider's retention when a run came to it
+    NOT_CHECKED = "not_checked"  # the source's reconciliation was disabled meanwhile
+
+
+# Outcomes that cover their interval: everything the provider listed there is stored.
+COVERING_OUTCOMES: tuple[CoverageOutcome, ...] = (
+    CoverageOutcome.COMPLETE,
+    CoverageOutcome.REPAIRED,
+)
+
+
 # Claimable once due: the order is the one ix_events_runnable's predicate spells.
 RUNNABLE_STATUSES: tuple[EventStatus, ...] = (EventStatus.PENDING, EventStatus.RETRYING)
 # Nothing more will happen to the event unless it is replayed.
-DONE_STATUSES: tuple[EventStatus, ...] = (EventStatus.PROCESSED, EventStatus.DEAD)
+DONE_STATUSES: tuple[EventStatus, ...] = (
+    EventStatus.PROCESSED,
+    EventStatus.DEAD,
+    EventStatus.SUPERSEDED,
+)
 
 # A run that has not recorded its end yet.
 UNFINISHED_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -61,6 +89,52 @@ DONE_RUN_STATUSES: tuple[RunStatus, ...] = (
     RunStatus.FAILED,
     RunStatus.LEASE_HELD,
 )
+
+
+class OperationStatus(StrEnum):
+    """A bulk operation's state (``ck_operations_status``, migration 0012)."""
+
+    QUEUED = "queued"  # recorded; no runner has taken it yet
+    RUNNING = "running"  # a runner holds (or held, until it expires) its lease
+    SUCCEEDED = "succeeded"  # went over every event of its filter (or a dry run)
+    FAILED = "failed"  # stopped by an error it could not get past
+    CANCELLED = "cancelled"  # stopped by hand; its progress says how far it got
+
+
+class OperationAction(StrEnum):
+    """What a bulk operation does to each event its filter selects (``ck_operations_action``)."""
+
+    REPLAY = "replay"  # run the event's handlers again, as a single replay does
+    CANCEL = "cancel"  # a pending or retrying event is made dead, reason "cancelled"
+
+
+# An operation that recorded its end.
+DONE_OPERATION_STATUSES: tuple[OperationStatus, ...] = (
+    OperationStatus.SUCCEEDED,
+    OperationStatus.FAILED,
+    OperationStatus.CANCELLED,
+)
+# An operation a runner still has to take or finish.
+UNFINISHED_OPERATION_STATUSES: tuple[OperationStatus, ...] = (
+    OperationStatus.QUEUED,
+    OperationStatus.RUNNING,
+)
+
+
+class BreakerState(StrEnum):
+    """A destination's circuit breaker (``ck_destination_breakers_state``, migration 0011).
+    The order is the metric's: ``hookd_destination_breaker_state`` is the member's index."""
+
+    CLOSED = "closed"  # deliveries go out
+    HALF_OPEN = "half_open"  # one delivery probes; the others wait for its outcome
+    OPEN = "open"  # deliveries wait (no attempt used) until the cool-down ends
+
+
+class LedgerOutcome(StrEnum):
+    """``handler_runs.outcome`` besides null (it ran and finished). No CHECK constraint
+    holds these; the code is the only writer."""
+
+    SKIPPED = "skipped"  # its filter did not select the event
 
 
 def sql_in(column: str, values: tuple[StrEnum, ...]) -> str:

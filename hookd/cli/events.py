@@ -35,11 +35,15 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         events = EventOps(engine, nothing_to_wake)
         if args.events_command == "list":
             # Checked by the options already, and --limit has no upper bound here.
-            query = EventQuery(source=args.source, status=args.status, limit=args.limit)
+            query = EventQuery(
+                source=args.source, status=args.status, limit=args.limit, object=args.object
+            )
             resources = (await events.page(query)).events
             if args.json:
                 for res in resources:
                     print(json.dumps(res))
+            elif args.object:  # one object's events: their versions say their order
+                print_table(resources, (*EVENT_COLUMNS, "object_version"))
             else:
                 print_table(resources)
             return EXIT_OK
@@ -58,11 +62,34 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         if args.json:
             print(json.dumps(res))
         else:
+            past = res.pop("history", [])
             width = max(len(k) for k in res)
             for key, value in res.items():
                 shown = json.dumps(value) if isinstance(value, dict) else value
                 print(f"{key.ljust(width)}  {'' if shown is None else shown}")
+            print("history" + ("" if past else "  (nothing yet)"))
+            for line in history_lines(past):
+                print("  " + line)
         return EXIT_OK
+
+
+def history_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """An event's history, oldest first, one line per attempt or replay."""
+    lines = []
+    for e in entries:
+        if e["kind"] == "replay":
+            who = e["via"] + (f" ({e['by']})" if e["by"] else "")
+            reset = f"{e['attempts_reset']} attempt(s) reset"
+            what = f"replay by {who}: was {e['status_before']}, {reset}"
+        else:
+            took = "" if e["duration_s"] is None else f" in {e['duration_s'] * 1000:.1f} ms"
+            what = f"attempt {e['attempt']}: {e['outcome']}{took}"
+            if e["worker"]:
+                what += f" on {e['worker']}"
+            if e["error"]:
+                what += f": {e['error']}"
+        lines.append(f"{e['at']}  {what}")
+    return lines
 
 
 EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")
@@ -96,13 +123,15 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
             else:
                 if gone is not None:  # done long ago: retention removed its row since
                     print(f"{args.id} {gone.final_status} ({gone.describe()})")
-                    return EXIT_OK if gone.final_status == EventStatus.PROCESSED else EXIT_WAIT_DEAD
+                    finished = (EventStatus.PROCESSED, EventStatus.SUPERSEDED)
+                    return EXIT_OK if gone.final_status in finished else EXIT_WAIT_DEAD
                 if row is None:
                     print(f"hookd: no event {args.id}", file=sys.stderr)
                     return EXIT_WAIT_UNKNOWN
                 status, last_error = row.status, row.last_error
-                if status == EventStatus.PROCESSED:
-                    print(f"{args.id} processed")
+                if status in (EventStatus.PROCESSED, EventStatus.SUPERSEDED):
+                    # superseded: not run, a newer event of its object was ([sources.order])
+                    print(f"{args.id} {status}")
                     return EXIT_OK
                 if status == EventStatus.DEAD:
                     print(f"{args.id} dead: {row.last_error or 'no error recorded'}")
@@ -117,7 +146,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
-    from hookd.ops import EventOps
+    from hookd.ops import EventOps, cli_requester
 
     if bool(args.ids) == bool(args.source or args.status):
         raise ConfigError("usage: hookd replay EVENT_ID ... | --source S --status dead")
@@ -126,7 +155,12 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     async with database(settings) as engine, waking(settings) as wake:
         events = EventOps(engine, wake)
         # --status has the one choice "dead"; the source need not be in the sources file.
-        done = await (events.replay_many(args.ids) if args.ids else events.replay_dead(args.source))
+        by = cli_requester()
+        done = await (
+            events.replay_many(args.ids, by=by)
+            if args.ids
+            else events.replay_dead(args.source, by=by)
+        )
         # Said before the wake-up's Redis is let go, which waits for the job to be sent.
         for event_id in done.unknown:
             print(f"hookd: no event {event_id}", file=sys.stderr)

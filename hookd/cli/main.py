@@ -14,8 +14,11 @@ import sys
 from collections.abc import Sequence
 
 from hookd.cli.context import preflight
+from hookd.cli.coverage import cmd_coverage
+from hookd.cli.destinations import cmd_destinations, cmd_source_pause
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
 from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
+from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
 from hookd.cli.parser import EXIT_BROKEN_PIPE, EXIT_USAGE, build_parser
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
 from hookd.cli.send_test import cmd_send_test
@@ -58,16 +61,38 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
         return cmd_serve(args, settings)
     if args.command == "worker":
         return cmd_worker(settings)
-    if args.command in ("wait", "replay", "events", "reconcile", "sources", "keys", "prune", "try"):
+    if args.command in (
+        "wait",
+        "replay",
+        "events",
+        "reconcile",
+        "sources",
+        "keys",
+        "prune",
+        "try",
+        "operations",
+        "coverage",
+        "destinations",
+    ):
         asyncio.run(preflight(settings))
     if args.command == "wait":
         return asyncio.run(cmd_wait(args, settings))
+    if args.command == "replay" and bulk_replay_asked(args):
+        return asyncio.run(cmd_bulk_replay(args, settings))
     if args.command == "replay":
         return asyncio.run(cmd_replay(args, settings))
+    if args.command == "operations":
+        return asyncio.run(cmd_operations(args, settings))
+    if args.command == "coverage":
+        return asyncio.run(cmd_coverage(args, settings, load_sources(settings.config)))
     if args.command == "reconcile":
         return asyncio.run(cmd_reconcile(args, settings, load_sources(settings.config)))
+    if args.command == "sources" and args.sources_command in ("pause", "resume"):
+        return asyncio.run(cmd_source_pause(args, settings, load_sources(settings.config)))
     if args.command == "sources":
         return asyncio.run(cmd_sources(args, settings, load_sources(settings.config)))
+    if args.command == "destinations":
+        return asyncio.run(cmd_destinations(args, settings, load_sources(settings.config)))
     if args.command == "db":
         return cmd_db_upgrade(settings)
     if args.command == "events":

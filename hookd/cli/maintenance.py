@@ -115,6 +115,7 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
                     {
                         "partitions_dropped": done.partitions_dropped,
                         "partitions_kept": done.partitions_kept,
+                        "partitions_compacted": done.partitions_compacted,
                         "as_of": iso_z(as_of),
                         "dry_run": bool(args.dry_run),
                     }
@@ -123,7 +124,14 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
     else:
         print_table(rows, ("source", "body", "event", "key", "run"))
         if done.partitioned:
-            print(_partitions_line(done.partitions_dropped, done.partitions_kept, args.dry_run))
+            print(
+                _partitions_line(
+                    done.partitions_dropped,
+                    done.partitions_kept,
+                    args.dry_run,
+                    compacted=done.partitions_compacted,
+                )
+            )
         what = "would be removed (dry run: nothing changed)" if args.dry_run else "removed"
         print(f"as of {iso_z(as_of)}: {what}")
     if received:
@@ -136,13 +144,21 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
     return EXIT_OK
 
 
-def _partitions_line(dropped: list[str], kept: dict[str, str], dry_run: bool) -> str:
+def _partitions_line(
+    dropped: list[str], kept: dict[str, str], dry_run: bool, *, compacted: list[str]
+) -> str:
     """What became of the day partitions of ``events`` (PostgreSQL): those dropped
-    whole (their events are counted in EVENT above), and how many past ones stay."""
+    whole (their events are counted in EVENT above), how many past ones stay, and of
+    those, which were rebuilt with only the events they still keep."""
     verb = "would be dropped" if dry_run else "dropped"
     line = f"partitions {verb}: {len(dropped)}"
     if dropped:
         line += f" ({', '.join(dropped)})"
     if kept:
         line += f"; {len(kept)} past ones kept: they hold events still kept (--json says why)"
+    if compacted:
+        line += (
+            f"; {len(compacted)} of them {'would be ' if dry_run else ''}compacted to those "
+            f"events ({', '.join(compacted)})"
+        )
     return line

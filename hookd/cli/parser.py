@@ -3,7 +3,8 @@ exit statuses its help text names.
 
 Exit status 0: done; 1: the command ran and failed (an event dead or unknown, a run
 failed); 2: a usage or configuration error, printed as one ``hookd: ...`` line.
-``hookd wait`` adds 3 (not done by ``--timeout``) and 4 (no such event).
+``hookd wait`` adds 3 (not done by ``--timeout``) and 4 (no such event); ``hookd
+coverage`` 3 (only the schedule's next work is unchecked) and 4 (no such source).
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from pathlib import Path
 
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from store.status import EventStatus
+from store.status import EventOrigin, EventStatus
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # 128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`).
 EXIT_BROKEN_PIPE = 141
 EXIT_WAIT_DEAD, EXIT_WAIT_TIMEOUT, EXIT_WAIT_UNKNOWN = 1, 3, 4
+# `hookd coverage`: 0 the range is fully checked; 1 it has a hole (failed, unrecoverable,
+# not checked, never recorded); 3 its only holes are what the schedule checks next
+# (settling, pending); 4 no such reconciled source.
+EXIT_COVERAGE_HOLES, EXIT_COVERAGE_DUE, EXIT_COVERAGE_UNKNOWN = 1, 3, 4
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 # How long `hookd reconcile --wait` waits for another run's lease (its help says so).
 LEASE_WAIT_S = 600.0
@@ -72,7 +77,7 @@ def listen_port(settings: Settings, option: str) -> int:
         ) from None
 
 
-def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement per option
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
     parser.add_argument("--version", action="version", version=f"hookd {package_version()}")
     parser.add_argument(
@@ -106,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "exit status:\n"
-            f"  {EXIT_OK}  the event was processed\n"
+            f"  {EXIT_OK}  the event was processed (or superseded by a newer one of its object)\n"
             f"  {EXIT_WAIT_DEAD}  the event is dead: its handlers failed and gave up\n"
             f"  {EXIT_USAGE}  usage or configuration error\n"
             f"  {EXIT_WAIT_TIMEOUT}  not done when --timeout passed\n"
@@ -127,10 +132,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
         help="seconds between looks at the event (default: %(default)g)",
     )
 
-    replay = sub.add_parser("replay", help="run events' handlers again, on the same rows")
-    replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
-    replay.add_argument("--source")
-    replay.add_argument("--status", choices=[EventStatus.DEAD.value])
+    _add_replay(sub)
 
     rec = sub.add_parser("reconcile", help="one reconciliation pass now (for cron, CronJob)")
     rec.add_argument("sources", nargs="*", metavar="SOURCE")
@@ -149,8 +151,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
     src_list.add_argument(
         "--json", action="store_true", help="print JSON Lines: one JSON object per source"
     )
-    src_enable = srcsub.add_parser("enable", help="re-enable reconciliation after auth failures")
+    src_enable = srcsub.add_parser(
+        "enable", help="re-enable reconciliation (after auth failures, or a disable)"
+    )
     src_enable.add_argument("name")
+    _add_source_audits(srcsub)
+    _add_pauses(srcsub, sub)
 
     dbp = sub.add_parser("db", help="database schema")
     dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -162,13 +168,18 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
         "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
     )
 
-    _add_prune(sub)
-    _add_try(sub)
+    for add in (_add_prune, _add_try, _add_coverage, _add_operations):
+        add(sub)
 
     events = sub.add_parser("events", help="inspect stored events")
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
     ev_list.add_argument("--source", help="only this source's events")
+    ev_list.add_argument(
+        "--object",
+        metavar="KEY",
+        help="only the events of this object (an object key of [sources.order])",
+    )
     ev_list.add_argument(
         "--status",
         choices=[s.value for s in EventStatus],
@@ -202,6 +213,148 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - a statement pe
         "private key to sign with (or HOOKD_SEND_TEST_KEY)",
     )
     return parser
+
+
+# The options of `hookd replay` that make it a bulk operation (`hookd.cli.operations`).
+BULK_REPLAY_OPTIONS = ("since", "until", "type", "destination", "origin", "object")
+
+
+def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="run events' handlers again, on the same rows: by id, or in bulk by filter",
+        description=(
+            "Run events' handlers again, on the same rows. By id (EVENT_ID ...), every dead\n"
+            "event of a source (--source S --status dead), or in bulk: every event a filter\n"
+            "selects (--since, with any of --until, --source, --status, --type, --origin,\n"
+            "--destination, --object), as a bulk operation (see `hookd operations`)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("ids", nargs="*", metavar="EVENT_ID")
+    replay.add_argument("--source", metavar="S", help="only this source's events")
+    replay.add_argument(
+        "--status", choices=[s.value for s in EventStatus], help="only events in this status"
+    )
+    when = "ISO 8601 (UTC unless it says otherwise), unix seconds, or a time ago (90m, 24h, 7d)"
+    replay.add_argument(
+        "--since", metavar="TIME", help=f"bulk: events received at or after TIME: {when}"
+    )
+    replay.add_argument(
+        "--until", metavar="TIME", help="bulk: events received before TIME (default: now)"
+    )
+    replay.add_argument("--type", metavar="GLOB", help="bulk: event types matching (* and ?)")
+    replay.add_argument(
+        "--origin", choices=[o.value for o in EventOrigin], help="bulk: only events of this origin"
+    )
+    replay.add_argument(
+        "--destination",
+        metavar="D",
+        help="bulk: NAME or SOURCE/NAME: run only this destination again, on its sources' events",
+    )
+    replay.add_argument(
+        "--object", metavar="KEY", help="bulk: one object's events (per-object ordering)"
+    )
+    replay.add_argument(
+        "--dry-run", action="store_true", help="bulk: print how many events; change nothing"
+    )
+    replay.add_argument(
+        "--wait",
+        action="store_true",
+        help="bulk: run the operation here and print its progress until it ends (without it, "
+        "hookd serve or hookd worker runs it)",
+    )
+
+
+def _add_operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ops = sub.add_parser(
+        "operations", help="bulk operations (replay or cancel by filter): list, show, cancel"
+    )
+    opsub = ops.add_subparsers(dest="operations_command", required=True, metavar="ACTION")
+    ops_list = opsub.add_parser("list", help="newest operations first")
+    ops_list.add_argument(
+        "--limit", type=positive_int, default=50, help="most to show (default: %(default)s)"
+    )
+    ops_list.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per operation"
+    )
+    ops_show = opsub.add_parser("show", help="one operation: status and progress")
+    ops_show.add_argument("id", metavar="OPERATION_ID")
+    ops_show.add_argument("--json", action="store_true", help="print one JSON object")
+    ops_cancel = opsub.add_parser(
+        "cancel", help="stop an operation (within a second); what it did stays done"
+    )
+    ops_cancel.add_argument("id", metavar="OPERATION_ID")
+    ops_cancel.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_source_audits(srcsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hookd sources disable`` and ``hookd sources check``."""
+    disable = srcsub.add_parser(
+        "disable",
+        help="stop a source's reconciliation by hand, until `hookd sources enable`",
+        description="Stop a source's reconciliation by hand: no run starts (schedule, "
+        "`hookd reconcile`, API) until `hookd sources enable NAME`; a run in progress "
+        "finishes. Recorded with the reason, the time and who (cli and the OS user).",
+    )
+    disable.add_argument("name")
+    disable.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
+    check = srcsub.add_parser(
+        "check",
+        help="read the provider's registration of the endpoint and compare it",
+        description="Read each reconciled source's registration with its provider (GitHub: "
+        "the hook; Stripe: the webhook endpoint) and compare it with what the source "
+        "expects: active/enabled, its public_url, its expect_events (Stripe also "
+        "expect_api_version). Records the result, as each reconcile run does.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  every source checked is registered as it expects\n"
+            f"  {EXIT_FAIL}  a registration differs, or could not be read\n"
+            f"  {EXIT_USAGE}  usage or configuration error (no such source, or none "
+            "that can be checked)"
+        ),
+    )
+    check.add_argument("name", nargs="?", metavar="NAME", help="only this source")
+    check.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
+    )
+
+
+def _add_coverage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    coverage = sub.add_parser(
+        "coverage",
+        help="what reconciliation has checked of a source: intervals and holes",
+        description=(
+            "Print the time intervals reconciliation has checked of SOURCE (in the\n"
+            "provider's time) and the holes, merged, each with its reasons: a run failed\n"
+            "there, it lay beyond the provider's retention, the source was disabled, it\n"
+            "is younger than settle_s, or the next run has yet to reach it."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  the whole range was checked\n"
+            f"  {EXIT_COVERAGE_HOLES}  the range has a hole\n"
+            f"  {EXIT_USAGE}  usage or configuration error (a time that is not one)\n"
+            f"  {EXIT_COVERAGE_DUE}  its only holes are the schedule's next work (settling, "
+            "pending)\n"
+            f"  {EXIT_COVERAGE_UNKNOWN}  no such source, or it has no [sources.reconcile]"
+        ),
+    )
+    coverage.add_argument("source", metavar="SOURCE")
+    when = "ISO 8601 (UTC unless it says otherwise), unix seconds, or a time ago (90m, 24h, 7d)"
+    coverage.add_argument(
+        "--since",
+        metavar="TIME",
+        help=f"start of the range: {when} (default: where the source's ledger begins)",
+    )
+    coverage.add_argument(
+        "--until",
+        metavar="TIME",
+        help=f"end of the range: {when} (default: now less the source's settle_s)",
+    )
+    coverage.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -270,3 +423,50 @@ def _add_try(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="with --all: the most events to try (default: 10)",
     )
+
+
+def _add_pauses(
+    srcsub: argparse._SubParsersAction[argparse.ArgumentParser],
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """``hookd sources pause|resume NAME`` and ``hookd destinations``."""
+    pause = srcsub.add_parser(
+        "pause",
+        help="pause a source's processing: events are still stored and acknowledged",
+        description="Pause a source's processing: its webhooks are still verified, stored "
+        "and acknowledged, but no handler or destination runs for them until `hookd "
+        "sources resume NAME`. Recorded with the time, who (cli and the OS user) and why.",
+    )
+    pause.add_argument("name")
+    pause.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
+    resume = srcsub.add_parser(
+        "resume", help="resume a source's processing: what waited runs in the order it came"
+    )
+    resume.add_argument("name")
+    _add_destinations(sub)
+
+
+def _add_destinations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hookd destinations list|pause|resume``."""
+    dest = sub.add_parser(
+        "destinations", help="destinations: pause, circuit breaker, what waits for each"
+    )
+    destsub = dest.add_subparsers(dest="destinations_command", required=True, metavar="ACTION")
+    listing = destsub.add_parser("list", help="destinations with their pause, breaker and queue")
+    listing.add_argument("--source", metavar="S", help="only this source's")
+    listing.add_argument(
+        "--json", action="store_true", help="print JSON Lines: one JSON object per destination"
+    )
+    pause = destsub.add_parser(
+        "pause",
+        help="pause one destination: its deliveries wait, using no attempt",
+        description="Pause one destination (SOURCE/NAME; `forward` for [sources.forward]): "
+        "the source's events are processed, its other destinations and handlers run, and "
+        "this one's deliveries wait, using no attempt, until `hookd destinations resume`.",
+    )
+    pause.add_argument("target", metavar="SOURCE/NAME")
+    pause.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
+    resume = destsub.add_parser(
+        "resume", help="resume one destination: what waited is delivered in the order it came"
+    )
+    resume.add_argument("target", metavar="SOURCE/NAME")

@@ -1,5 +1,5 @@
 """``hookd reconcile`` (one pass now, stopped cleanly by SIGTERM or SIGINT) and
-``hookd sources list|enable``."""
+``hookd sources list|enable|disable|check``."""
 
 from __future__ import annotations
 
@@ -128,13 +128,20 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
     )
     if outcome.status == RunStatus.FAILED:
         return f"{head} {counts} error={outcome.error}"
-    return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}"
+    audits = ""
+    if outcome.ack_violations:
+        audits += f" ack_violations={outcome.ack_violations}"
+    if outcome.registration_problems:
+        audits += f" registration_drift={'; '.join(outcome.registration_problems)!r}"
+    return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}{audits}"
 
 
 async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
     from hookd.errors import Conflict, NotFound
     from hookd.ops import SourceOps
 
+    if args.sources_command in ("disable", "check"):
+        return await source_audits(args, settings, sources)
     async with database(settings) as engine:
         source_ops = SourceOps(engine, sources)
         if args.sources_command == "enable":
@@ -168,6 +175,9 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
                 "pending": res["pending"],
                 "dead": res["dead"],
                 "reason": rc.get("reason"),
+                "processing": "paused" if res.get("paused") else "active",
+                "by": rc.get("disabled_by"),
+                "registration": _registration_word(rc.get("registration")),
             }
         )
     print_table(
@@ -175,6 +185,7 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
         (
             "name",
             "provider",
+            "processing",
             "reconcile",
             "cursor",
             "last_run",
@@ -182,6 +193,81 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
             "pending",
             "dead",
             "reason",
+            "by",
+            "registration",
         ),
     )
     return EXIT_OK
+
+
+def _registration_word(registration: dict[str, Any] | None) -> str | None:
+    """The last registration check in a word: ok, drift (and what), or none yet."""
+    if registration is None:
+        return None
+    if registration["ok"]:
+        return "ok"
+    return "drift: " + "; ".join(registration["problems"])
+
+
+async def source_audits(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
+    """``hookd sources disable NAME [--reason TEXT]`` and ``hookd sources check [NAME]``."""
+    from hookd.errors import BadRequest, Conflict, NotFound
+    from hookd.ops import SourceOps
+    from hookd.ops.sources import cli_actor
+    from reconcile.providers.base import shown_url
+
+    async with database(settings) as engine:
+        source_ops = SourceOps(engine, sources)
+        names = [args.name] if args.name else [s.name for s in source_ops.reconciled()]
+        try:
+            chosen = [source_ops.reconcilable(name) for name in names]
+        except NotFound:
+            raise ConfigError(f"{sources.path}: no source named {args.name!r}") from None
+        except Conflict:
+            raise ConfigError(
+                f"{sources.path}: source {args.name!r} has no [sources.reconcile] table"
+            ) from None
+        if args.sources_command == "disable":
+            try:
+                resource = await source_ops.disable(args.name, args.reason, cli_actor())
+            except BadRequest as exc:
+                raise ConfigError(f"--reason: {exc.detail}") from None
+            rc = resource["reconcile"]
+            print(
+                f"{args.name}: reconciliation disabled by {rc['disabled_by']} at "
+                f"{rc['disabled_at']}: {rc['reason']}"
+            )
+            return EXIT_OK
+        if not chosen:
+            raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")
+        async with httpx.AsyncClient() as client:
+            found = [(s, await source_ops.check(s.name, client)) for s in chosen]
+    if args.name and found[0][1].unchecked is not None:
+        raise ConfigError(
+            f"{sources.path}: source {args.name!r}: not checked: {found[0][1].unchecked}"
+        )
+    differs = False
+    for source, registration in found:
+        differs = differs or (registration.unchecked is None and not registration.ok)
+        if args.json:
+            print(
+                json.dumps(
+                    {
+                        "name": source.name,
+                        "provider": source.provider,
+                        "checked": registration.unchecked is None,
+                        "ok": None if registration.unchecked else registration.ok,
+                        "problems": list(registration.problems),
+                        "registered": registration.registered,
+                        "unchecked": registration.unchecked,
+                    }
+                )
+            )
+        elif registration.unchecked is not None:
+            print(f"{source.name}: not checked: {registration.unchecked}")
+        elif registration.ok:
+            url = shown_url(registration.registered.get("url"))
+            print(f"{source.name}: registration ok (posts to {url})")
+        else:
+            print(f"{source.name}: registration differs: {'; '.join(registration.problems)}")
+    return EXIT_FAIL if differs else EXIT_OK

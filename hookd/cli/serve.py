@@ -23,6 +23,7 @@ from hookd.sources import load_sources
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ingest.metrics import prepare_multiprocess
+    from processing.destinations import import_transform
     from processing.handlers import import_handler
     from store.crypto import BodyCipher
 
@@ -31,8 +32,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     args.port = args.port or listen_port(settings, "--port")
     sources = load_sources(settings.config)  # fail here, with one line, not in every worker
     for source in sources:
-        for ref in source.config.handlers:
+        for ref in source.config.handler_refs:
             import_handler(ref)
+        for destination in source.config.destinations:
+            if destination.transform is not None:
+                import_transform(destination.transform)
     # Checked here, before "serving on": otherwise each receiver process fails on
     # its own, after start-up was announced.
     BodyCipher(settings.encryption_keys)

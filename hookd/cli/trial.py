@@ -28,9 +28,9 @@ _AGO_RE = re.compile(r"([0-9]{1,9})([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_since(raw: str, now: datetime) -> datetime:
-    """``--since``: ISO 8601 (UTC unless it says otherwise), unix seconds, or a time
-    ago (``90m``, ``24h``, ``7d``)."""
+def parse_since(raw: str, now: datetime, option: str = "--since") -> datetime:
+    """``--since`` (or ``option``): ISO 8601 (UTC unless it says otherwise), unix
+    seconds, or a time ago (``90m``, ``24h``, ``7d``)."""
     text = raw.strip()
     ago = _AGO_RE.fullmatch(text)
     if ago is not None:
@@ -43,7 +43,7 @@ def parse_since(raw: str, now: datetime) -> datetime:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(
-            f"--since {raw!r}: not a time; use ISO 8601 (2027-01-31T00:00:00Z), unix "
+            f"{option} {raw!r}: not a time; use ISO 8601 (2027-01-31T00:00:00Z), unix "
             "seconds, or a time ago such as 90m, 24h or 7d"
         ) from None
     return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -17,13 +17,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hookd.metrics.destinations import families as destination_families
 from hookd.sources import Sources
+from reconcile import coverage
 from reconcile.service import is_due, is_leased
+from store import audit, stats
+from store import coverage as ledger
 from store import reconcile as rstate
-from store import stats
 from store.models import EVENTS
 from store.prune import WHATS
-from store.rows import SourceStateRow
+from store.rows import RunTotalsRow, SourceStateRow
 from store.status import DONE_RUN_STATUSES, RUNNABLE_STATUSES, EventStatus, RunStatus
 
 Family = CounterMetricFamily | GaugeMetricFamily
@@ -72,10 +75,13 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         ).scalar_one()
         totals = await rstate.run_totals(conn)
         states = await rstate.all_states(conn)
+        ledger_starts = await _ledger_starts(conn, sources, states)
+        violations = await audit.violation_totals(conn)
         pruned = await stats.pruned_totals(conn)
         partitions_dropped = await stats.partitions_dropped(conn)
         oldest_kept = await stats.oldest_events(conn, [s.name for s in sources])
         sizes = await _table_sizes(engine, conn)
+        routing = await destination_families(conn, sources)
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
     families: list[Family] = [
@@ -92,7 +98,9 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
     )
     missed = CounterMetricFamily(
         "hookd_reconcile_missed",
-        "Events found by reconciliation that webhooks never brought.",
+        "Events found by reconciliation that webhooks never brought: no webhook within "
+        "the source's settle_s (those whose webhook came later still: "
+        "hookd_reconcile_late_total).",
         labels=["source"],
     )
     limited = CounterMetricFamily(
@@ -107,7 +115,8 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
     )
     disabled = GaugeMetricFamily(
         "hookd_source_reconcile_disabled",
-        "1 when reconciliation of a source was disabled after authentication failures.",
+        "1 when reconciliation of a source is disabled: after authentication failures, or "
+        "by hand (`hookd sources disable`).",
         labels=["source"],
     )
     started = CounterMetricFamily(
@@ -161,13 +170,114 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         disabled,
         started,
         overdue,
+        *_coverage(sources, states, totals, ledger_starts, now),
+        *_audits(reconciled, states, violations),
         *_retention(sources, now, pruned, oldest_kept, sizes),
+        *routing,
         CounterMetricFamily(
             "hookd_partitions_dropped",
             "Day partitions of events dropped whole by retention (PostgreSQL).",
             partitions_dropped,
         ),
     ]
+
+
+def _audits(
+    reconciled: list[str], states: dict[str, SourceStateRow], violations: dict[str, int]
+) -> list[Family]:
+    """The ack audit and the registration check, per reconciled source (0 where the
+    provider's API shows neither)."""
+    broken = CounterMetricFamily(
+        "hookd_ack_violations",
+        "Deliveries the provider says hookd answered with a 2xx whose event the store did "
+        "not hold when a reconciliation run looked (each key once).",
+        labels=["source"],
+    )
+    ok = GaugeMetricFamily(
+        "hookd_source_registration_ok",
+        "1 when the last check found the provider's registration of the endpoint as the "
+        "source expects; 0 when it did not, or before the first check.",
+        labels=["source"],
+    )
+    checked = GaugeMetricFamily(
+        "hookd_source_registration_checked_timestamp_seconds",
+        "When the registration was last checked (unix seconds; 0 before the first check, "
+        "and where it cannot be checked).",
+        labels=["source"],
+    )
+    for source in reconciled:
+        state = states.get(source)
+        broken.add_metric([source], violations.get(source, 0))
+        ok.add_metric([source], 1.0 if state is not None and state.registration_ok else 0.0)
+        at = state.registration_checked_at if state is not None else None
+        checked.add_metric([source], 0.0 if at is None else at.timestamp())
+    return [broken, ok, checked]
+
+
+async def _ledger_starts(
+    conn: AsyncConnection, sources: Sources, states: dict[str, SourceStateRow]
+) -> dict[str, datetime]:
+    """Where the coverage ledger of each reconciled source without a cursor begins: what
+    its first runs set out to check (and failed to, or are still checking)."""
+    found = {}
+    for source in sources:
+        state = states.get(source.name)
+        if source.config.reconcile is None or (state is not None and state.cursor is not None):
+            continue
+        first = await ledger.first_start(conn, source.name)
+        if first is not None:
+            found[source.name] = first
+    return found
+
+
+def _coverage(
+    sources: Sources,
+    states: dict[str, SourceStateRow],
+    totals: list[RunTotalsRow],
+    ledger_starts: dict[str, datetime],
+    now: datetime,
+) -> list[Family]:
+    """Late deliveries, and the time each reconciled source has not had checked."""
+    late = CounterMetricFamily(
+        "hookd_reconcile_late",
+        "Events a reconciliation run stored whose webhook arrived afterwards (answered "
+        "as a duplicate): late deliveries, each counted once. Missed events counted in "
+        "hookd_reconcile_missed_total that turned up after all.",
+        labels=["source"],
+    )
+    unchecked = GaugeMetricFamily(
+        "hookd_source_unchecked_seconds",
+        "Time within the provider's retention, up to now less the source's settle_s, that "
+        "no reconciliation run has checked yet: from the cursor on (0 before any run).",
+        labels=["source"],
+    )
+    margin = GaugeMetricFamily(
+        "hookd_reconcile_retention_margin_seconds",
+        "How long until the oldest moment not yet checked falls out of the provider's "
+        "retention (GitHub 3 days, Stripe 30, ...): then events lost in it cannot be "
+        "found. 0 before the first run, as hookd_source_unchecked_seconds.",
+        labels=["source"],
+    )
+    by_source_late: dict[str, int] = {}
+    for row in totals:
+        if not row.dry_run:
+            by_source_late[row.source] = by_source_late.get(row.source, 0) + int(row.late)
+    for source in sources:
+        if source.config.reconcile is None:
+            continue
+        state = states.get(source.name)
+        first = ledger_starts.get(source.name)
+        situation = coverage.Situation(
+            now=now.timestamp(),
+            settle_s=coverage.settle_s(source),
+            retention_s=coverage.retention_s(source),
+            cursor=state.cursor if state is not None else None,
+        )
+        gap, left = coverage.unchecked(situation, None if first is None else first.timestamp())
+        late.add_metric([source.name], by_source_late.get(source.name, 0))
+        unchecked.add_metric([source.name], gap)
+        margin.add_metric([source.name], left)
+    return [late, unchecked, margin]
 
 
 def _overdue_s(state: SourceStateRow | None, now: datetime) -> float:

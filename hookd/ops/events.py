@@ -8,6 +8,8 @@ due. ``wake`` is whatever the caller's process uses (the in-process consumer of
 
 from __future__ import annotations
 
+import getpass
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,12 +19,31 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import Conflict, NotFound
 from hookd.ops.queries import EventQuery
-from store import claims
+from store import claims, destinations
 from store.events import event_resource, get_event, get_tombstone, list_events
+from store.history import UNKNOWN, Requester, history_of
 from store.ids import is_id
-from store.status import EventStatus
+from store.status import EventStatus, LedgerOutcome
+
+log = logging.getLogger("hookd.replay")
+
+# Who asked for a replay, as its history says: only the admin token may replay
+# through the API, and only a session opened with it through the admin UI.
+API_REPLAY = Requester("api", "token:admin")
+ADMIN_REPLAY = Requester("admin", "session:admin")
+
+
+def cli_requester() -> Requester:
+    """The command line, and the OS user who ran it when the system knows one."""
+    try:
+        return Requester("cli", f"user:{getpass.getuser()}")
+    except (OSError, KeyError):  # no login name, no passwd entry (a container's uid)
+        return Requester("cli")
+
 
 Wake = Callable[[], Awaitable[None]]
+# A bulk operation's step inside a replay's transaction: (conn, replayed ids, the others).
+Within = Callable[[AsyncConnection, list[str], list[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +62,8 @@ class EventDetail:
     body_encrypted: bool
     next_attempt_at: datetime | None
     finished: frozenset[str]  # handlers the ledger has as done; only when asked for
+    # Of those, the ones their filter skipped (handlers and destinations).
+    skipped: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +80,12 @@ class EventOps:
         self._engine = engine
         self._wake = wake
 
+    @property
+    def wake(self) -> Wake:
+        """What wakes processing here after a change that makes events due (a replay, a
+        resume of a paused source or destination)."""
+        return self._wake
+
     async def page(self, query: EventQuery) -> EventPage:
         async with self._engine.connect() as conn:
             rows = await list_events(
@@ -68,6 +97,7 @@ class EventOps:
                 # One more than the page says whether there is an older page.
                 limit=query.limit + 1,
                 before_id=query.cursor,
+                object_key=query.object,
             )
         page = rows[: query.limit]
         next_cursor = page[-1].id if len(rows) > query.limit else None
@@ -81,23 +111,28 @@ class EventOps:
         async with self._engine.connect() as conn:
             row = await get_event(conn, event_id, with_body=with_body)
             ledger = await claims.finished_handlers_many(conn, [event_id]) if with_ledger else {}
+            outcomes = await destinations.ledger_of(conn, event_id) if with_ledger else {}
             if row is None:
                 await self._missing(conn, event_id)
+            # Read in the same snapshot as the row on PostgreSQL, so they agree.
+            past = await history_of(conn, event_id)
         assert row is not None
         return EventDetail(
-            event_resource(row),
+            event_resource(row) | {"history": past},
             row.headers,
             row.body,
             row.body_encrypted,
             row.next_attempt_at,
             frozenset(ledger.get(event_id, ())),
+            frozenset(h for h, outcome in outcomes.items() if outcome == LedgerOutcome.SKIPPED),
         )
 
-    async def replay(self, event_id: str) -> dict[str, Any]:
-        """One event pending again: its resource as the replay left it."""
+    async def replay(self, event_id: str, *, by: Requester = UNKNOWN) -> dict[str, Any]:
+        """One event pending again: its resource as the replay left it, with its
+        history (the replay's marker last). ``by``: who asked, for the history."""
         if not is_id(event_id):
             raise NotFound("event")
-        done = await self._replay([event_id], read_back=True)
+        done = await self._replay([event_id], read_back=True, by=by)
         if done.unknown:
             async with self._engine.connect() as conn:
                 await self._missing(conn, event_id)
@@ -120,14 +155,30 @@ class EventOps:
         tombstone = await get_tombstone(conn, event_id)
         raise NotFound("event", "" if tombstone is None else tombstone.describe())
 
-    async def replay_many(self, event_ids: Sequence[str]) -> Replayed:
+    async def replay_many(self, event_ids: Sequence[str], *, by: Requester = UNKNOWN) -> Replayed:
         """Every event that is not being processed right now; unknown ids are named."""
-        return await self._replay(list(event_ids))
+        return await self._replay(list(event_ids), by=by)
 
-    async def replay_dead(self, source: str) -> Replayed:
+    async def replay_dead(self, source: str, *, by: Requester = UNKNOWN) -> Replayed:
         """Every dead event of ``source``: the name the events were stored under, which
         need not be in the sources file any more."""
-        return await self._replay(dead_of=source)
+        return await self._replay(dead_of=source, by=by)
+
+    async def replay_batch(
+        self,
+        event_ids: Sequence[str],
+        *,
+        within: Within,
+        only_handler: str | None = None,
+        by: Requester = UNKNOWN,
+    ) -> Replayed:
+        """One batch of a bulk operation: ids it has just selected (none unknown).
+        ``within(conn, replayed, skipped)`` runs in the replay's own transaction, so
+        the operation's progress commits with the batch or not at all; it raises to
+        roll the batch back. ``only_handler``: see ``store.claims.replay``."""
+        return await self._replay(
+            list(event_ids), selected=True, within=within, only_handler=only_handler, by=by
+        )
 
     async def _replay(
         self,
@@ -135,20 +186,38 @@ class EventOps:
         *,
         dead_of: str | None = None,
         read_back: bool = False,
+        selected: bool = False,
+        within: Within | None = None,
+        only_handler: str | None = None,
+        by: Requester = UNKNOWN,
     ) -> Replayed:
-        """The one replay: ``event_ids``, or the dead of ``dead_of``."""
+        """The one replay: ``event_ids``, or the dead of ``dead_of``. Each replayed
+        event keeps its first origin and gets a replay marker in its history (``by``)."""
         unknown: list[str] = []
         async with self._engine.begin() as conn:
             if dead_of is not None:
                 event_ids = await claims.ids_with_status(conn, dead_of, EventStatus.DEAD)
             else:
                 assert event_ids is not None
-                unknown = [i for i in event_ids if await get_event(conn, i) is None]
+                if not selected:
+                    unknown = [i for i in event_ids if await get_event(conn, i) is None]
             bodiless = await claims.without_body(conn, event_ids)
-            replayed = await claims.replay(conn, event_ids, datetime.now(UTC))
+            replayed = await claims.replay(
+                conn, event_ids, datetime.now(UTC), only_handler=only_handler, by=by
+            )
+            if within is not None:
+                done = set(replayed)
+                await within(conn, replayed, [i for i in event_ids if i not in done])
             # Read inside the transaction: once it commits, processing may take them.
             rows = [await get_event(conn, i) for i in replayed] if read_back else []
+            pasts = {r.id: await history_of(conn, r.id) for r in rows if r is not None}
         if replayed:
+            # One line per replay, the id when it is one event: who asked is in the history.
+            one = {"event_id": replayed[0]} if len(replayed) == 1 else {}
+            log.info(
+                "events replayed",
+                extra={"count": len(replayed), "via": by.via, "by": by.by, **one},
+            )
             await self._wake()
-        resources = [event_resource(r) for r in rows if r is not None]
+        resources = [event_resource(r) | {"history": pasts[r.id]} for r in rows if r is not None]
         return Replayed(event_ids, unknown, replayed, resources, bodiless)

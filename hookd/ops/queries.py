@@ -47,6 +47,9 @@ class EventQuery:
     origin: str | None = None
     limit: int = DEFAULT_LIMIT
     cursor: str | None = None
+    # One object's events ([sources.order]): its key, as ``GET
+    # /api/sources/{name}/objects/{id}`` names it.
+    object: str | None = None
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> EventQuery:
@@ -64,7 +67,10 @@ class EventQuery:
         source, type_ = params.get("source") or None, params.get("type") or None
         if has_nul(source, type_):
             raise BadRequest("text", "source and type must not contain NUL")
-        return cls(source, status, type_, origin, limit, cursor)
+        object_ = params.get("object") or None
+        if has_nul(object_):
+            raise BadRequest("text", "object must not contain NUL")
+        return cls(source, status, type_, origin, limit, cursor, object_)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from hookd.providers.base import (
     plain_secret,
     select_headers,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
 
 SIGNATURE_HEADER = "x-hub-signature-256"
 # The request headers an event keeps, whether it came by webhook or was fetched
@@ -123,6 +123,15 @@ class GitHubReconcile(ReconcileConfig):
     app_id: int | None = None
     private_key: str | None = None
     repair: Literal["fetch", "redeliver"] = "fetch"
+    # The registration check (each run, `hookd sources check`): the events the hook
+    # must send (a hook sending "*" sends them all); off with check_registration.
+    expect_events: tuple[str, ...] = ()
+    check_registration: bool = True
+
+    @field_validator("expect_events")
+    @classmethod
+    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return event_names(value)
 
     @field_validator("hook")
     @classmethod
@@ -158,5 +167,9 @@ PROVIDER = Provider(
         settings=GitHubReconcile,
         api_url="https://api.github.com",
         adapter="reconcile.providers.github:GitHubAdapter",
+        # A delivery is listed once attempted; GitHub waits 10 s for the answer and
+        # never retries: one not stored a minute after its delivered_at is not coming.
+        settle_s=60.0,
+        registration=True,
     ),
 )

@@ -196,5 +196,8 @@ PROVIDER = Provider(
         settings=GitLabReconcile,
         api_url=GITLAB_API_URL,
         adapter="reconcile.providers.gitlab:GitLabAdapter",
+        # Hooks run from a background queue and are logged after the request, which
+        # may take up to the instance's webhook timeout (60 s at most): two minutes.
+        settle_s=120.0,
     ),
 )

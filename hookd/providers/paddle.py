@@ -175,5 +175,7 @@ PROVIDER = Provider(
         settings=PaddleReconcile,
         api_url=PADDLE_API_URL,
         adapter="reconcile.providers.paddle:PaddleAdapter",
+        # Notifications go out within seconds as a rule, queued per destination.
+        settle_s=300.0,
     ),
 )

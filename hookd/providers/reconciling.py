@@ -14,6 +14,7 @@ layer above this one, and only the poller resolves the name (see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ SCHEDULE_KEYS = frozenset(
         "max_every_s",
         "lookback_s",
         "overlap_s",
+        "settle_s",
         "disable_after_auth_failures",
     }
 )
@@ -46,6 +48,9 @@ class ReconcileConfig(BaseModel):
     max_every_s: float | None = Field(default=None, gt=0)
     lookback_s: float = Field(default=259_200.0, gt=0)
     overlap_s: float = Field(default=300.0, ge=0)
+    # Events younger than this are not judged (their webhook may be on its way); None:
+    # the provider's default (``Reconciling.settle_s``). See ``settle_for``.
+    settle_s: float | None = Field(default=None, ge=0, le=86_400)
     disable_after_auth_failures: int = Field(default=3, ge=1)
 
     @model_validator(mode="after")
@@ -64,6 +69,11 @@ class ReconcileConfig(BaseModel):
             return "token", "is required"
         return None
 
+    def list_retention_days(self) -> float | None:
+        """How long the provider's list API keeps what it lists, when this source's
+        settings say (Slack: by plan); None: what the provider declares."""
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Reconciling:
@@ -75,6 +85,36 @@ class Reconciling:
     api_url: str
     # "package.module:Class" of its ``reconcile.providers.base.ListAdapter``.
     adapter: str
+    # How long after an event a run may judge it (``settle_s`` unless the source sets
+    # its own): the time its webhook normally takes to arrive, retries that come soon
+    # included, with room for clock skew. docs/providers.md gives each one's reason.
+    settle_s: float = 300.0
+    # How far back the list API reaches, in days; None: the provider's
+    # ``redelivery_horizon_days`` (which, for a provider with a list API, is that).
+    retention_days: float | None = None
+    # Whether the API shows the webhook's registration (``ListAdapter.registration``):
+    # such a source may name its ``public_url``, which the check compares.
+    registration: bool = False
+    # Whether its adapter fetches an event's object (``ListAdapter.fetch_object``), for
+    # a source with ``[sources.order] fetch = true``.
+    objects: bool = False
+
+    def settle_for(self, settings: ReconcileConfig) -> float:
+        """The settle window of a source with these ``settings``, in seconds."""
+        return self.settle_s if settings.settle_s is None else settings.settle_s
+
+
+# An event name a registration check expects: GitHub's ("pull_request"), Stripe's
+# ("invoice.paid", "invoice.*" is not one), or "*".
+EVENT_NAME = re.compile(r"\*|[a-z0-9_]+(\.[a-z0-9_]+)*")
+
+
+def event_names(value: tuple[str, ...]) -> tuple[str, ...]:
+    """``expect_events`` as written, each checked (a validator's body)."""
+    for name in value:
+        if not EVENT_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not an event name (lower case, digits, _ and .)")
+    return value
 
 
 def key_order(models: Sequence[type[ReconcileConfig]]) -> list[str]:

@@ -213,12 +213,18 @@ class SlackReconcile(ReconcileConfig):
 
     channels: tuple[str, ...] = ()
     requests_per_minute: float = Field(default=1.0, gt=0, le=10_000)
+    # How far back conversations.history reaches, in days: by the workspace's plan and
+    # retention settings. 90: a free workspace's visible history; paid plans keep more.
+    retention_days: float = Field(default=90.0, gt=0, le=36_500, allow_inf_nan=False)
 
     def incomplete(self) -> tuple[str, str] | None:
         missing = super().incomplete()
         if missing is None and not self.channels:
             return "channels", "is required for slack"
         return missing
+
+    def list_retention_days(self) -> float | None:
+        return self.retention_days
 
 
 PROVIDER = Provider(
@@ -235,5 +241,8 @@ PROVIDER = Provider(
         settings=SlackReconcile,
         api_url="https://slack.com/api",
         adapter="reconcile.providers.slack:SlackAdapter",
+        # Slack retries a failed delivery three times: at once, after a minute and
+        # after five minutes. Six minutes: a message judged missing was given up on.
+        settle_s=360.0,
     ),
 )

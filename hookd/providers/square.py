@@ -159,5 +159,7 @@ PROVIDER = dataclasses.replace(
         settings=SquareReconcile,
         api_url=SQUARE_API_URL,
         adapter="reconcile.providers.square:SquareAdapter",
+        # Square sends within seconds as a rule and promises no bound: five minutes.
+        settle_s=300.0,
     ),
 )

@@ -7,9 +7,12 @@ Unlike Stripe's SDK, a timestamp too far in the future is refused as well.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic import field_validator
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
@@ -30,7 +33,7 @@ from hookd.providers.base import (
     parse_timestamp,
     select_headers,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
 
 SIGNATURE_HEADER = "stripe-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
@@ -112,6 +115,38 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return stripe_headers(secret, body, now), body
 
 
+class StripeReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Stripe source: the token, and what the registration
+    check (each run, `hookd sources check`) compares the webhook endpoint with."""
+
+    # The endpoint ("we_…"); without it, the one whose url is the source's public_url.
+    webhook_endpoint: str | None = None
+    # Event types the endpoint must send (one enabled for "*" sends them all).
+    expect_events: tuple[str, ...] = ()
+    # The API version the endpoint must render events in ("2024-06-20").
+    expect_api_version: str | None = None
+    check_registration: bool = True
+
+    @field_validator("webhook_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"we_[A-Za-z0-9]{1,64}", value):
+            raise ValueError('must be a webhook endpoint ID ("we_…")')
+        return value
+
+    @field_validator("expect_events")
+    @classmethod
+    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return event_names(value)
+
+    @field_validator("expect_api_version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?", value):
+            raise ValueError('must be a Stripe API version ("2024-06-20")')
+        return value
+
+
 PROVIDER = Provider(
     name="stripe",
     # Stripe retries for up to 3 days; its events API lists events for 30 days.
@@ -121,10 +156,16 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
-    # A token is all Stripe's events API needs: the shared keys, none of its own.
+    # A token is all Stripe's events API needs; its own keys are the registration check's.
     reconcile=Reconciling(
-        settings=ReconcileConfig,
+        settings=StripeReconcile,
         api_url="https://api.stripe.com",
         adapter="reconcile.providers.stripe:StripeAdapter",
+        # Listed at `created`; delivered within seconds as a rule, but an endpoint's
+        # deliveries queue behind each other in bursts: five minutes.
+        settle_s=300.0,
+        registration=True,
+        # A thin event's object, from its related_object.url ([sources.order] fetch).
+        objects=True,
     ),
 )

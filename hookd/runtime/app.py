@@ -16,6 +16,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
+from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
@@ -24,6 +25,7 @@ from hookd.web import admin, api, health
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
 from processing.wakeups import ArqWaker, InProcessConsumer
+from reconcile.late import LateNotes
 from reconcile.service import Scheduler
 from store import db, fastpath, migrate
 from store.crypto import BodyCipher
@@ -31,7 +33,7 @@ from store.crypto import BodyCipher
 log = logging.getLogger("hookd.app")
 
 
-def create_app(
+def create_app(  # noqa: PLR0915 - the composition: one statement per part
     settings: Settings,
     sources: Sources,
     *,
@@ -62,7 +64,15 @@ def create_app(
         committers=committers,
         on_commit=dispatcher.on_commit,
     )
-    receiver = Receiver(sources, committer, body_timeout_s=settings.body_timeout_s, clock=clock)
+    # Duplicates of reconciled keys: late deliveries, written off the request path.
+    late_notes = LateNotes(engine)
+    receiver = Receiver(
+        sources,
+        committer,
+        body_timeout_s=settings.body_timeout_s,
+        clock=clock,
+        on_duplicate=late_notes.note,
+    )
     runtime.reconciler.on_repaired = dispatcher.on_commit
     # One set of operations behind both the API and the admin UI: a replay from either
     # wakes this process's dispatcher, a run started from either is cancelled below.
@@ -74,10 +84,14 @@ def create_app(
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
     # Every receiver process keeps it; a lease in the database lets one prune at a time.
     pruning = PruneSchedule(engine, sources, settings.prune_every_s)
+    # Bulk operations asked for here start here at once; any process may resume them.
+    operations = operations_of(settings, engine, sources, events)
+    running_operations = OperationSchedule(operations)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await committer.start()
+        await late_notes.start()
         receiver.deadlines.start()
         # Everything alive now lives as long as the process: keep it out of the
         # collector's full passes, which otherwise stall every request in flight.
@@ -88,6 +102,7 @@ def create_app(
         if scheduler is not None:
             await scheduler.start()
         await pruning.start()
+        await running_operations.start()
         log.info(
             "receiver started",
             extra={"sources": len(sources), "processing": "arq" if waker else "in-process"},
@@ -99,8 +114,10 @@ def create_app(
             # scheduled one): each records this as its end instead of staying ``running``.
             runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"
             await pruning.stop()
+            await running_operations.stop()
             await receiver.deadlines.stop()
             await committer.stop()
+            await late_notes.stop()
             await inserter.close()
             if scheduler is not None:
                 await scheduler.stop()
@@ -114,14 +131,22 @@ def create_app(
     app = HookdApp(
         routes=[
             *health.routes(engine, waker, tokens_of(settings), sources, committer),
-            *api.routes(tokens_of(settings), events, source_ops, runs),
-            *admin.routes(tokens_of(settings), events, source_ops, runs, WatchOps(engine)),
+            *api.routes(tokens_of(settings), events, source_ops, runs, operations),
+            *admin.routes(
+                tokens_of(settings),
+                events,
+                source_ops,
+                runs,
+                WatchOps(engine),
+                operations=operations,
+            ),
         ],
         lifespan=lifespan,
     )
     app.receiver = receiver
     app.state.committer = committer
     app.state.engine = engine
+    app.state.operations = operations
     return app
 
 

@@ -25,17 +25,22 @@ import httpx
 from arq.connections import ArqRedis
 from arq.cron import cron
 from arq.worker import Worker, func
-from redis.asyncio import ConnectionPool
+from redis.asyncio import ConnectionPool, Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.auth import Tokens
 from hookd.backoff import capped
+from hookd.ops import EventOps
+from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
 from hookd.settings import Settings
 from hookd.sources import Sources
+from processing.destinations import Router
 from processing.handlers import load_handlers
+from processing.limits import LocalLimits, RedisLimits
 from processing.processor import Processor, RetryPolicy
 from processing.wakeups import WAKE_JOB, Drains, warn_if_redis_unreachable
+from reconcile.objects import ObjectFetcher
 from reconcile.poller import Reconciler
 from reconcile.poller import initialise_metrics as initialise_reconcile_metrics
 from reconcile.service import Scheduler
@@ -71,9 +76,14 @@ class Runtime:
     processor: Processor
     reconciler: Reconciler
     drains: Drains
+    # The destinations' shared rate and concurrency limits (None: kept in this process).
+    limits_redis: Redis | None = None
 
     async def close(self) -> None:
         await self.client.aclose()
+        if self.limits_redis is not None:
+            with contextlib.suppress(Exception):
+                await self.limits_redis.aclose()
         await self.engine.dispose()
 
 
@@ -83,6 +93,24 @@ def build_runtime(
     engine = engine or db.create_engine(settings.database_url)
     client = httpx.AsyncClient()
     cipher = BodyCipher(settings.encryption_keys)
+    # With Redis, several workers deliver: the destinations' limits are kept there.
+    limits_redis = (
+        Redis.from_url(
+            settings.redis_url,
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+        )
+        if settings.redis_url
+        else None
+    )
+    limits = RedisLimits(limits_redis) if limits_redis is not None else LocalLimits()
+    router = Router(
+        sources,
+        client,
+        limits,
+        retry_base_s=settings.retry_base_s,
+        retry_cap_s=settings.retry_cap_s,
+    )
     processor = Processor(
         engine,
         sources,
@@ -93,11 +121,19 @@ def build_runtime(
         retry=RetryPolicy(settings.retry_base_s, settings.retry_cap_s),
         batch_size=settings.process_batch,
         concurrency=settings.process_concurrency,
+        router=router,
+        # [sources.order] fetch = true: objects through the reconcile adapters' client.
+        fetch=ObjectFetcher(client) if _fetches(sources) else None,
     )
     reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
     initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
     drains = Drains(processor, PARALLEL_DRAINS)
-    return Runtime(settings, sources, engine, client, processor, reconciler, drains)
+    return Runtime(settings, sources, engine, client, processor, reconciler, drains, limits_redis)
+
+
+def _fetches(sources: Sources) -> bool:
+    """Whether a source fetches its events' objects ([sources.order] fetch = true)."""
+    return any(s.config.order is not None and s.config.order.fetch for s in sources)
 
 
 async def hookd_wake(ctx: dict[str, Any]) -> int:
@@ -299,6 +335,13 @@ async def run(settings: Settings, sources: Sources) -> None:
         await scheduler.start()
     pruning = PruneSchedule(runtime.engine, sources, settings.prune_every_s)
     await pruning.start()
+
+    async def wake() -> None:  # a replayed batch: drain here; other workers sweep
+        runtime.drains.kick()
+
+    events = EventOps(runtime.engine, wake)
+    operations = OperationSchedule(operations_of(settings, runtime.engine, sources, events))
+    await operations.start()
     try:
         await supervise(runtime, stop)
     finally:
@@ -310,6 +353,7 @@ async def run(settings: Settings, sources: Sources) -> None:
             # At once, as a shutdown always did: a run in progress records its interruption.
             await scheduler.stop(grace_s=0)
         await pruning.stop()
+        await operations.stop()
         # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -23,16 +23,24 @@ from starlette.routing import Route
 
 from hookd.auth import Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops import EventOps, EventPage, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops import ADMIN_REPLAY, EventOps, EventPage, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops.coverage import CoverageOps
+from hookd.ops.destinations import DestinationOps
+from hookd.ops.objects import ObjectOps
+from hookd.ops.operations import OperationOps
+from hookd.ops.sources import ADMIN_ACTOR
 from hookd.ops.watch import WatchOps, WatchQuery
 from hookd.providers import PROVIDERS
 from hookd.sources import DAY_S, keys_needed
 from hookd.timefmt import iso_z_or_none
+from hookd.web.admin_charts import source_charts
 from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
 from hookd.web.admin_session import (
     PREFIX,
+    LoginLimit,
     Session,
     Sessions,
+    client_address,
     csrf_ok,
     filled,
     here,
@@ -75,8 +83,12 @@ class AdminUI:
         sources: SourceOps,
         runs: RunOps,
         watch: WatchOps,
+        *,
+        operations: OperationOps,
     ) -> None:
-        self._sessions = Sessions(tokens.admin, tokens.read)
+        self._sessions = Sessions(tokens.admin, tokens.read, sources.engine)
+        self._login_limit = LoginLimit(sources.engine)
+        self._operations = operations
         self._watch = watch
         self._events = events
         self._source_ops = sources
@@ -85,6 +97,8 @@ class AdminUI:
         self._templates = environment()
         self._stylesheet = (TEMPLATES / "admin.css").read_bytes()
         self._names = [s.name for s in self._sources]
+        self._objects = ObjectOps(sources.engine, sources.sources)
+        self._destinations = DestinationOps(sources.engine, sources.sources, events.wake)
 
     # -- plumbing ------------------------------------------------------------------
     def _render(
@@ -121,7 +135,7 @@ class AdminUI:
         """A GET page: a valid session or a 303 to the login page."""
 
         async def endpoint(request: Request) -> Response:
-            session = self._sessions.load(request)
+            session = await self._sessions.load(request)
             if session is None:
                 return secured(self._to_login(request))
             return secured(await handler(request, session))
@@ -133,7 +147,7 @@ class AdminUI:
         logging out), then the form's CSRF token, before anything changes."""
 
         async def endpoint(request: Request) -> Response:
-            session = self._sessions.load(request)
+            session = await self._sessions.load(request)
             if session is None:
                 return secured(self._to_login(request))
             if not (session.can_act or read_only_too):
@@ -168,10 +182,27 @@ class AdminUI:
     async def login(self, request: Request) -> Response:
         form = await read_form(request) or {}
         target = safe_next(form.get("next"))
-        client = request.client.host if request.client else None
+        client = client_address(request)
+        now = datetime.now(UTC)
+        # Too many refused tokens from this address: no token is looked at until later.
+        wait_s = await self._login_limit.retry_after_s(client, now)
+        if wait_s is not None:
+            log.warning("admin login rate limited", extra={"client": client, "wait_s": wait_s})
+            response = self._render(
+                request,
+                "login.html",
+                429,
+                enabled=self._sessions.enabled,
+                next=target,
+                message=f"Too many refused logins from your address: try again in {wait_s} s.",
+            )
+            response.headers["Retry-After"] = str(wait_s)
+            return secured(response)
         can_act = self._sessions.opens(form.get("token", ""))
         if can_act is None:
             log.warning("admin login refused", extra={"client": client})
+            if self._sessions.enabled:
+                await self._login_limit.failed(client, now)
             message = (
                 "That token is not right."
                 if self._sessions.enabled
@@ -187,15 +218,16 @@ class AdminUI:
             )
             return secured(response)
         log.info("admin login", extra={"client": client, "read_only": not can_act})
+        await self._login_limit.succeeded(client)
         response = RedirectResponse(target, status_code=303)
-        self._sessions.start(response, request, can_act=can_act)
+        await self._sessions.start(response, request, can_act=can_act)
         return secured(response)
 
-    async def logout(self, request: Request, _: Session, __: dict[str, str]) -> Response:
-        client = request.client.host if request.client else None
-        log.info("admin logout", extra={"client": client})
+    async def logout(self, request: Request, session: Session, __: dict[str, str]) -> Response:
+        log.info("admin logout", extra={"client": client_address(request)})
         response = RedirectResponse(PREFIX + "/login?done=logged_out", status_code=303)
-        self._sessions.end(response, request)
+        # Deleted server-side: a copy of this cookie stops working as well.
+        await self._sessions.end(response, request, session)
         return response
 
     async def css(self, _: Request) -> Response:
@@ -206,6 +238,29 @@ class AdminUI:
         )
 
     # -- sources -------------------------------------------------------------------
+    async def activity_page(self, request: Request, session: Session) -> Response:
+        """A source's last 24 hours as charts (server-rendered SVG, admin_charts)."""
+        source = self._sources.get(request.path_params["name"])
+        if source is None:
+            return self._problem(request, session, 404, "No such source.")
+        charts = await source_charts(
+            self._source_ops.engine,
+            source.name,
+            reconciled=source.config.reconcile is not None,
+            now=datetime.now(UTC),
+        )
+        return self._render(
+            request,
+            "activity.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="sources",
+            name=source.name,
+            provider=source.provider,
+            charts=charts,
+            refresh=60,
+        )
+
     async def sources_page(self, request: Request, session: Session) -> Response:
         now = datetime.now(UTC).timestamp()
         rows = await self._source_ops.overview()
@@ -282,6 +337,55 @@ class AdminUI:
         log.info("admin enabled reconciliation", extra={"source": name})
         return self._back(form, PREFIX, done="enabled")
 
+    async def disable(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+        name = request.path_params["name"]
+        try:
+            await self._source_ops.disable(name, form.get("reason"), ADMIN_ACTOR)
+        except NotFound:
+            return self._problem(request, session, 404, "No such source.")
+        except BadRequest:
+            return self._back(form, PREFIX, error="bad_reason")
+        except Conflict as exc:
+            return self._back(form, PREFIX, error=exc.reason)
+        log.info("admin disabled reconciliation", extra={"source": name})
+        return self._back(form, PREFIX, done="disabled")
+
+    async def source_pause(
+        self, request: Request, session: Session, form: dict[str, str]
+    ) -> Response:
+        return await self._switch(request, session, form, paused=True)
+
+    async def source_resume(
+        self, request: Request, session: Session, form: dict[str, str]
+    ) -> Response:
+        return await self._switch(request, session, form, paused=False)
+
+    async def _switch(
+        self, request: Request, session: Session, form: dict[str, str], *, paused: bool
+    ) -> Response:
+        """Pause or resume a source (no ``destination`` in the path) or a destination."""
+        name = request.path_params["name"]
+        destination = request.path_params.get("destination")
+        ops = self._destinations
+        try:
+            if destination is None and paused:
+                await ops.pause_source(name, by=ADMIN_ACTOR, reason=form.get("reason"))
+            elif destination is None:
+                await ops.resume_source(name, by=ADMIN_ACTOR)
+            elif paused:
+                await ops.pause(name, destination, by=ADMIN_ACTOR, reason=form.get("reason"))
+            else:
+                await ops.resume(name, destination, by=ADMIN_ACTOR)
+        except NotFound:
+            return self._problem(request, session, 404, "No such source or destination.")
+        except BadRequest:
+            return self._back(form, PREFIX, error="bad_pause_reason")
+        log.info(
+            "admin paused" if paused else "admin resumed",
+            extra={"source": name, "destination": destination},
+        )
+        return self._back(form, PREFIX, done="paused" if paused else "resumed")
+
     async def replay_dead(
         self, request: Request, session: Session, form: dict[str, str]
     ) -> Response:
@@ -290,7 +394,7 @@ class AdminUI:
         except NotFound:
             return self._problem(request, session, 404, "No such source.")
         # As `hookd replay --source S --status dead`, of a source in the sources file.
-        replayed = (await self._events.replay_dead(source.name)).replayed
+        replayed = (await self._events.replay_dead(source.name, by=ADMIN_REPLAY)).replayed
         if not replayed:
             return self._back(form, PREFIX + "/dead", error="nothing_dead")
         log.info("admin replayed dead", extra={"source": source.name, "count": len(replayed)})
@@ -322,6 +426,7 @@ class AdminUI:
             "status": query.status,
             "origin": query.origin,
             "type": query.type,
+            "object": query.object,
         }
         kept = {k: v for k, v in filters.items() if v and not (dead and k == "status")}
         older = None
@@ -417,12 +522,16 @@ class AdminUI:
         runnable = event["status"] in RUNNABLE_STATUSES
         event["next_attempt_at"] = iso_z_or_none(detail.next_attempt_at) if runnable else None
         source = self._sources.get(event["source"])
-        chain = [*source.config.handlers] if source else []
+        chain = [*source.config.handler_refs] if source else []
         if source is not None and source.config.forward is not None:
             chain.append(FORWARD)
-        finished = detail.finished
-        handlers = [{"name": h, "finished": h in finished} for h in chain]
-        handlers += [{"name": h, "finished": True} for h in sorted(finished - set(chain))]
+        chain += [d.name for d in source.config.destinations] if source else []
+        finished, skipped = detail.finished, detail.skipped
+        handlers = [{"name": h, "finished": h in finished, "skipped": h in skipped} for h in chain]
+        handlers += [
+            {"name": h, "finished": True, "skipped": h in skipped}
+            for h in sorted(finished - set(chain))
+        ]
         return self._render(
             request,
             "event.html",
@@ -435,18 +544,72 @@ class AdminUI:
             refresh=2 if event["status"] in _MOVING else None,
         )
 
+    async def object_page(self, request: Request, session: Session) -> Response:
+        """One object of a source with [sources.order]: its latest known state and its
+        newest events."""
+        name, key = request.path_params["name"], request.path_params["id"]
+        try:
+            state = await self._objects.show(name, key)
+        except NotFound:
+            return self._problem(request, session, 404, "No such object.")
+        except Conflict as exc:
+            return self._problem(request, session, 409, exc.detail)
+        page = await self._events.page(EventQuery(source=name, object=key, limit=PAGE_SIZE))
+        for resource in page.events:
+            resource["last_error"] = (resource["error"] or {}).get("message")
+        return self._render(
+            request,
+            "object.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="events",
+            state=state,
+            events=page.events,
+            first_page=True,
+            older=None,
+            newest=None,
+            more="?" + urlencode({"source": name, "object": key}) if page.next_cursor else None,
+        )
+
     async def replay(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         event_id = request.path_params["id"]
         default = f"{PREFIX}/events/{event_id}"
         # As POST /api/events/{id}/replay, which wakes processing too.
         try:
-            await self._events.replay(event_id)
+            await self._events.replay(event_id, by=ADMIN_REPLAY)
         except NotFound:
             return self._problem(request, session, 404, "No such event.")
         except Conflict as exc:
             return self._back(form, default, error=exc.reason)
         log.info("admin replayed event", extra={"event_id": event_id})
         return self._back(form, default, done="replayed")
+
+    async def coverage_page(self, request: Request, session: Session) -> Response:
+        """A source's coverage, as `hookd coverage` shows it, for the range asked."""
+        name = request.path_params["name"]
+        since = request.query_params.get("since") or None
+        until = request.query_params.get("until") or None
+        try:
+            report = await CoverageOps(self._source_ops.engine, self._source_ops).report(
+                name, since, until
+            )
+        except NotFound:
+            return self._problem(request, session, 404, "No such source.")
+        except Conflict:
+            return self._problem(request, session, 409, "This source is not reconciled.")
+        except BadRequest as exc:
+            return self._problem(request, session, 400, exc.detail)
+        return self._render(
+            request,
+            "coverage.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="sources",
+            name=name,
+            since=since or "",
+            until=until or "",
+            report=report.resource(),
+        )
 
     # -- reconcile runs ------------------------------------------------------------
     async def runs_page(self, request: Request, session: Session) -> Response:
@@ -484,6 +647,55 @@ class AdminUI:
             refresh=None if run["done"] else 2,
         )
 
+    # -- bulk operations -------------------------------------------------------------
+    async def operations_page(self, request: Request, session: Session) -> Response:
+        params = filled(request.query_params, "cursor")
+        try:
+            found, next_cursor = await self._operations.page({**params, "limit": str(PAGE_SIZE)})
+        except BadRequest as exc:
+            return self._problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
+        return self._render(
+            request,
+            "operations.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="operations",
+            operations=found,
+            older=None if next_cursor is None else "?" + urlencode({"cursor": next_cursor}),
+            first_page="cursor" not in params,
+            refresh=2 if any(not op["done"] for op in found) else None,
+        )
+
+    async def operation_page(self, request: Request, session: Session) -> Response:
+        try:
+            operation = await self._operations.get(request.path_params["id"])
+        except NotFound:
+            return self._problem(request, session, 404, "No such operation.")
+        return self._render(
+            request,
+            "operation.html",
+            csrf=session.csrf,
+            can_act=session.can_act,
+            section="operations",
+            op=operation,
+            refresh=None if operation["done"] else 1,
+        )
+
+    async def operation_cancel(
+        self, request: Request, session: Session, form: dict[str, str]
+    ) -> Response:
+        operation_id = request.path_params["id"]
+        default = f"{PREFIX}/operations/{operation_id}"
+        try:
+            # Not waited for: the operation's page shows it stop (it refreshes itself).
+            await self._operations.cancel(operation_id, wait_s=0)
+        except NotFound:
+            return self._problem(request, session, 404, "No such operation.")
+        except Conflict as exc:
+            return self._back(form, default, error=exc.reason)
+        log.info("admin cancelled operation", extra={"operation_id": operation_id})
+        return self._back(form, default, done="operation_cancelled")
+
     def routes(self) -> list[Route]:
         page, action = self.page, self.action
         return [
@@ -492,21 +704,48 @@ class AdminUI:
             Route(PREFIX + "/logout", action(self.logout, read_only_too=True), methods=["POST"]),
             Route(PREFIX + "/static/admin.css", self.css, methods=["GET"]),
             Route(PREFIX, page(self.sources_page), methods=["GET"]),
+            Route(PREFIX + "/sources/{name}/activity", page(self.activity_page), methods=["GET"]),
             Route(
                 PREFIX + "/sources/{name}/reconcile", action(self.reconcile_now), methods=["POST"]
             ),
             Route(PREFIX + "/sources/{name}/enable", action(self.enable), methods=["POST"]),
+            Route(PREFIX + "/sources/{name}/coverage", page(self.coverage_page), methods=["GET"]),
+            Route(PREFIX + "/sources/{name}/disable", action(self.disable), methods=["POST"]),
+            Route(PREFIX + "/sources/{name}/pause", action(self.source_pause), methods=["POST"]),
+            Route(PREFIX + "/sources/{name}/resume", action(self.source_resume), methods=["POST"]),
+            Route(
+                PREFIX + "/sources/{name}/destinations/{destination}/pause",
+                action(self.source_pause),
+                methods=["POST"],
+            ),
+            Route(
+                PREFIX + "/sources/{name}/destinations/{destination}/resume",
+                action(self.source_resume),
+                methods=["POST"],
+            ),
             Route(
                 PREFIX + "/sources/{name}/replay-dead", action(self.replay_dead), methods=["POST"]
             ),
             Route(PREFIX + "/events", page(self.events_page), methods=["GET"]),
             Route(PREFIX + "/events/{id}", page(self.event_page), methods=["GET"]),
             Route(PREFIX + "/events/{id}/replay", action(self.replay), methods=["POST"]),
+            Route(
+                PREFIX + "/sources/{name}/objects/{id:path}",
+                page(self.object_page),
+                methods=["GET"],
+            ),
             Route(PREFIX + "/dead", page(self.dead_page), methods=["GET"]),
             Route(PREFIX + "/stuck", page(self.stuck_page), methods=["GET"]),
             Route(PREFIX + "/retried", page(self.retried_page), methods=["GET"]),
             Route(PREFIX + "/runs", page(self.runs_page), methods=["GET"]),
             Route(PREFIX + "/runs/{id}", page(self.run_page), methods=["GET"]),
+            Route(PREFIX + "/operations", page(self.operations_page), methods=["GET"]),
+            Route(PREFIX + "/operations/{id}", page(self.operation_page), methods=["GET"]),
+            Route(
+                PREFIX + "/operations/{id}/cancel",
+                action(self.operation_cancel),
+                methods=["POST"],
+            ),
         ]
 
 
@@ -517,9 +756,15 @@ def _in_days(days: float) -> str:
 
 
 def routes(
-    tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps, watch: WatchOps
+    tokens: Tokens,
+    events: EventOps,
+    sources: SourceOps,
+    runs: RunOps,
+    watch: WatchOps,
+    *,
+    operations: OperationOps,
 ) -> list[Route]:
-    return AdminUI(tokens, events, sources, runs, watch).routes()
+    return AdminUI(tokens, events, sources, runs, watch, operations=operations).routes()
 
 
-EVENT_FILTERS = ("source", "status", "origin", "type")
+EVENT_FILTERS = ("source", "status", "origin", "type", "object")

@@ -20,12 +20,19 @@ DONE = {
     "replayed_many": "Replayed {count} dead event(s).",
     "reconcile_started": "Reconciliation run started.",
     "enabled": "Reconciliation enabled again.",
+    "disabled": "Reconciliation disabled: no run starts until it is enabled again.",
     "logged_out": "Logged out.",
+    "operation_cancelled": "Cancel asked: the operation stops at its next batch.",
+    "paused": "Paused: events are stored and acknowledged, not processed, until resumed.",
+    "resumed": "Resumed: what waited is processed in the order it came.",
 }
 ERRORS = {
     "in_progress": "Not replayed: the event is being processed right now.",
     "nothing_dead": "Nothing to replay: no dead events.",
     "not_configured": "This source has no [sources.reconcile] table.",
+    "done": "Not cancelled: the operation had already ended.",
+    "bad_reason": "Not disabled: the reason must be one line of at most 500 characters.",
+    "bad_pause_reason": "Not paused: the reason must be one line of at most 500 characters.",
 }
 # A refused filter in this UI's words where the API's would mean nothing here.
 BAD_FILTER = {

@@ -2,9 +2,16 @@
 
 A session is a signed cookie (itsdangerous) whose key is derived from the token
 it was opened with, so rotating a token logs out everyone who signed in with it.
-The admin token opens a session that may act; the read token (``HOOKD_READ_TOKEN``)
-one that may only look. It holds a random CSRF token that every state-changing
-form must send back. Forms are small and url-encoded; a
+The cookie names the session by a random id that the database must still hold
+(``store.admin_sessions``): logging out deletes it there, so a copy of the cookie
+stops working too, in every process. The admin token opens a session that may act;
+the read token (``HOOKD_READ_TOKEN``) one that may only look. It holds a random CSRF
+token that every state-changing form must send back.
+
+Logins are rate limited by client address, across processes: after
+``LOGIN_FAILURES_ALLOWED`` refused tokens within ``LOGIN_WINDOW_S`` an address gets
+429 with Retry-After, without its token being looked at, until the oldest of them
+is a window old. Forms are small and url-encoded; a
 redirect goes only to a path inside the UI; every page goes out with the security
 headers (no script, nothing loaded from elsewhere, no framing).
 """
@@ -13,15 +20,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
+
+from store import admin_sessions
 
 # Where the UI is mounted: also the session cookie's path and where redirects may go.
 PREFIX = "/admin"
@@ -30,6 +42,10 @@ SESSION_MAX_AGE_S = 12 * 3600
 SESSION_KEY_LABEL = b"hookd admin session"
 READ_SESSION_KEY_LABEL = b"hookd admin session (read only)"
 MAX_FORM_BYTES = 16 * 1024
+# The login rate limit: this many refused tokens from one address within the window,
+# then 429 until the oldest of them is a window old.
+LOGIN_FAILURES_ALLOWED = 5
+LOGIN_WINDOW_S = 60.0
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -48,6 +64,8 @@ class Session:
     csrf: str
     # Opened with the admin token: its actions (replay, reconcile, enable) are allowed.
     can_act: bool = True
+    # The server-side session's id (store.admin_sessions); "" for one not stored.
+    session_id: str = ""
 
 
 def _serializer(token: bytes, label: bytes) -> URLSafeTimedSerializer:
@@ -58,10 +76,13 @@ def _serializer(token: bytes, label: bytes) -> URLSafeTimedSerializer:
 
 
 class Sessions:
-    """Signed, timed session cookies; the key is derived from the token the session
-    was opened with (admin or read), so each token's sessions end when it changes."""
+    """Signed, timed session cookies naming a session the database holds; the key is
+    derived from the token the session was opened with (admin or read), so each
+    token's sessions end when it changes. Without ``engine`` no session is ever
+    open (``verify`` alone checks a cookie's signature)."""
 
-    def __init__(self, token: str, read_token: str = "") -> None:
+    def __init__(self, token: str, read_token: str = "", engine: AsyncEngine | None = None) -> None:
+        self._engine = engine
         self.enabled = bool(token or read_token)
         self._token = token.encode()
         self._read_token = read_token.encode()
@@ -83,13 +104,27 @@ class Sessions:
             return True
         return False if read else None
 
-    def issue(self, *, can_act: bool = True) -> str:
-        csrf = secrets.token_urlsafe(32)
+    def issue(self, *, can_act: bool = True, session_id: str = "") -> str:
+        """A signed cookie value for ``session_id`` with a new CSRF token."""
+        data = {"csrf": secrets.token_urlsafe(32), "sid": session_id}
         if can_act:
-            return self._serializer.dumps({"csrf": csrf})
-        return self._read_serializer.dumps({"csrf": csrf, "read_only": True})
+            return self._serializer.dumps(data)
+        return self._read_serializer.dumps({**data, "read_only": True})
 
-    def load(self, request: Request) -> Session | None:
+    async def load(self, request: Request) -> Session | None:
+        """The request's session: a cookie signed by a configured token, naming a
+        session the database holds, not logged out or expired, with the same rights."""
+        session = self.verify(request)
+        if session is None or self._engine is None or not session.session_id:
+            return None
+        now = datetime.now(UTC)
+        opened = await admin_sessions.session_open(
+            self._engine, session.session_id, can_act=session.can_act, now=now
+        )
+        return session if opened else None
+
+    def verify(self, request: Request) -> Session | None:
+        """The session the cookie's signature vouches for (no database look-up)."""
         raw = request.cookies.get(COOKIE)
         if not self.enabled or not raw:
             return None
@@ -104,15 +139,22 @@ class Sessions:
             except BadSignature:  # SignatureExpired is one too
                 continue
             csrf = data.get("csrf") if isinstance(data, dict) else None
+            sid = data.get("sid") if isinstance(data, dict) else None
             if isinstance(csrf, str) and csrf:
-                return Session(csrf, can_act)
+                return Session(csrf, can_act, sid if isinstance(sid, str) else "")
         return None
 
-    def start(self, response: Response, request: Request, *, can_act: bool = True) -> None:
-        """Log in: a new session cookie, for the UI's paths only, never read by a script."""
+    async def start(self, response: Response, request: Request, *, can_act: bool = True) -> None:
+        """Log in: a session in the database and a cookie naming it, for the UI's
+        paths only, never read by a script."""
+        if self._engine is None:
+            raise RuntimeError("admin sessions need the database")
+        session_id = await admin_sessions.open_session(
+            self._engine, can_act=can_act, now=datetime.now(UTC), max_age_s=SESSION_MAX_AGE_S
+        )
         response.set_cookie(
             COOKIE,
-            self.issue(can_act=can_act),
+            self.issue(can_act=can_act, session_id=session_id),
             max_age=SESSION_MAX_AGE_S,
             path=PREFIX,
             secure=request.url.scheme == "https",
@@ -120,9 +162,11 @@ class Sessions:
             samesite="strict",
         )
 
-    @staticmethod
-    def end(response: Response, request: Request) -> None:
-        """Log out: the browser drops the cookie (the same attributes it was set with)."""
+    async def end(self, response: Response, request: Request, session: Session) -> None:
+        """Log out: the session is deleted from the database (every copy of the cookie
+        stops working) and the browser drops the cookie (same attributes as set)."""
+        if self._engine is not None and session.session_id:
+            await admin_sessions.close_session(self._engine, session.session_id)
         response.delete_cookie(
             COOKIE,
             path=PREFIX,
@@ -130,6 +174,44 @@ class Sessions:
             httponly=True,
             samesite="strict",
         )
+
+
+class LoginLimit:
+    """Refused logins by client address, counted in the database (every process sees
+    the same count): ``allowed`` within ``window_s``, then a wait."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        allowed: int = LOGIN_FAILURES_ALLOWED,
+        window_s: float = LOGIN_WINDOW_S,
+    ) -> None:
+        self._engine = engine
+        self.allowed = allowed
+        self.window_s = window_s
+
+    async def retry_after_s(self, client: str, now: datetime) -> int | None:
+        """Seconds until ``client`` may try again; None: it may now."""
+        since = now - timedelta(seconds=self.window_s)
+        failures = await admin_sessions.failures_since(self._engine, client, since)
+        if len(failures) < self.allowed:
+            return None
+        # The wait ends when all but allowed - 1 of them are a window old.
+        frees_at = failures[-self.allowed] + timedelta(seconds=self.window_s)
+        return max(1, math.ceil((frees_at - now).total_seconds()))
+
+    async def failed(self, client: str, now: datetime) -> None:
+        forget = now - timedelta(seconds=self.window_s)
+        await admin_sessions.record_failure(self._engine, client, now=now, forget_before=forget)
+
+    async def succeeded(self, client: str) -> None:
+        await admin_sessions.clear_failures(self._engine, client)
+
+
+def client_address(request: Request) -> str:
+    """Who is logging in, as the server sees it (behind a proxy: the address its
+    forwarded headers give, when uvicorn is told to trust them)."""
+    return (request.client.host if request.client else "unknown")[:64]
 
 
 def csrf_ok(session: Session, form: Mapping[str, str]) -> bool:

@@ -1,12 +1,14 @@
-"""Operations API under ``/api``: events, replay, sources, reconcile runs and the OpenAPI
-document of all of them (`hookd/web/openapi.py`). Bearer token required, also for unknown paths:
-the admin token for everything, the read token for the GETs (``hookd.auth``).
+"""Operations API under ``/api``: events, replay, sources, reconcile runs, bulk operations
+and the OpenAPI document of all of them (`hookd/web/openapi.py`). Bearer token required,
+also for unknown paths: the admin token for everything, the read token for the GETs
+(``hookd.auth``).
 
 Each endpoint reads its request, asks ``hookd.ops`` and answers; the refusals of
 ``hookd.ops`` become the status codes and bodies here (``protected``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Never
 
@@ -17,10 +19,44 @@ from starlette.types import Receive, Scope, Send
 
 from hookd.auth import Right, Tokens, refusal
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops import (
+    API_REPLAY,
+    CoverageOps,
+    EventOps,
+    EventQuery,
+    OperationOps,
+    OperationRequest,
+    RunOps,
+    RunQuery,
+    SourceOps,
+)
+from hookd.ops.destinations import DestinationOps
+from hookd.ops.objects import ObjectOps
+from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+# The largest request body the API reads (a bulk operation's request is a few hundred bytes).
+MAX_BODY_BYTES = 65_536
+
+
+class BodyTooLarge(Exception):
+    """A request body over ``MAX_BODY_BYTES`` (HTTP 413)."""
+
+
+async def json_body(request: Request) -> object:
+    """The request's JSON body, read no further than ``MAX_BODY_BYTES``."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        raise BadRequest("body", "the body must be a JSON object") from None
 
 
 def problem(status: int, code: str, detail: str = "") -> JSONResponse:
@@ -48,6 +84,8 @@ def protected(tokens: Tokens, right: Right, endpoint: Endpoint) -> Endpoint:
             return problem(404, "not_found", exc.said)  # pruned: that is said
         except Conflict as exc:
             return problem(409, exc.reason, exc.detail)
+        except BodyTooLarge:
+            return problem(413, "body_too_large", f"at most {MAX_BODY_BYTES} bytes")
 
     return guarded
 
@@ -63,7 +101,6 @@ class ApiFallback(BaseRoute):
     def __init__(self, tokens: Tokens) -> None:
         # Reading is enough to be told what is not there (or which methods are).
         self._endpoint = protected(tokens, Right.READ, self._answer)
-        self._under_api = (Route("/api", self._answer), Route("/api/{rest:path}", self._answer))
 
     @staticmethod
     def _others(scope: Scope, this: BaseRoute) -> list[BaseRoute]:
@@ -71,8 +108,10 @@ class ApiFallback(BaseRoute):
         return [r for r in getattr(router, "routes", ()) if r is not this]
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        # A helper's PARTIAL (method other than GET) says the path is under /api too.
-        if all(r.matches(scope)[0] is Match.NONE for r in self._under_api):
+        # By prefix, not a route pattern: those stop at a newline in the path (an encoded
+        # %0A), and such a path must get its 401 like any other under /api.
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == "/api" or path.startswith("/api/")):
             return Match.NONE, {}
         if any(r.matches(scope)[0] is Match.FULL for r in self._others(scope, self)):
             return Match.NONE, {}
@@ -105,11 +144,22 @@ class OperationsApi:
     """Events, sources and reconcile runs; runs started here run in this process
     (``RunOps.stop`` cancels them)."""
 
-    def __init__(self, tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps) -> None:
+    def __init__(
+        self,
+        tokens: Tokens,
+        events: EventOps,
+        sources: SourceOps,
+        runs: RunOps,
+        operations: OperationOps,
+    ) -> None:
         self._tokens = tokens
         self._events = events
         self._sources = sources
         self._runs = runs
+        self._operations = operations
+        self._coverage = CoverageOps(sources.engine, sources)
+        self._destinations = DestinationOps(sources.engine, sources.sources, events.wake)
+        self._objects = ObjectOps(sources.engine, sources.sources)
 
     async def events_index(self, request: Request) -> Response:
         page = await self._events.page(EventQuery.parse(request.query_params))
@@ -119,7 +169,8 @@ class OperationsApi:
         return JSONResponse((await self._events.show(request.path_params["id"])).resource)
 
     async def event_replay(self, request: Request) -> Response:
-        return JSONResponse(await self._events.replay(request.path_params["id"]), status_code=202)
+        replayed = await self._events.replay(request.path_params["id"], by=API_REPLAY)
+        return JSONResponse(replayed, status_code=202)
 
     async def openapi_document(self, _: Request) -> Response:
         return Response(openapi.DOCUMENT_JSON, media_type="application/json")
@@ -135,12 +186,79 @@ class OperationsApi:
     async def enable(self, request: Request) -> Response:
         return JSONResponse(await self._sources.enable(request.path_params["name"]))
 
+    async def disable(self, request: Request) -> Response:
+        reason = request.query_params.get("reason")
+        return JSONResponse(
+            await self._sources.disable(request.path_params["name"], reason, API_ACTOR)
+        )
+
+    async def coverage(self, request: Request) -> Response:
+        query = request.query_params
+        return JSONResponse(
+            await self._coverage.resource(
+                request.path_params["name"], query.get("since") or None, query.get("until") or None
+            )
+        )
+
+    async def source_pause(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        reason = request.query_params.get("reason")
+        await self._destinations.pause_source(name, by=API_ACTOR, reason=reason)
+        return JSONResponse(await self._source_entry(name))
+
+    async def source_resume(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        await self._destinations.resume_source(name, by=API_ACTOR)
+        return JSONResponse(await self._source_entry(name))
+
+    async def _source_entry(self, name: str) -> dict[str, object]:
+        [found] = [r for r in await self._sources.overview() if r["name"] == name]
+        return found
+
+    async def object_detail(self, request: Request) -> Response:
+        params = request.path_params
+        return JSONResponse(await self._objects.show(params["name"], params["id"]))
+
+    async def destinations_index(self, request: Request) -> Response:
+        source = request.query_params.get("source") or None
+        return JSONResponse({"destinations": await self._destinations.list(source)})
+
+    async def destination_pause(self, request: Request) -> Response:
+        source, name = request.path_params["name"], request.path_params["destination"]
+        reason = request.query_params.get("reason")
+        await self._destinations.pause(source, name, by=API_ACTOR, reason=reason)
+        return JSONResponse(await self._destinations.show(source, name))
+
+    async def destination_resume(self, request: Request) -> Response:
+        source, name = request.path_params["name"], request.path_params["destination"]
+        await self._destinations.resume(source, name, by=API_ACTOR)
+        return JSONResponse(await self._destinations.show(source, name))
+
     async def runs_index(self, request: Request) -> Response:
         runs = await self._runs.recent(RunQuery.parse(request.query_params))
         return JSONResponse({"runs": runs})
 
     async def run_detail(self, request: Request) -> Response:
         return JSONResponse(await self._runs.get(request.path_params["id"]))
+
+    async def operation_start(self, request: Request) -> Response:
+        asked = OperationRequest.parse(await json_body(request))
+        started = await self._operations.create(asked, trigger="api")
+        # 202: a new operation under way; 200: a dry run (done at once), or the one
+        # this request_id asked for before.
+        fresh = started.created and not started.operation["done"]
+        return JSONResponse(started.operation, status_code=202 if fresh else 200)
+
+    async def operations_index(self, request: Request) -> Response:
+        found, next_cursor = await self._operations.page(request.query_params)
+        return JSONResponse({"operations": found, "next_cursor": next_cursor})
+
+    async def operation_detail(self, request: Request) -> Response:
+        return JSONResponse(await self._operations.get(request.path_params["id"]))
+
+    async def operation_cancel(self, request: Request) -> Response:
+        operation = await self._operations.cancel(request.path_params["id"])
+        return JSONResponse(operation, status_code=200 if operation["done"] else 202)
 
     def routes(self) -> list[BaseRoute]:
         t = self._tokens
@@ -159,11 +277,35 @@ class OperationsApi:
             Route("/api/sources", read(self.sources_index), methods=["GET"]),
             Route("/api/sources/{name}/reconcile", write(self.reconcile_now), methods=["POST"]),
             Route("/api/sources/{name}/enable", write(self.enable), methods=["POST"]),
+            Route("/api/sources/{name}/coverage", read(self.coverage), methods=["GET"]),
+            Route("/api/sources/{name}/disable", write(self.disable), methods=["POST"]),
+            Route("/api/sources/{name}/pause", write(self.source_pause), methods=["POST"]),
+            Route("/api/sources/{name}/resume", write(self.source_resume), methods=["POST"]),
+            Route(
+                "/api/sources/{name}/objects/{id:path}", read(self.object_detail), methods=["GET"]
+            ),
+            Route("/api/destinations", read(self.destinations_index), methods=["GET"]),
+            Route(
+                "/api/sources/{name}/destinations/{destination}/pause",
+                write(self.destination_pause),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/sources/{name}/destinations/{destination}/resume",
+                write(self.destination_resume),
+                methods=["POST"],
+            ),
             Route("/api/reconcile-runs", read(self.runs_index), methods=["GET"]),
             Route("/api/reconcile-runs/{id}", read(self.run_detail), methods=["GET"]),
+            Route("/api/operations", write(self.operation_start), methods=["POST"]),
+            Route("/api/operations", read(self.operations_index), methods=["GET"]),
+            Route("/api/operations/{id}", read(self.operation_detail), methods=["GET"]),
+            Route("/api/operations/{id}/cancel", write(self.operation_cancel), methods=["POST"]),
             ApiFallback(t),
         ]
 
 
-def routes(tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps) -> list[BaseRoute]:
-    return OperationsApi(tokens, events, sources, runs).routes()
+def routes(
+    tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps, operations: OperationOps
+) -> list[BaseRoute]:
+    return OperationsApi(tokens, events, sources, runs, operations).routes()

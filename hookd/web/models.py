@@ -19,7 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
 from hookd.providers import PROVIDERS
-from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
+from store.status import (
+    EventOrigin,
+    EventStatus,
+    OperationAction,
+    OperationStatus,
+    RunStatus,
+    RunTrigger,
+)
 
 ULID = "^[0-9A-HJKMNP-TV-Z]{26}$"
 
@@ -70,15 +77,70 @@ class Event(_Body):
     dedupe_key: str
     origin: EventOrigin
     status: EventStatus
-    done: bool = Field(description="True once `status` is `processed` or `dead`.")
+    done: bool = Field(description="True once `status` is `processed`, `dead` or `superseded`.")
     attempts: Count
     received_at: datetime
     occurred_at: datetime | None
     processed_at: datetime | None
     verified_with: str = Field(description="How the signature was verified at receipt.")
+    object_key: str | None = Field(
+        description="The object the event is about, read from its body by the source's "
+        "`[sources.order]` key; null when the source has none or the event names no object."
+    )
+    object_version: float | None = Field(
+        description="The event's version of its object (the provider's updated-at in unix "
+        "seconds, or its version number); events of an object run in this order."
+    )
+    payload_hash: str | None = Field(
+        description="SHA-256 of the body as received (hex), on sources with `[sources.order]`."
+    )
     error: EventError | None
     poll_after_seconds: Annotated[int, Field(ge=1)] | None = Field(
         description="While not done: when to look again. Null once done."
+    )
+
+
+class HistoryAttempt(_Body):
+    """One processing attempt: a claim of the event and its handlers' run."""
+
+    kind: Literal["attempt"]
+    at: datetime = Field(description="When the attempt started (found, for `abandoned`).")
+    finished_at: datetime | None = Field(description="When its outcome was recorded.")
+    attempt: Count = Field(description="Its number: the event's `attempts` after the claim.")
+    worker: str | None = Field(description="The worker that made it; null when not known.")
+    outcome: str = Field(
+        description="`processed`, `retry` or `dead` (what it left the event in); `released` "
+        "(cut short by a shutdown and given back), `lease_lost` (it ran, but its claim had "
+        "been taken over) or `abandoned` (its worker stopped: found by the takeover). A short "
+        "word: new processing steps add their own."
+    )
+    handler: str | None = Field(description="The handler that raised; null otherwise.")
+    error: str | None = Field(description="One line: the failure, as `error.message` said it.")
+    error_type: str | None = Field(description="The exception's type name.")
+    duration_s: float | None = Field(description="How long the handlers ran, in seconds.")
+
+
+class HistoryReplay(_Body):
+    """A replay: the event made pending again, its attempts reset to 0."""
+
+    kind: Literal["replay"]
+    at: datetime
+    attempts_reset: Count = Field(description="The attempts it had before the replay.")
+    status_before: EventStatus = Field(description="The status the replay found.")
+    via: str = Field(description="How it was asked for: `cli`, `api`, `admin`, or an operation.")
+    by: str | None = Field(
+        description="With what, when known: `token:admin`, `session:admin`, `user:NAME` (the "
+        "OS user of the command line)."
+    )
+
+
+class EventDetail(Event):
+    """One stored event, with what happened to it."""
+
+    history: list[Annotated[HistoryAttempt | HistoryReplay, Field(discriminator="kind")]] = Field(
+        description="Every processing attempt and replay, oldest first. A replay keeps the "
+        "event's `origin` (how it first arrived) and resets `attempts` and `error`: "
+        "what they said before is here."
     )
 
 
@@ -106,12 +168,31 @@ class ReconcileRun(_Body):
     items_checked: Count
     items_missing: Count
     items_repaired: Count
+    items_late: Count = Field(
+        description="Events this run stored whose webhook arrived afterwards (late "
+        "deliveries, counted as they come)."
+    )
     pages: Count
     api_calls: Count
     rate_limited: Count
     cursor_before: float | None = Field(description="Watermark before the run (unix seconds).")
     cursor_after: float | None = Field(description="Watermark after the run (unix seconds).")
     error: str | None
+    ack_violations: Count = Field(
+        description="Deliveries the provider says hookd answered with a 2xx whose event "
+        "was not stored, first found by this run (GitHub, GitLab, Paddle)."
+    )
+    registration: RunRegistration | None = Field(
+        description="The run's check of the provider's registration of the endpoint; "
+        "null when it made none."
+    )
+
+
+class RunRegistration(_Body):
+    """A registration check made by a run."""
+
+    ok: bool = Field(description="The registration is as the source expects.")
+    problems: list[str] = Field(description="How it differs, one sentence each.")
 
 
 class ReconcileRunList(_Body):
@@ -129,6 +210,33 @@ class SourceReconcile(_Body):
     interval_s: float | None
     next_run_at: datetime | None
     last_run: ReconcileRun | None
+    disabled_at: datetime | None = Field(description="When it was disabled (null: active).")
+    disabled_by: str | None = Field(
+        description="Who disabled it: `hookd auth-failures` (stopped itself), `cli user:NAME`, "
+        "`api token:admin`, `admin session:admin`."
+    )
+    registration: SourceRegistration | None = Field(
+        description="The last check of the provider's registration of the endpoint (each "
+        "run, `hookd sources check`); null before the first, and where the provider's API "
+        "does not show it."
+    )
+    ack_violations: Count = Field(
+        description="Deliveries the provider says hookd answered with a 2xx whose event "
+        "was not stored, ever found (`hookd_ack_violations_total`)."
+    )
+
+
+class SourceRegistration(_Body):
+    """The provider's registration of a source's webhook endpoint, as last checked."""
+
+    ok: bool = Field(description="As the source expects.")
+    checked_at: datetime
+    problems: list[str] = Field(description="How it differs, one sentence each.")
+    registered: dict[str, Any] = Field(
+        description="The provider's fields as read: GitHub `url`, `active`, `events`, "
+        "`content_type`, `last_response`; Stripe `id`, `url`, `status`, `enabled_events`, "
+        "`api_version`."
+    )
 
 
 class Source(_Body):
@@ -139,12 +247,167 @@ class Source(_Body):
     reconcile: SourceReconcile | None = Field(description="Null when the source is not reconciled.")
     pending: Count = Field(description="Events pending, retrying or processing.")
     dead: Count
+    paused: bool = Field(
+        description="True while its processing is paused: events are stored and "
+        "acknowledged, not processed."
+    )
+    pause: PauseSwitch | None = Field(description="The last pause or resume; null: never.")
+    destinations: list[Destination] = Field(
+        description="Its destinations (`[sources.forward]` as `forward`), in file order."
+    )
+
+
+class PauseSwitch(_Body):
+    """The last time a source or destination was paused or resumed."""
+
+    paused: bool = Field(description="True: paused then; false: resumed.")
+    by: str = Field(description="Who: `api token:admin`, `admin session:admin`, `cli user:NAME`.")
+    at: datetime
+    reason: str | None = Field(description="Why it was paused, as given.")
+
+
+class Breaker(_Body):
+    """A destination's circuit breaker, as every process sees it."""
+
+    state: Literal["closed", "half_open", "open", "disabled"] = Field(
+        description="`open`: deliveries wait for the cool-down (no attempt used); "
+        "`half_open`: one delivery probes; `disabled`: `breaker.enabled = false`."
+    )
+    failures: Count = Field(description="Failed deliveries in a row.")
+    opened_at: datetime | None
+    retry_at: datetime | None = Field(
+        description="Open: when a delivery may probe. Half-open: when the probe's claim ends."
+    )
+    reason: str | None = Field(description="Why it last opened.")
+
+
+class Destination(_Body):
+    """A destination of a source: where its events are delivered, signed."""
+
+    name: str
+    source: str
+    url: str = Field(description="Where it posts, without user info or query.")
+    paused: bool
+    pause: PauseSwitch | None = Field(description="The last pause or resume; null: never.")
+    breaker: Breaker
+    waiting: Count = Field(
+        description="The source's events not done yet that it has neither delivered nor skipped."
+    )
+    rate_per_s: float | None
+    concurrency: int | None
+    max_attempts: Annotated[int, Field(ge=1)]
+
+
+class DestinationList(_Body):
+    """Destinations, in configuration order."""
+
+    destinations: list[Destination]
 
 
 class SourceList(_Body):
     """Every configured source, in configuration order."""
 
     sources: list[Source]
+
+
+class OperationFilter(_Body):
+    """Which events a bulk operation goes over: every key given must hold; a key left
+    out (or null) selects every event. An operation takes only events stored before it
+    was asked for."""
+
+    source: str | None = Field(default=None, description="Events stored under this source.")
+    destination: str | None = Field(
+        default=None,
+        description="`NAME` or `SOURCE/NAME`: events of the sources that have this destination "
+        "(`forward` is `[sources.forward]`); a replay then runs only that destination again.",
+    )
+    status: EventStatus | None = Field(
+        default=None, description="Cancel takes `pending` or `retrying` (both when left out)."
+    )
+    type: str | None = Field(default=None, description="A glob over the event type (`*`, `?`).")
+    origin: EventOrigin | None = None
+    since: datetime | float | None = Field(
+        default=None,
+        description="Received at or after: ISO 8601 (UTC unless it says otherwise) or unix "
+        "seconds. Shown as ISO 8601.",
+    )
+    until: datetime | float | None = Field(
+        default=None, description="Received before; as `since`, and later than it."
+    )
+    object: str | None = Field(
+        default=None,
+        description="One object's events: the key per-object ordering (`[sources.order]`) "
+        "stored with each.",
+    )
+
+
+class OperationRequest(_Body):
+    """A bulk operation to start."""
+
+    action: OperationAction = Field(
+        description="`replay`: run the events' handlers again (as a single replay does); "
+        "`cancel`: make pending and retrying events `dead`, error `cancelled by operation ID`."
+    )
+    filter: OperationFilter
+    request_id: Annotated[str, StringConstraints(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="Idempotency key: a request with one already used answers that operation "
+        "(409 if its action, filter or dry_run differ). Left out: every request is new.",
+    )
+    dry_run: bool = Field(
+        default=False, description="Count the events, change nothing: answered done at once."
+    )
+
+
+class OperationProgress(_Body):
+    """How far an operation got."""
+
+    total: Count = Field(description="The estimate: events the filter selected when asked for.")
+    done: Count = Field(description="Events gone over so far (changed or skipped).")
+    changed: Count = Field(description="Replayed, or cancelled.")
+    skipped: Count = Field(
+        description="Left as they were: being processed at that moment, their body removed "
+        "by retention, or (cancel) no longer pending or retrying."
+    )
+
+
+class OperationError(_Body):
+    """Why an operation ended without finishing: cancelled by hand, or failed."""
+
+    code: Literal["cancelled", "failed"]
+    message: str = Field(description="For a cancelled one: how far it got.")
+
+
+class Operation(_Body):
+    """A bulk operation, shaped like a long-running operation: poll it until `done`."""
+
+    name: Annotated[str, StringConstraints(pattern="^operations/[0-9A-HJKMNP-TV-Z]{26}$")]
+    id: Ulid
+    request_id: str
+    action: OperationAction
+    trigger: Literal["api", "admin", "cli"] = Field(description="Who asked for it.")
+    dry_run: bool
+    filter: OperationFilter
+    status: OperationStatus
+    done: bool = Field(description="True once `status` is `succeeded`, `failed` or `cancelled`.")
+    progress: OperationProgress
+    error: OperationError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+    poll_after_seconds: Annotated[int, Field(ge=1)] | None = Field(
+        description="While not done: when to look again. Null once done."
+    )
+
+
+class OperationList(_Body):
+    """Bulk operations, newest first."""
+
+    operations: list[Operation]
+    next_cursor: Ulid | None = Field(
+        description="Pass as `cursor` for the next page; null on the last one."
+    )
 
 
 class OpenApiDocument(BaseModel):
@@ -159,13 +422,101 @@ class OpenApiDocument(BaseModel):
 
 
 # Every body the document names; the schemas they refer to (enums, nested bodies) follow.
+class CoverageReason(_Body):
+    """Why a piece of time is not covered."""
+
+    kind: Literal[
+        "failed",
+        "unrecoverable",
+        "not_checked",
+        "beyond_retention",
+        "settling",
+        "pending",
+        "not_recorded",
+    ] = Field(
+        description="`failed`: a run failed on it (a later run checks it again); "
+        "`unrecoverable`: beyond the provider's retention when a run came to it; "
+        "`not_checked`: reconciliation was disabled; `beyond_retention`: older than the "
+        "provider keeps, no run can check it any more; `settling`: younger than the "
+        "source's settle_s; `pending`: after the last checked moment, the next run's; "
+        "`not_recorded`: no record (before the ledger began, or a run that died)."
+    )
+    detail: str | None
+    run_id: Ulid | None = Field(description="The run that recorded it, when one did.")
+
+
+class CoverageInterval(_Body):
+    """A piece of the asked range: checked, or a hole. Adjacent pieces with the same
+    state (and, for holes, the same reasons) are merged."""
+
+    from_: datetime = Field(alias="from")
+    to: datetime
+    seconds: Annotated[float, Field(ge=0)]
+    state: Literal["checked", "hole"]
+    runs: Count | None = Field(default=None, description="Checked: how many runs checked it.")
+    repaired: Count | None = Field(
+        default=None, description="Checked: events those runs found missing and repaired."
+    )
+    reasons: list[CoverageReason] | None = Field(
+        default=None, description="A hole: every reason that applies, most telling first."
+    )
+
+
+class Coverage(_Body):
+    """What reconciliation has checked of a source over a range of provider time
+    (`[since, until)`), from its coverage ledger."""
+
+    source: str
+    since: datetime
+    until: datetime
+    covered: bool = Field(description="True when the whole range was checked: no hole.")
+    checked_seconds: Annotated[float, Field(ge=0)]
+    unchecked_seconds: Annotated[float, Field(ge=0)]
+    settle_s: Annotated[float, Field(ge=0)] = Field(
+        description="The source's settle window: what is younger is not judged yet."
+    )
+    retention_s: Annotated[float, Field(gt=0)] = Field(
+        description="How far back the provider's list API reaches."
+    )
+    intervals: list[CoverageInterval]
+
+
+class SourceObject(_Body):
+    """One object of a source with `[sources.order]`: its latest known state, from the
+    newest of its events processed (null fields until one is), and its events' counts."""
+
+    name: str = Field(description="`sources/NAME/objects/KEY`.")
+    source: str
+    key: str = Field(description="The object key, as events' `object_key` holds it.")
+    latest_type: str | None = Field(description="The type of the newest event processed.")
+    version: float | None = Field(
+        description="The provider's updated-at (unix seconds) or version of the newest event "
+        "processed: an event older than this is superseded."
+    )
+    last_event_id: Ulid | None = Field(description="The newest event processed.")
+    payload_hash: str | None = Field(description="SHA-256 of that event's body (hex).")
+    updated_at: datetime | None = Field(description="When that event was processed.")
+    events: dict[EventStatus, Count] = Field(
+        description="How many of the object's stored events are in each status; list them "
+        "with `GET /api/events?source=NAME&object=KEY`."
+    )
+
+
 BODIES: tuple[type[BaseModel], ...] = (
+    Coverage,
     Error,
     Event,
+    EventDetail,
     EventPage,
     ReconcileRun,
     ReconcileRunList,
     Source,
     SourceList,
+    Destination,
+    DestinationList,
+    SourceObject,
+    Operation,
+    OperationList,
+    OperationRequest,
     OpenApiDocument,
 )

@@ -147,12 +147,33 @@ RUN_ID = _path(
     {"type": "string", "pattern": models.ULID},
     "01J8Z3Q4XW6N2V7C9D0E1F2G3H",
 )
+OPERATION_ID = _path(
+    "id",
+    "Operation id (a ULID). Any other value answers 404.",
+    {"type": "string", "pattern": models.ULID},
+    "01J8Z3Q4XW6N2V7C9D0E1F2G3H",
+)
 SOURCE_NAME = _path(
     "name",
     "Source name, as configured in `[[sources]]`. An unknown name answers 404.",
     {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
     "github",
 )
+
+DESTINATION_NAME = _path(
+    "destination",
+    "Destination name, as configured in `[[sources.destinations]]` (`forward` for "
+    "`[sources.forward]`). An unknown name answers 404.",
+    {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
+    "billing",
+)
+PAUSE_REASON = {
+    "name": "reason",
+    "in": "query",
+    "required": False,
+    "description": "Why, for whoever looks next (one line, at most 500 characters).",
+    "schema": {"type": "string", "maxLength": 500},
+}
 
 
 def _enum(values: type[StrEnum]) -> dict[str, Any]:
@@ -192,8 +213,35 @@ RUN_LINKS = {
 }
 
 
+OPERATION_LINKS = {
+    "GetOperation": {
+        "operationId": "getOperation",
+        "parameters": {"id": "$response.body#/id"},
+    },
+    "CancelOperation": {
+        "operationId": "cancelOperation",
+        "parameters": {"id": "$response.body#/id"},
+    },
+}
+
+
 def _with_links(response: dict[str, Any], links: dict[str, Any]) -> dict[str, Any]:
     return {**response, "links": links}
+
+
+def _with_body(op: dict[str, Any], model: str, description: str) -> dict[str, Any]:
+    """``op`` taking a JSON request body of ``model``."""
+    body = {
+        "required": True,
+        "description": description,
+        "content": {JSON: {"schema": _ref(model)}},
+    }
+    return {**op, "requestBody": body}
+
+
+_OPERATION_STARTED = _with_links(
+    _json(_ref("Operation"), "A new operation, queued; poll it until `done`."), OPERATION_LINKS
+)
 
 
 PATHS: dict[str, Any] = {
@@ -236,6 +284,13 @@ PATHS: dict[str, Any] = {
                     "description": "`next_cursor` of the previous page. Empty: the first page.",
                     "schema": {"type": "string", "pattern": models.ULID},
                 },
+                {
+                    "name": "object",
+                    "in": "query",
+                    "description": "Only the events of this object (`object_key`) of a source "
+                    "with `[sources.order]`; with `source`, of that source's object. Empty: any.",
+                    "schema": {"type": "string"},
+                },
             ),
         )
     },
@@ -245,7 +300,7 @@ PATHS: dict[str, Any] = {
             "One event",
             "events",
             {
-                "200": _json(_ref("Event"), "The event."),
+                "200": _json(_ref("EventDetail"), "The event, with its history."),
                 "404": _error(
                     "No such event, or its row was pruned by the retention policy: then "
                     "`detail` says when, and the status it had ended in.",
@@ -263,8 +318,9 @@ PATHS: dict[str, Any] = {
             {
                 "202": _with_links(
                     _json(
-                        _ref("Event"),
-                        "Queued again: status `pending`, attempts reset, origin kept.",
+                        _ref("EventDetail"),
+                        "Queued again: status `pending`, attempts reset, origin kept; the "
+                        "history ends with this replay.",
                     ),
                     {"GetEvent": EVENT_LINKS["GetEvent"]},
                 ),
@@ -315,7 +371,7 @@ PATHS: dict[str, Any] = {
     "/api/sources/{name}/enable": {
         "post": _op(
             "enableSource",
-            "Re-enable reconciliation after it was disabled (auth failures)",
+            "Re-enable reconciliation after it was disabled (auth failures, or by hand)",
             "sources",
             {
                 "200": _json(_ref("Source"), "The source, reconciliation active."),
@@ -323,6 +379,175 @@ PATHS: dict[str, Any] = {
                 "409": _error("The source has no `[sources.reconcile]` table.", "not_configured"),
             },
             (SOURCE_NAME,),
+        )
+    },
+    "/api/sources/{name}/objects/{id}": {
+        "get": _op(
+            "getSourceObject",
+            "One object's latest known state ([sources.order])",
+            "sources",
+            {
+                "200": _json(_ref("SourceObject"), "The object."),
+                "404": _error(
+                    "No such source, or no event of that object is stored and none was processed.",
+                    "not_found",
+                ),
+                "409": _error("The source has no `[sources.order]` table.", "not_configured"),
+            },
+            (
+                SOURCE_NAME,
+                _path(
+                    "id",
+                    "The object key, as `object_key` of its events holds it (percent-encode "
+                    "what a URL path cannot hold; `/` may stay).",
+                    {"type": "string", "minLength": 1},
+                    "cus_123",
+                ),
+            ),
+        )
+    },
+    "/api/sources/{name}/coverage": {
+        "get": _op(
+            "getSourceCoverage",
+            "What reconciliation has checked of a source: intervals and holes, merged",
+            "sources",
+            {
+                "200": _json(
+                    _ref("Coverage"),
+                    "The range's checked intervals and holes (with their reasons); "
+                    "`covered` is true when there is no hole.",
+                ),
+                "400": _error(
+                    "`since` or `until` is not a time, or `since` is not before `until`.",
+                    "bad_request",
+                ),
+                "404": NOT_FOUND,
+                "409": _error("The source has no `[sources.reconcile]` table.", "not_configured"),
+            },
+            (
+                SOURCE_NAME,
+                {
+                    "name": "since",
+                    "in": "query",
+                    "description": "Start of the range (provider time): ISO 8601 (UTC unless "
+                    "it names an offset), unix seconds, or a time ago (`90m`, `24h`, `7d`). "
+                    "Empty: where the source's coverage ledger begins.",
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "until",
+                    "in": "query",
+                    "description": "End of the range, as `since`. Empty: now less the "
+                    "source's settle_s.",
+                    "schema": {"type": "string"},
+                },
+            ),
+        )
+    },
+    "/api/sources/{name}/disable": {
+        "post": _op(
+            "disableSource",
+            "Stop the source's reconciliation by hand, until it is enabled again",
+            "sources",
+            {
+                "200": _json(
+                    _ref("Source"),
+                    "The source, reconciliation disabled: with `reason`, `disabled_at` and "
+                    "`disabled_by` (`api token:admin`). One already disabled stays as it was.",
+                ),
+                "400": _error(
+                    "`reason` is longer than 500 characters or holds a control character.",
+                    "bad_request",
+                ),
+                "404": NOT_FOUND,
+                "409": _error("The source has no `[sources.reconcile]` table.", "not_configured"),
+            },
+            (
+                SOURCE_NAME,
+                {
+                    "name": "reason",
+                    "in": "query",
+                    "required": False,
+                    "description": "Why, for whoever looks next (one line, at most 500 "
+                    "characters). Empty: `disabled by hand`.",
+                    "schema": {"type": "string", "maxLength": 500},
+                },
+            ),
+        )
+    },
+    "/api/sources/{name}/pause": {
+        "post": _op(
+            "pauseSource",
+            "Pause the source's processing: its events are still stored and acknowledged",
+            "sources",
+            {
+                "200": _json(
+                    _ref("Source"),
+                    "The source, `paused`, with who paused it (`api token:admin`) and when. "
+                    "One already paused stays as it was.",
+                ),
+                "400": _error(
+                    "`reason` is longer than 500 characters or holds a control character.",
+                    "bad_request",
+                ),
+                "404": NOT_FOUND,
+            },
+            (SOURCE_NAME, PAUSE_REASON),
+        )
+    },
+    "/api/sources/{name}/resume": {
+        "post": _op(
+            "resumeSource",
+            "Resume the source's processing: what waited is processed in the order it came",
+            "sources",
+            {"200": _json(_ref("Source"), "The source, not paused."), "404": NOT_FOUND},
+            (SOURCE_NAME,),
+        )
+    },
+    "/api/destinations": {
+        "get": _op(
+            "listDestinations",
+            "Destinations with their pause, circuit breaker and queue",
+            "destinations",
+            {
+                "200": _json(_ref("DestinationList"), "The destinations."),
+                "404": _error("`source` names no configured source.", "not_found"),
+            },
+            (
+                {
+                    "name": "source",
+                    "in": "query",
+                    "description": "Only this source's. Empty: every source's.",
+                    "schema": {"type": "string"},
+                },
+            ),
+        )
+    },
+    "/api/sources/{name}/destinations/{destination}/pause": {
+        "post": _op(
+            "pauseDestination",
+            "Pause one destination: its deliveries wait, using no attempt",
+            "destinations",
+            {
+                "200": _json(
+                    _ref("Destination"), "The destination, `paused`. One already paused stays."
+                ),
+                "400": _error(
+                    "`reason` is longer than 500 characters or holds a control character.",
+                    "bad_request",
+                ),
+                "404": NOT_FOUND,
+            },
+            (SOURCE_NAME, DESTINATION_NAME, PAUSE_REASON),
+        )
+    },
+    "/api/sources/{name}/destinations/{destination}/resume": {
+        "post": _op(
+            "resumeDestination",
+            "Resume one destination: what waited is delivered in the order it came",
+            "destinations",
+            {"200": _json(_ref("Destination"), "The destination."), "404": NOT_FOUND},
+            (SOURCE_NAME, DESTINATION_NAME),
         )
     },
     "/api/reconcile-runs": {
@@ -357,6 +582,91 @@ PATHS: dict[str, Any] = {
             (RUN_ID,),
         )
     },
+    "/api/operations": {
+        "get": _op(
+            "listOperations",
+            "Bulk operations, newest first, keyset paged",
+            "operations",
+            {
+                "200": _json(_ref("OperationList"), "A page of operations."),
+                "400": BAD_REQUEST,
+            },
+            (
+                _limit("Page size."),
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "description": "`next_cursor` of the previous page. Empty: the first page.",
+                    "schema": {"type": "string", "pattern": models.ULID},
+                },
+            ),
+        ),
+        "post": _with_body(
+            _op(
+                "startOperation",
+                "Replay or cancel every event a filter selects (runs in the background)",
+                "operations",
+                {
+                    "202": _OPERATION_STARTED,
+                    "200": _with_links(
+                        _json(
+                            _ref("Operation"),
+                            "A dry run (done at once, `progress.total` the estimate), or the "
+                            "operation this `request_id` started before.",
+                        ),
+                        {"GetOperation": OPERATION_LINKS["GetOperation"]},
+                    ),
+                    "400": _error(
+                        "The body is not a request this API takes: `detail` says what to change.",
+                        "bad_request",
+                    ),
+                    "409": _error(
+                        "This `request_id` started an operation with another action, filter "
+                        "or dry_run.",
+                        "request_id_reused",
+                    ),
+                    "413": _error("The body is over 64 KiB.", "body_too_large"),
+                },
+            ),
+            "OperationRequest",
+            "What to do (`action`) to which events (`filter`).",
+        ),
+    },
+    "/api/operations/{id}": {
+        "get": _op(
+            "getOperation",
+            "One bulk operation: status and progress",
+            "operations",
+            {
+                "200": _json(_ref("Operation"), "The operation."),
+                "404": NOT_FOUND,
+            },
+            (OPERATION_ID,),
+        )
+    },
+    "/api/operations/{id}/cancel": {
+        "post": _op(
+            "cancelOperation",
+            "Stop a bulk operation; what it did stays done",
+            "operations",
+            {
+                "200": _json(
+                    _ref("Operation"),
+                    "Stopped (`cancelled`): `progress` and `error.message` say how far it got.",
+                ),
+                "202": _with_links(
+                    _json(
+                        _ref("Operation"),
+                        "Asked: its runner stops at its next batch; poll until `done`.",
+                    ),
+                    {"GetOperation": OPERATION_LINKS["GetOperation"]},
+                ),
+                "404": NOT_FOUND,
+                "409": _error("The operation already succeeded or failed.", "done"),
+            },
+            (OPERATION_ID,),
+        )
+    },
     "/api/openapi.json": {
         "get": _op(
             "getOpenApi",
@@ -380,15 +690,18 @@ _DOCUMENT: dict[str, Any] = {
     "info": {
         "title": "hookd operations API",
         "version": _version(),
-        "description": "Events, replay, sources and reconciliation runs of a hookd "
-        "webhook receiver. Every operation needs `Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; "
-        "the GET operations also take `HOOKD_READ_TOKEN`.",
+        "description": "Events, replay, bulk operations, sources and reconciliation runs of a "
+        "hookd webhook receiver. Every operation needs "
+        "`Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; the GET operations also take "
+        "`HOOKD_READ_TOKEN`.",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "tags": [
         {"name": "events", "description": "Stored events and replay."},
         {"name": "sources", "description": "Configured sources and reconciliation."},
         {"name": "reconcile", "description": "Reconciliation runs."},
+        {"name": "destinations", "description": "Destinations: pause, circuit breaker, queue."},
+        {"name": "operations", "description": "Bulk replay and cancel, by filter."},
         {"name": "meta", "description": "This document."},
     ],
     "security": [{"bearerAuth": []}],

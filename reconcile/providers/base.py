@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+
 from hookd.sources import Source
 from reconcile.http import Api
+from store.audit import Acked
 from store.events import NewEvent
 from store.status import EventOrigin
 
@@ -22,6 +25,47 @@ class Item:
     time: float
     ref: Any = None
     obj: dict[str, Any] | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """The provider's registration of the source's webhook endpoint, as read, and how it
+    differs from what the source expects (``problems``: none when it is as expected).
+    ``unchecked`` says why nothing was read (the API does not show it, the check is
+    off, the endpoint cannot be told from others): then nothing is recorded."""
+
+    registered: dict[str, Any] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    unchecked: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.unchecked is None
+
+
+def same_url(registered: object, wanted: str) -> bool:
+    """The same URL, a trailing slash of the path aside."""
+    return isinstance(registered, str) and registered.rstrip("/") == wanted.rstrip("/")
+
+
+def shown_url(url: object) -> str:
+    """A URL for a problem's words and the logs: no query (a token may ride in it) and
+    no user:password."""
+    if not isinstance(url, str) or not url:
+        return "(none)"
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "(not a URL)"
+    port = f":{parsed.port}" if parsed.port is not None else ""
+    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}" + ("?…" if parsed.query else "")
+
+
+def is_2xx(code: object) -> bool:
+    """A status code (an int, or the digits GitLab logs) of a 2xx answer."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    return isinstance(code, int) and not isinstance(code, bool) and 200 <= code < 300
 
 
 class ListAdapter(ABC):
@@ -37,6 +81,7 @@ class ListAdapter(ABC):
         when this run started, in unix seconds."""
         self.source = source
         self.api = api
+        self._acked: dict[str, Acked] = {}
 
     @staticmethod
     @abstractmethod
@@ -70,6 +115,32 @@ class ListAdapter(ABC):
     async def redeliver(self, item: Item) -> None:
         """Ask the provider to send the webhook again (when ``redelivers``)."""
         raise NotImplementedError(f"{self.source.provider} cannot be asked to resend an event")
+
+    async def fetch_object(self, document: Any) -> Any:
+        """The full object a (thin) event is about, as the API shows it now, for
+        ``[sources.order] fetch = true``; the provider declares that its adapter can
+        (``Reconciling.objects``). ``document``: the event's JSON body."""
+        raise NotImplementedError(f"{self.source.provider} cannot fetch an event's object")
+
+    # -- audits ------------------------------------------------------------------
+    def note_acked(self, acked: Acked) -> None:
+        """While paging: the provider says the receiver answered this delivery with a
+        2xx. Adapters whose API shows what the receiver answered call it for every such
+        delivery in the window, redeliveries of an item already listed included."""
+        self._acked.setdefault(acked.key, acked)
+
+    def take_acked(self) -> list[Acked]:
+        """The acknowledged deliveries noted since the last call (none where the
+        provider's API does not say what the receiver answered)."""
+        taken, self._acked = list(self._acked.values()), {}
+        return taken
+
+    async def registration(self) -> Registration:
+        """The provider's registration of the endpoint compared with the source's
+        expectations; ``unchecked`` where the API does not show it (the default)."""
+        return Registration(
+            unchecked=f"{self.source.provider}'s API does not show the webhook registration"
+        )
 
 
 def reconciled(

@@ -5,6 +5,12 @@
 ``X-GitHub-Delivery`` carries, so items are grouped by GUID. A missing GUID is
 repaired by fetching the delivery (its request headers and payload) or, with
 ``repair = "redeliver"``, by asking GitHub to send it again.
+
+Each delivery also says what the receiver answered (``status_code``): every one
+answered with a 2xx is noted for the ack audit, redeliveries included. The hook
+itself (``GET /{hook}``: ``active``, ``events``, ``config.url``, ``last_response``;
+an App's ``GET /app/hook/config``: its ``url``) is the registration the source's
+``public_url`` and ``expect_events`` are compared with.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,7 +30,16 @@ from hookd.errors import ReconcileError
 from hookd.providers.github import KEPT_HEADERS, GitHubReconcile, event_type
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, reconciled
+from reconcile.providers.base import (
+    Item,
+    ListAdapter,
+    Registration,
+    is_2xx,
+    reconciled,
+    same_url,
+    shown_url,
+)
+from store.audit import Acked
 from store.events import NewEvent
 
 LINK_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
@@ -64,7 +79,8 @@ class GitHubAdapter(ListAdapter):
         assert rc.hook is not None
         self._redeliver = rc.repair == "redeliver"
         hook = "app/hook" if rc.hook == "app" else rc.hook
-        self._base = f"{api_url(source.config)}/{hook}/deliveries"
+        self._hook = f"{api_url(source.config)}/{hook}"
+        self._base = f"{self._hook}/deliveries"
 
     @staticmethod
     def auth_headers(source: Source) -> dict[str, str]:
@@ -97,7 +113,15 @@ class GitHubAdapter(ListAdapter):
                 when = _epoch(d["delivered_at"])
                 oldest = min(oldest, when)
                 guid = d.get("guid")
-                if when < since or not isinstance(guid, str) or guid in seen:
+                if when < since or not isinstance(guid, str):
+                    continue
+                if is_2xx(d.get("status_code")):
+                    self.note_acked(
+                        Acked(
+                            guid, str(d["id"]), d["status_code"], datetime.fromtimestamp(when, UTC)
+                        )
+                    )
+                if guid in seen:
                     continue
                 seen.add(guid)
                 items.append(Item(key=guid, time=when, ref=d["id"]))
@@ -130,3 +154,52 @@ class GitHubAdapter(ListAdapter):
 
     async def redeliver(self, item: Item) -> None:
         await self.api.request("POST", f"{self._base}/{item.ref}/attempts")
+
+    async def registration(self) -> Registration:
+        rc = settings(self.source)
+        if not rc.check_registration:
+            return Registration(unchecked="check_registration = false")
+        if rc.hook == "app":
+            # An App's hook has no active switch or event list of its own: its config.
+            config = (await self.api.request("GET", f"{self._hook}/config")).json()
+            return hook_registration(self.source, {"config": config}, app=True)
+        return hook_registration(self.source, (await self.api.request("GET", self._hook)).json())
+
+
+def hook_registration(
+    source: Source, hook: Mapping[str, Any], *, app: bool = False
+) -> Registration:
+    """A hook document (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``, or an
+    App's ``{"config": …}``) against the source's ``public_url`` and ``expect_events``."""
+    rc = settings(source)
+    config = hook.get("config") or {}
+    url = config.get("url")
+    registered: dict[str, Any] = {"url": url}
+    problems: list[str] = []
+    if not app:
+        active, events = hook.get("active"), list(hook.get("events") or [])
+        last = hook.get("last_response") or {}
+        registered |= {
+            "active": active,
+            "events": events,
+            "content_type": config.get("content_type"),
+            "last_response": {k: last.get(k) for k in ("code", "status", "message")},
+        }
+        if active is not True:
+            problems.append("the hook is inactive: GitHub sends it nothing")
+        lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
+        if lacking:
+            problems.append(f"the hook does not send {', '.join(lacking)}")
+        code = last.get("code")
+        if isinstance(code, int) and not is_2xx(code):
+            said = last.get("message") or last.get("status") or ""
+            problems.append(
+                f"its last delivery was answered {code}" + (f" ({said})" if said else "")
+            )
+    expected = source.config.public_url
+    if expected is not None and not same_url(url, expected):
+        problems.append(
+            f"the hook posts to {shown_url(url)}, not to the source's public_url "
+            f"{shown_url(expected)}"
+        )
+    return Registration(registered, tuple(problems))

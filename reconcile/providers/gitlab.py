@@ -13,6 +13,12 @@ which GitLab allows five times a minute per hook and user: resends are paced to
 ``resends_per_minute``, and pages are cut so that one page's resends fit in the
 run's lease). Either way the body is GitLab's log of it, in which GitLab has
 replaced e-mail addresses with ``[REDACTED]``.
+
+Each logged event says what the receiver answered (``response_status``: the code,
+or ``internal error`` when there was no answer): one answered with a 2xx is noted
+for the ack audit when it carries an ``Idempotency-Key`` (GitLab 17.4+), the key the
+receiver stored it under. A body hash (older GitLab) is not noted: the log's body
+is redacted, so its hash need not be the one the receiver computed.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -32,7 +38,8 @@ from hookd.providers.reconcile_settings import GitLabReconcile
 from hookd.providers.rfc3339 import epoch
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, reconciled
+from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled
+from store.audit import Acked
 from store.events import NewEvent
 
 # "The past 7 days from start date": GitLab counts from the start of the day seven
@@ -120,7 +127,13 @@ class GitLabAdapter(ListAdapter):
                 when = epoch(created) if isinstance(created, str) else self._now
                 oldest = min(oldest, when)
                 key = dedupe_key(entry)
-                if when < start or key in seen:
+                if when < start:
+                    continue
+                status = entry.get("response_status")
+                if is_2xx(status) and not key.startswith("sha256:"):
+                    at = datetime.fromtimestamp(when, UTC)
+                    self.note_acked(Acked(key, str(entry.get("id")), int(str(status)), at))
+                if key in seen:
                     continue
                 seen.add(key)
                 items.append(Item(key=key, time=when, ref=entry["id"], obj=entry))

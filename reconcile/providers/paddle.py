@@ -11,6 +11,10 @@ replayed (``POST /notifications/{id}/replay``), which Paddle allows only for a
 notification it has ``delivered`` or that ``failed``; one it is still delivering
 (``not_attempted``, ``needs_retry``) is left to Paddle's own retries. Paddle keeps
 notifications ninety days: the window is capped there.
+
+A notification's ``status`` is ``delivered`` once the destination answered it with
+a 2xx: each such notification of an event (its replays too) is noted for the ack
+audit.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
+from store.audit import Acked
 from store.events import NewEvent
 
 log = logging.getLogger("hookd.reconcile")
@@ -82,6 +87,9 @@ class PaddleAdapter(ListAdapter):
                 newest = max(newest, when)
                 payload = n.get("payload") or {}
                 event_id = payload.get("event_id")
+                if when >= start and isinstance(event_id, str) and n.get("status") == "delivered":
+                    at = parse_rfc3339(n.get("delivered_at"))
+                    self.note_acked(Acked(event_id, n.get("id"), None, at))
                 if (
                     when < start
                     or n.get("origin") != "event"

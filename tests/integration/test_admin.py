@@ -22,6 +22,7 @@ import pytest
 import sqlalchemy as sa
 from itsdangerous import TimestampSigner
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
 
 from hookd.providers.signing import sample_event
 from hookd.providers.standard import standard_headers
@@ -421,15 +422,24 @@ async def test_a_session_signed_with_another_token_or_expired_is_refused(
     async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
         client.cookies.set(admin_session.COOKIE, old_cookie, path="/admin")
         assert (await client.get("/admin")).status_code == 303
-        # Tampered and unsigned values.
-        good = admin_session.Sessions(TOKEN).issue()
-        for value in (good[:-2] + "xx", "eyJjc3JmIjoieCJ9", good.split(".")[0]):
+        # Tampered and unsigned values; a well-signed one naming no stored session.
+        client.cookies.clear()
+        await login(client)
+        good = client.cookies[admin_session.COOKIE]
+        client.cookies.clear()
+        forged = admin_session.Sessions(TOKEN).issue(session_id="not-a-session")
+        for value in (good[:-2] + "xx", "eyJjc3JmIjoieCJ9", good.split(".")[0], forged):
             client.cookies.set(admin_session.COOKIE, value, path="/admin")
             assert (await client.get("/admin")).status_code == 303, value
-        # Older than 12 hours.
+        # The stored session, in a cookie signed more than 12 hours ago.
+        cookie_header = [(b"cookie", f"{admin_session.COOKIE}={good}".encode())]
+        signed = admin_session.Sessions(TOKEN).verify(
+            Request({"type": "http", "method": "GET", "path": "/", "headers": cookie_header})
+        )
+        assert signed is not None
         now = int(time.time())
         monkeypatch.setattr(TimestampSigner, "get_timestamp", lambda _: now - 12 * 3600 - 5)
-        expired = admin_session.Sessions(TOKEN).issue()
+        expired = admin_session.Sessions(TOKEN).issue(session_id=signed.session_id)
         monkeypatch.undo()
         client.cookies.set(admin_session.COOKIE, expired, path="/admin")
         assert (await client.get("/admin")).status_code == 303

@@ -166,7 +166,11 @@ async def test_login_see_a_dead_letter_replay_it_after_the_fix_and_see_it_proces
                     return False
 
                 await wait_for(shows_processed, timeout_s=10, interval_s=0.2, message=page.content)
-                await expect(page.get_by_text("until_fixed")).to_be_visible()
+                # The ledger names the handler that finished; the history keeps its old failures.
+                finished = page.get_by_text("tests.support.handlers:until_fixed", exact=True)
+                await expect(finished).to_be_visible()
+                failed = page.get_by_text("tests.support.handlers:until_fixed: RuntimeError")
+                await expect(failed.first).to_be_visible()
                 # The stylesheet is allowed by the CSP and applied.
                 font = await page.evaluate("getComputedStyle(document.body).fontFamily")
                 assert "system-ui" in font

@@ -154,8 +154,9 @@ async def test_reconcile_duplicates_duration_runs_started_and_overdue(
     await handlers.create_tables(engine)
     await engine.dispose()
     emulator = StripeEmulator("sk_test_hookd")
-    # Within the runs' overlap (120 s): the second run lists them again.
-    emulator.add_events(5, start=time.time() - 60, step_s=1.0)
+    # Older than Stripe's settle window (300 s), and within the runs' overlap (120 s)
+    # before the cursor it leaves (now - 300 s): the second run lists them again.
+    emulator.add_events(5, start=time.time() - 400, step_s=1.0)
     async with serve_app(emulator.app) as api_url:
         sources = parse_sources(sources_toml("stripe", api_url), Path("c.toml"), env={})
         async with running_app(

@@ -31,6 +31,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SOURCES = ("github", "stripe")
 # Where nothing answers: the schedule is off, no run is made.
 NOWHERE = "http://127.0.0.1:9"
+# Each source has a destination, so that the destination families have series to show.
+DESTINATION_SECRET = "whsec_" + "Zmlyc3Qtc2NyYXBlLWRlc3RpbmF0aW9uLXNlY3JldA=="
 FAMILY_ROW = re.compile(r"^\s*\| `(hookd_[a-z_]+)` \|([^|]*)\|([^|]*)\|([^|]*)\|\s*$")
 LABEL_VALUES = re.compile(r"`([a-z_]+)` \(([^)]*)\)")
 BACKTICKED = re.compile(r"`([a-z_]+)`")
@@ -107,6 +109,11 @@ api_url = "{NOWHERE}"
 token = "ghp_first_scrape"
 hook = "repos/hookd/hookd/hooks/1"
 
+[[sources.destinations]]
+name = "archive"
+url = "{NOWHERE}/archive"
+secret = "{DESTINATION_SECRET}"
+
 [[sources]]
 name = "stripe"
 provider = "stripe"
@@ -115,6 +122,10 @@ secrets = ["{SECRETS["stripe"]}"]
 [sources.reconcile]
 api_url = "{NOWHERE}"
 token = "sk_test_first_scrape"
+
+[sources.forward]
+url = "{NOWHERE}/forward"
+secret = "{DESTINATION_SECRET}"
 
 [sources.retention]
 keep_events_days = 14

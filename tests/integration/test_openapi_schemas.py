@@ -121,8 +121,10 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
         answers = Answers(client)
         page = await answers.call("EventPage", "GET", "/api/events?limit=500", 200)
         short = await answers.call("EventPage", "GET", "/api/events?limit=2", 200)
-        for event_id in served.event_ids:
-            await answers.call("Event", "GET", f"/api/events/{event_id}", 200)
+        details = [
+            await answers.call("EventDetail", "GET", f"/api/events/{event_id}", 200)
+            for event_id in served.event_ids
+        ]
         sources = await answers.call("SourceList", "GET", "/api/sources", 200)
         runs = await answers.call("ReconcileRunList", "GET", "/api/reconcile-runs", 200)
         for run in runs["runs"]:
@@ -133,8 +135,13 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
         await wait_done(client, f"/api/reconcile-runs/{queued['id']}")
         await answers.call("ReconcileRun", "GET", f"/api/reconcile-runs/{queued['id']}", 200)
         await answers.call("Source", "POST", f"/api/sources/{RECONCILED}/enable", 200)
+        coverage = await answers.call(
+            "Coverage", "GET", f"/api/sources/{RECONCILED}/coverage?since=1h", 200
+        )
         [dead] = [e for e in page["events"] if e["source"] == DOOMED]
-        await answers.call("Event", "POST", f"/api/events/{dead['id']}/replay", 202)
+        replayed = await answers.call(
+            "EventDetail", "POST", f"/api/events/{dead['id']}/replay", 202
+        )
         await answers.call("OpenApiDocument", "GET", "/api/openapi.json", 200)
         for status, method, path in [
             (400, "GET", "/api/events?limit=0"),
@@ -142,10 +149,16 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
             (404, "GET", "/api/nope"),
             (405, "DELETE", "/api/events"),
             (409, "POST", "/api/sources/github/enable"),
+            (409, "GET", "/api/sources/github/coverage"),
+            (400, "GET", f"/api/sources/{RECONCILED}/coverage?since=tomorrow"),
         ]:
             await answers.call("Error", method, path, status)
         await answers.call("Error", "GET", "/api/events", 401, headers={"Authorization": ""})
     # The answers reached every shape a schema allows: each nullable part set and null.
+    history = [e for detail in [*details, replayed] for e in detail["history"]]
+    assert {e["kind"] for e in history} == {"attempt", "replay"}
+    assert {e["outcome"] for e in history if e["kind"] == "attempt"} >= {"processed", "dead"}
+    assert replayed["history"][-1]["kind"] == "replay"
     events = page["events"]
     assert {e["origin"] for e in events} == {"webhook", "reconcile"}
     assert "dead" in {e["status"] for e in events}
@@ -154,5 +167,7 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
     reconciled = {s["name"]: s["reconcile"] for s in sources["sources"]}
     assert reconciled[RECONCILED]["last_run"] is not None and reconciled["github"] is None
     assert not queued["done"] and queued["finished_at"] is None
+    # A checked interval (the run's) and a hole (before it: nothing recorded).
+    assert {i["state"] for i in coverage["intervals"]} == {"checked", "hole"}
     failures = answers.failures()
     assert not failures, "\n".join(failures)

@@ -91,8 +91,8 @@ async def test_reconcile_rows_hold_every_column_as_stored(db_url: str) -> None:
         assert rstate.run_resource(run)["done"] is True
         assert rstate.run_resource(runs[0])["done"] is False
         assert sorted(totals) == [
-            RunTotalsRow("stripe", "queued", False, 1, 0, 0),
-            RunTotalsRow("stripe", "succeeded", False, 1, 3, 2),
+            RunTotalsRow("stripe", "queued", False, 1, 0, 0, 0),
+            RunTotalsRow("stripe", "succeeded", False, 1, 3, 2, 0),
         ]
     finally:
         await engine.dispose()

@@ -6,9 +6,12 @@ matching signed webhooks to a hookd receiver with drops, duplicates and
 reordering, so that tests can check that reconciliation repairs what was lost.
 
 - :class:`GitHubEmulator`: webhook deliveries of one hook (repository, organisation
-  or GitHub App): list (``Link`` pagination), get, redeliver.
+  or GitHub App): list (``Link`` pagination), get, redeliver; and the hook itself
+  (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``; an App's
+  ``GET /app/hook/config``) as ``hook_active``, ``hook_events``, ``hook_url`` say.
 - :class:`StripeEmulator`: ``GET /v1/events`` (``starting_after``/``ending_before``,
-  ``created[...]``, ``types[]``, 30-day retention).
+  ``created[...]``, ``types[]``, 30-day retention) and the webhook endpoints
+  (``GET /v1/webhook_endpoints[/{id}]``, ``add_webhook_endpoint``).
 - :class:`SlackEmulator`: ``conversations.history`` (cursor pagination, ``oldest``/
   ``latest``/``inclusive``, per-page cap, sliding-window rate limit) and ``auth.test``.
 
@@ -269,6 +272,12 @@ class GitHubEmulator(_Emulator):
         self._numbers = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._record_status = False
+        # The hook's registration (GET /{hook}): None URL means where webhooks go
+        # (``webhook_target``); None last response means the newest delivery's.
+        self.hook_active = True
+        self.hook_events: list[str] = ["*"]
+        self.hook_url: str | None = None
+        self.hook_last_response: dict[str, Any] | None = None
         super().__init__()
 
     # -- recording ---------------------------------------------------------------
@@ -403,13 +412,19 @@ class GitHubEmulator(_Emulator):
         drop: Collection[str] = frozenset(),
         duplicate: Collection[str] = frozenset(),
         shuffle: random.Random | None = None,
-        record_status: bool = False,
+        record_status: bool = True,
     ) -> dict[str, int]:
         """As the base method, keyed by GUID (one webhook per GUID). With
-        ``record_status`` the deliveries' ``status``/``status_code`` become what
-        the receiver answered, and dropped ones ``"failed to connect"``/502, as
-        GitHub would show them."""
+        ``record_status`` (the default) the deliveries' ``status``/``status_code``
+        become what the receiver answered, and dropped ones ``"failed to connect"``/502,
+        as GitHub would show them; until a delivery is answered it shows no answer
+        (``status_code`` 0), so a list read meanwhile claims no acknowledgement."""
         self._record_status = record_status
+        if record_status:
+            sending = {key for key, _, _ in self._webhook_requests(secret)}
+            for d in self.deliveries:
+                if d["guid"] in sending:
+                    d["status"], d["status_code"] = "Pending", 0
         try:
             statuses = await super().send_webhooks(
                 client, url, secret, drop=drop, duplicate=duplicate, shuffle=shuffle
@@ -446,7 +461,11 @@ class GitHubEmulator(_Emulator):
     def _routes(self) -> list[Route]:
         base = f"/{self.hook}/deliveries"
         catch_all = self._endpoint(self._not_found, authed=False)
+        hook = Route(f"/{self.hook}", self._endpoint(self._hook), methods=["GET"])
+        if self.hook == "app/hook":
+            hook = Route("/app/hook/config", self._endpoint(self._hook_config), methods=["GET"])
         return [
+            hook,
             Route(base, self._endpoint(self._list), methods=["GET"]),
             Route(base + "/{delivery_id:int}", self._endpoint(self._get), methods=["GET"]),
             Route(
@@ -589,6 +608,52 @@ class GitHubEmulator(_Emulator):
         except (ValueError, binascii.Error, UnicodeDecodeError):
             return None
 
+    def hook_config(self) -> dict[str, Any]:
+        return {
+            "content_type": "json",
+            "insecure_ssl": "0",
+            "secret": "********",
+            "url": self.hook_url if self.hook_url is not None else self._target_url(),
+        }
+
+    def hook_document(self, base_url: str) -> dict[str, Any]:
+        """The hook as ``GET /repos/{o}/{r}/hooks/{id}`` (or the org's) shows it."""
+        last = self.hook_last_response
+        if last is None:
+            answered = [d for d in self.deliveries if d["status_code"]]
+            last = {"code": None, "status": "unused", "message": None}
+            if answered:
+                newest = max(answered, key=lambda d: d["id"])
+                code: int = newest["status_code"]
+                if 200 <= code < 300:
+                    last = {"code": code, "status": "active", "message": "OK"}
+                else:
+                    last = {"code": code, "status": "misconfigured", "message": newest["status"]}
+        url = f"{base_url.rstrip('/')}/{self.hook}"
+        document: dict[str, Any] = {
+            "type": "Repository" if self.target_type == "repository" else "Organization",
+            "id": self.hook_id,
+            "name": "web",
+            "active": self.hook_active,
+            "events": list(self.hook_events),
+            "config": self.hook_config(),
+            "updated_at": "2023-11-14T22:13:20Z",
+            "created_at": "2023-11-14T22:13:20Z",
+            "url": url,
+            "ping_url": f"{url}/pings",
+            "deliveries_url": f"{url}/deliveries",
+            "last_response": last,
+        }
+        if self.target_type == "repository":
+            document["test_url"] = f"{url}/test"
+        return document
+
+    async def _hook(self, request: Request) -> Response:
+        return JSONResponse(self.hook_document(str(request.base_url)))
+
+    async def _hook_config(self, _: Request) -> Response:
+        return JSONResponse(self.hook_config())
+
     async def _get(self, request: Request) -> Response:
         try:
             delivery = self.delivery(request.path_params["delivery_id"])
@@ -629,7 +694,34 @@ class StripeEmulator(_Emulator):
         self.api_key = api_key
         self.events: list[dict[str, Any]] = []  # insertion order
         self._order: dict[str, int] = {}  # id -> insertion index (tie-breaker)
+        self.webhook_endpoints: list[dict[str, Any]] = []  # creation order
         super().__init__()
+
+    def add_webhook_endpoint(
+        self,
+        url: str,
+        enabled_events: Sequence[str] = ("*",),
+        *,
+        status: str = "enabled",
+        api_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Register a webhook endpoint (as ``POST /v1/webhook_endpoints`` would); returns
+        the endpoint object, which a test may change (``status = "disabled"``)."""
+        endpoint: dict[str, Any] = {
+            "id": "we_" + secrets.token_hex(12),
+            "object": "webhook_endpoint",
+            "api_version": api_version,
+            "application": None,
+            "created": int(self.now()),
+            "description": None,
+            "enabled_events": list(enabled_events),
+            "livemode": False,
+            "metadata": {},
+            "status": status,
+            "url": url,
+        }
+        self.webhook_endpoints.append(endpoint)
+        return endpoint
 
     # -- recording ---------------------------------------------------------------
     def add_event(
@@ -699,6 +791,12 @@ class StripeEmulator(_Emulator):
         return [
             Route("/v1/events", self._endpoint(self._list), methods=["GET"]),
             Route("/v1/events/{event_id}", self._endpoint(self._get), methods=["GET"]),
+            Route("/v1/webhook_endpoints", self._endpoint(self._endpoints), methods=["GET"]),
+            Route(
+                "/v1/webhook_endpoints/{endpoint_id}",
+                self._endpoint(self._endpoint_get),
+                methods=["GET"],
+            ),
             Route("/{rest:path}", self._endpoint(self._not_found), methods=["GET", "POST"]),
         ]
 
@@ -757,6 +855,48 @@ class StripeEmulator(_Emulator):
 
     async def _not_found(self, request: Request) -> Response:
         return self._error(404, f"Unrecognized request URL (GET: {request.url.path}).")
+
+    async def _endpoint_get(self, request: Request) -> Response:
+        endpoint_id = request.path_params["endpoint_id"]
+        for endpoint in self.webhook_endpoints:
+            if endpoint["id"] == endpoint_id:
+                return JSONResponse(endpoint)
+        return self._error(
+            404,
+            f"No such webhook_endpoint: '{endpoint_id}'",
+            code="resource_missing",
+            param="id",
+        )
+
+    async def _endpoints(self, request: Request) -> Response:
+        """Newest first, ``limit`` (1-100, default 10), ``starting_after``."""
+        query = request.query_params
+        try:
+            limit = int(query.get("limit", "10"))
+        except ValueError:
+            return self._error(400, f"Invalid integer: {query.get('limit')}", param="limit")
+        if not 1 <= limit <= 100:
+            return self._error(400, "This value must be between 1 and 100.", param="limit")
+        ordered = self.webhook_endpoints[::-1]
+        after = query.get("starting_after")
+        if after:
+            position = next((i for i, e in enumerate(ordered) if e["id"] == after), None)
+            if position is None:
+                return self._error(
+                    400,
+                    f"No such webhook_endpoint: '{after}'",
+                    code="resource_missing",
+                    param="starting_after",
+                )
+            ordered = ordered[position + 1 :]
+        return JSONResponse(
+            {
+                "object": "list",
+                "url": "/v1/webhook_endpoints",
+                "has_more": len(ordered) > limit,
+                "data": ordered[:limit],
+            }
+        )
 
     async def _get(self, request: Request) -> Response:
         event_id = request.path_params["event_id"]

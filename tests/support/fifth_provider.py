@@ -117,6 +117,8 @@ PROVIDER = Provider(
         settings=FifthReconcile,
         api_url="https://fifth.invalid/api",
         adapter="tests.support.fifth_provider:FifthAdapter",
+        # Its webhooks go out at once and are never retried: five seconds judge them.
+        settle_s=5.0,
     ),
 )
 

@@ -57,6 +57,7 @@ class Served:
     event_ids: list[str]
     run_ids: list[str]
     sources: list[str] = field(default_factory=lambda: [RECONCILED, DOOMED, "github"])
+    operation_ids: list[str] = field(default_factory=list)
 
 
 async def wait_done(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
@@ -100,5 +101,11 @@ async def served_api(db_url: str) -> AsyncIterator[Served]:
             listed = (await client.get("/api/events?limit=500", headers=AUTH)).json()
             event_ids = [e["id"] for e in listed["events"]]
             assert len(event_ids) == 10
+            counted = await client.post(
+                "/api/operations",
+                headers=AUTH,
+                json={"action": "replay", "filter": {"source": DOOMED}, "dry_run": True},
+            )
+            assert counted.status_code == 200, counted.text
             async with serve_app(app) as url:
-                yield Served(url, event_ids, [run["id"]])
+                yield Served(url, event_ids, [run["id"]], operation_ids=[counted.json()["id"]])

@@ -16,3 +16,8 @@ async def summarise(event: Event) -> dict[str, object]:
 
 async def too_slow(_: Event) -> None:
     await asyncio.sleep(60)
+
+
+async def occurred(event: Event) -> str | None:
+    """Returns the provider's time of the event, as the handler got it."""
+    return None if event.occurred_at is None else event.occurred_at.isoformat()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
+from enum import StrEnum
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,12 @@ from store.status import (
     DONE_STATUSES,
     RUNNABLE_STATUSES,
     UNFINISHED_RUN_STATUSES,
+    BreakerState,
+    CoverageOutcome,
     EventOrigin,
     EventStatus,
+    OperationAction,
+    OperationStatus,
     RunStatus,
     sql_in,
 )
@@ -40,10 +45,13 @@ def _in_list(sql: str) -> tuple[str, list[str]]:
 
 
 def _check_constraints() -> dict[str, str]:
-    """Every named ``CheckConstraint(...)`` in the migrations: name -> its SQL."""
+    """Every named ``CheckConstraint(...)`` in the migrations: name -> its SQL, as the
+    latest migration to make it says (one that makes it again drops it first)."""
     found: dict[str, str] = {}
     for path in sorted(VERSIONS.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        text = path.read_text()
+        made: set[str] = set()
+        for node in ast.walk(ast.parse(text)):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func  # sa.CheckConstraint(...) or CheckConstraint(...)
@@ -55,7 +63,10 @@ def _check_constraints() -> dict[str, str]:
             name, sql = names[0].value, node.args[0]
             assert isinstance(name, str) and isinstance(sql, ast.Constant), ast.unparse(node)
             assert isinstance(sql.value, str), ast.unparse(node)
-            assert name not in found, f"{name} is created twice"
+            assert name not in made, f"{name} is created twice in {path.name}"
+            again = f'drop_constraint("{name}"' in text
+            assert name not in found or again, f"{name} is created again, not dropped first"
+            made.add(name)
             found[name] = sql.value
     return found
 
@@ -66,10 +77,14 @@ def _check_constraints() -> dict[str, str]:
         ("ck_events_status", "status", EventStatus),
         ("ck_events_origin", "origin", EventOrigin),
         ("ck_reconcile_runs_status", "status", RunStatus),
+        ("ck_operations_status", "status", OperationStatus),
+        ("ck_operations_action", "action", OperationAction),
+        ("ck_destination_breakers_state", "state", BreakerState),
+        ("ck_reconcile_coverage_outcome", "outcome", CoverageOutcome),
     ],
 )
 def test_enum_values_are_the_check_constraint_values(
-    constraint: str, column: str, enum: type[EventStatus | EventOrigin | RunStatus]
+    constraint: str, column: str, enum: type[StrEnum]
 ) -> None:
     checks = _check_constraints()
     assert constraint in checks, f"no migration creates {constraint}"
@@ -84,6 +99,10 @@ def test_the_migrations_check_nothing_else_the_enums_would_miss() -> None:
         "ck_events_status",
         "ck_events_origin",
         "ck_reconcile_runs_status",
+        "ck_operations_status",
+        "ck_operations_action",
+        "ck_destination_breakers_state",
+        "ck_reconcile_coverage_outcome",
     }
 
 
@@ -93,15 +112,31 @@ def test_runnable_index_predicate_is_the_runnable_statuses() -> None:
     source = (VERSIONS / "0004_runnable_index.py").read_text()
     (predicate,) = re.findall(r'sa\.text\("([^"]*)"\)', source)
     assert predicate == sql_in("status", RUNNABLE_STATUSES)
-    index = next(i for i in EVENTS.indexes if i.name == "ix_events_runnable")
-    for dialect in ("postgresql", "sqlite"):
-        assert str(index.dialect_options[dialect]["where"]) == predicate
     assert _in_list(predicate) == ("status", ["pending", "retrying"])
+
+
+def test_runnable_indexes_split_the_runnable_events_by_object() -> None:
+    """Since 0012 ([sources.order]) ix_events_runnable holds the runnable events of no
+    object, ix_events_object_due those of one: the same predicates in the migration
+    that makes them and in the model the schema test compares."""
+    source = (VERSIONS / "0012_operations.py").read_text()
+    runnable = sql_in("status", RUNNABLE_STATUSES)
+    assert f'RUNNABLE = "{runnable}"' in source
+    assert 'RUNNABLE_UNORDERED = f"{RUNNABLE} AND object_key IS NULL"' in source
+    assert 'RUNNABLE_ORDERED = f"{RUNNABLE} AND object_key IS NOT NULL"' in source
+    wanted = {
+        "ix_events_runnable": f"{runnable} AND object_key IS NULL",
+        "ix_events_object_due": f"{runnable} AND object_key IS NOT NULL",
+    }
+    for name, predicate in wanted.items():
+        index = next(i for i in EVENTS.indexes if i.name == name)
+        for dialect in ("postgresql", "sqlite"):
+            assert str(index.dialect_options[dialect]["where"]) == predicate
 
 
 def test_status_groups() -> None:
     assert set(RUNNABLE_STATUSES) == {EventStatus.PENDING, EventStatus.RETRYING}
-    assert set(DONE_STATUSES) == {EventStatus.PROCESSED, EventStatus.DEAD}
+    assert set(DONE_STATUSES) == {EventStatus.PROCESSED, EventStatus.DEAD, EventStatus.SUPERSEDED}
     assert not set(RUNNABLE_STATUSES) & set(DONE_STATUSES)
     assert set(UNFINISHED_RUN_STATUSES) == {RunStatus.QUEUED, RunStatus.RUNNING}
     assert set(UNFINISHED_RUN_STATUSES) | set(DONE_RUN_STATUSES) == set(RunStatus)
@@ -118,7 +153,7 @@ def test_members_are_the_plain_strings() -> None:
 
 
 def test_old_tuples_are_plain_strings_in_schema_order() -> None:
-    assert STATUSES == ("pending", "processing", "retrying", "processed", "dead")
+    assert STATUSES == ("pending", "processing", "retrying", "processed", "dead", "superseded")
     assert ORIGINS == ("webhook", "reconcile", "replay")
     assert all(type(s) is str for s in (*STATUSES, *ORIGINS))
 

@@ -50,20 +50,20 @@ def test_sessions_remember_who_may_act_and_end_with_their_token() -> None:
     assert sessions.opens("a-token") is True
     assert sessions.opens("r-token") is False
     assert sessions.opens("m-token") is None
-    admin = sessions.load(request(cookie=sessions.issue(can_act=True)))
-    reader = sessions.load(request(cookie=sessions.issue(can_act=False)))
+    admin = sessions.verify(request(cookie=sessions.issue(can_act=True)))
+    reader = sessions.verify(request(cookie=sessions.issue(can_act=False)))
     assert admin is not None and admin.can_act
     assert reader is not None and not reader.can_act
     # A new read token ends the read sessions only; a new admin token the admin ones.
     rotated_read = Sessions("a-token", "r-token-2")
-    assert rotated_read.load(request(cookie=sessions.issue(can_act=False))) is None
-    assert rotated_read.load(request(cookie=sessions.issue(can_act=True))) is not None
+    assert rotated_read.verify(request(cookie=sessions.issue(can_act=False))) is None
+    assert rotated_read.verify(request(cookie=sessions.issue(can_act=True))) is not None
     rotated_admin = Sessions("a-token-2", "r-token")
-    assert rotated_admin.load(request(cookie=sessions.issue(can_act=True))) is None
+    assert rotated_admin.verify(request(cookie=sessions.issue(can_act=True))) is None
     # A read session cannot pass for an admin one: another key signs it.
     read_only = Sessions("", "r-token")
     assert read_only.enabled
-    assert read_only.load(request(cookie=sessions.issue(can_act=True))) is None
+    assert read_only.verify(request(cookie=sessions.issue(can_act=True))) is None
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,110 @@
+"""A source's coverage: which time it has had checked by reconciliation, and the holes
+with their reasons, for the API (``GET /api/sources/{name}/coverage``), the admin UI
+and ``hookd coverage``. The merging is ``reconcile.coverage``'s; here the range asked
+for is read and filled in, and the source's state looked up."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hookd.errors import BadRequest
+from hookd.ops.sources import SourceOps
+from reconcile import coverage
+from store import coverage as ledger
+from store import reconcile as rstate
+
+_AGO = re.compile(r"([0-9]{1,9})([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The widest range one report merges: ten years.
+MAX_RANGE_S = 3650 * 86_400.0
+
+
+def parse_time(field: str, raw: str, now: datetime) -> datetime:
+    """``since``/``until``: ISO 8601 (UTC unless it names an offset), unix seconds, or a
+    time ago (``90m``, ``24h``, ``7d``); ``BadRequest`` naming ``field`` otherwise."""
+    text = raw.strip()
+    ago = _AGO.fullmatch(text)
+    if ago is not None:
+        try:
+            return now - timedelta(seconds=int(ago.group(1)) * _UNIT_S[ago.group(2)])
+        except OverflowError:
+            raise BadRequest(field, f"{field} {raw!r} is too long ago") from None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(seconds) or seconds < 0:
+            raise BadRequest(field, f"{field} {raw!r} is not a time")
+        try:
+            return datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError):
+            raise BadRequest(field, f"{field} {raw!r} is out of range") from None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(
+            field,
+            f"{field} {raw!r} is not a time: give ISO 8601 (2027-01-31T00:00:00Z), unix "
+            "seconds, or a time ago (90m, 24h, 7d)",
+        ) from None
+    try:
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise BadRequest(field, f"{field} {raw!r} is out of range") from None
+
+
+class CoverageOps:
+    """Coverage reports of the configured sources over one database."""
+
+    def __init__(self, engine: AsyncEngine, sources: SourceOps) -> None:
+        self._engine = engine
+        self._sources = sources
+
+    async def report(
+        self,
+        name: str,
+        since: str | None = None,
+        until: str | None = None,
+        now: datetime | None = None,
+    ) -> coverage.Report:
+        """``name``'s coverage from ``since`` (default: where its ledger begins, or the
+        provider's retention before any run) to ``until`` (default: now less its
+        settle window, the last moment a run could have judged)."""
+        source = self._sources.reconcilable(name)
+        now = now or datetime.now(UTC)
+        end = parse_time("until", until, now) if until else None
+        start = parse_time("since", since, now) if since else None
+        async with self._engine.connect() as conn:
+            state = await rstate.get_state(conn, source.name)
+            situation = coverage.Situation(
+                now=now.timestamp(),
+                settle_s=coverage.settle_s(source),
+                retention_s=coverage.retention_s(source),
+                cursor=state.cursor if state is not None else None,
+                disabled=(state.disabled_reason or "no reason recorded")
+                if state is not None and state.disabled
+                else None,
+            )
+            if end is None:
+                end = coverage.at(situation.now - situation.settle_s)
+            if start is None:
+                first = await ledger.first_start(conn, source.name)
+                start = first or coverage.at(situation.now - situation.retention_s)
+            if start >= end:
+                raise BadRequest("since", "since must be before until")
+            if (end - start).total_seconds() > MAX_RANGE_S:
+                raise BadRequest("since", "the range may span ten years at most")
+            rows = await ledger.records(conn, source.name, start, end)
+        return coverage.merge(source.name, rows, start.timestamp(), end.timestamp(), situation)
+
+    async def resource(
+        self, name: str, since: str | None = None, until: str | None = None
+    ) -> dict[str, Any]:
+        """The report as the API answers it."""
+        return (await self.report(name, since, until)).resource()

@@ -1,0 +1,79 @@
+"""The bulk operations runner of ``hookd serve`` and ``hookd worker``.
+
+Every process that runs it looks at the database every ``LOOK_S`` (and at once when
+this process recorded one) for operations no runner holds: queued ones, and those
+whose runner stopped (it gives its lease back) or died (its lease runs out,
+``HOOKD_OPERATION_LEASE_S`` after its last batch). It runs them one at a time; the
+lease lets one process run an operation, and a fleet shares the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hookd.ops import EventOps, OperationOps
+from hookd.settings import Settings
+from hookd.sources import Sources
+
+log = logging.getLogger("hookd.operations")
+
+# The longest time between two looks for operations to run.
+LOOK_S = 2.0
+
+
+def operations_of(
+    settings: Settings, engine: AsyncEngine, sources: Sources, events: EventOps
+) -> OperationOps:
+    """Bulk operations as the settings size them (``HOOKD_OPERATION_*``)."""
+    return OperationOps(
+        engine,
+        sources,
+        events,
+        batch=settings.operation_batch,
+        lease_s=settings.operation_lease_s,
+    )
+
+
+class OperationSchedule:
+    def __init__(self, operations: OperationOps, look_s: float = LOOK_S) -> None:
+        self._operations = operations
+        self._look_s = look_s
+        self._stop = asyncio.Event()
+        self._now = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        operations.on_created = self._now.set
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="hookd-operations")
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop now: an operation in progress stops after its current batch (within
+        ``grace_s``, else it is cancelled) and gives its lease back for another process."""
+        if self._task is None:
+            return
+        self._stop.set()
+        self._now.set()
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._task), grace_s)
+        if not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._task = None
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for operation_id in await self._operations.waiting():
+                    if self._stop.is_set():
+                        return
+                    await self._operations.run(operation_id, self._stop)
+            except Exception as exc:  # the database may be away: the next look tries again
+                log.warning("operations look failed", extra={"error": type(exc).__name__})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self._look_s)
+            self._now.clear()

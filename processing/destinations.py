@@ -1,0 +1,525 @@
+"""Destinations: signed HTTP deliveries of a source's events, each a handler in the ledger.
+
+``Router`` holds every source's destinations and the filters of its handlers, and
+makes one delivery at a time (``deliver``): a paused destination or an open circuit
+breaker puts it off (no attempt used), the rate and concurrency limits make it wait
+or put it off, and its outcome moves the breaker. What the processor records comes
+back as an ``Outcome``.
+
+The breaker (``store.destinations``): ``failures`` in a row across every process, or
+a failure rate in this process's recent deliveries, opens it for ``cooldown_s``; the
+deliveries due meanwhile are put off until then. After it, one delivery takes the
+probe (half-open) and the others park; the probe's success closes the breaker and
+unparks them, its failure opens it again. Only failures a retry could mend count: a
+4xx answer shows the destination is up (it refused that one event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import json
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+import httpx
+from prometheus_client import Counter, Histogram
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hookd.backoff import full_jitter
+from hookd.errors import ConfigError, PermanentError
+from hookd.event import Event, idempotency_key
+from hookd.providers.standard import standard_headers
+from hookd.routing import FORWARD, DestinationConfig
+from hookd.sources import Source, Sources
+from processing.filters import Document, Selector
+from processing.limits import Limits, Unavailable, Wait
+from store import destinations as state
+from store.destinations import Blocker, BreakerRow, PauseRow
+from store.status import BreakerState
+
+log = logging.getLogger("hookd.processing")
+
+# hookd_destination_deliveries_total's outcome label.
+DELIVERED, FAILED, SKIPPED, DEFERRED = "delivered", "failed", "skipped", "deferred"
+DELIVERY_OUTCOMES = (DELIVERED, FAILED, SKIPPED, DEFERRED)
+DELIVERIES = Counter(
+    "hookd_destination_deliveries_total",
+    "Deliveries per destination: delivered, failed (an attempt used), skipped by the "
+    "filter, deferred (paused, rate or concurrency limit, breaker: no attempt used).",
+    ["source", "destination", "outcome"],
+)
+DELIVERY_SECONDS = Histogram(
+    "hookd_destination_delivery_seconds",
+    "Time of each delivery's HTTP request, answered or not.",
+    ["source", "destination"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+HANDLER_SKIPS = Counter(
+    "hookd_handler_skips_total",
+    "Handlers not run for an event because their filter did not select it.",
+    ["source"],
+)
+# How long a delivery may wait for its rate or concurrency limit before it is put off.
+LIMIT_WAIT_S = 2.0
+# Pauses and breakers are read again at most this often per process (and whenever a
+# delivery changes a breaker here).
+REFRESH_S = 0.25
+# A held-back delivery is put off until the cool-down ends, spread over this much more.
+SPREAD_S = 1.0
+# A probe's claim on a half-open breaker outlasts its request by this much.
+PROBE_SLACK_S = 10.0
+Transform = Callable[[Event], Any]
+
+
+def _labels(source: str, destinations: Iterable[str]) -> None:
+    for name in destinations:
+        for outcome in DELIVERY_OUTCOMES:
+            DELIVERIES.labels(source, name, outcome)
+        DELIVERY_SECONDS.labels(source, name)
+
+
+@cache
+def _deliveries(source: str, destination: str, outcome: str) -> Counter:
+    return DELIVERIES.labels(source, destination, outcome)
+
+
+@cache
+def _seconds(source: str, destination: str) -> Histogram:
+    return DELIVERY_SECONDS.labels(source, destination)
+
+
+def import_transform(ref: str) -> Transform:
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"transform {ref!r}: cannot import {module_name}: {exc}") from None
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise ConfigError(f"transform {ref!r}: {module_name} has no function {attr!r}")
+    transform: Transform = func
+    return transform
+
+
+def destination_configs(source: Source) -> list[DestinationConfig]:
+    """The source's destinations: ``[sources.forward]`` (as ``forward``), then the others."""
+    out = []
+    forward = source.config.forward
+    if forward is not None:
+        out.append(
+            DestinationConfig(
+                name=FORWARD, url=forward.url, secret=forward.secret, timeout_s=forward.timeout_s
+            )
+        )
+    return [*out, *source.config.destinations]
+
+
+def _body_of(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key"})
+
+
+class Destination:
+    """One destination of one source: what to send, signed, and where."""
+
+    def __init__(
+        self,
+        source: Source,
+        config: DestinationConfig,
+        client: httpx.AsyncClient,
+        transform: Transform | None,
+    ) -> None:
+        self.source = source.name
+        self.name = config.name
+        self.config = config
+        self.selector = Selector.of(config)
+        self.max_attempts = config.max_attempts or source.config.max_attempts
+        self.key = f"{source.name}/{config.name}"
+        self._client = client
+        self._transform = transform
+
+    async def _transformed(self, event: Event) -> tuple[bytes, dict[str, str]]:
+        if self._transform is None:
+            return event.body, {}
+        result = self._transform(event)
+        if inspect.isawaitable(result):
+            result = await result
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise PermanentError("transform_invalid", "a transform returns (body, headers)")
+        body, headers = result
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise PermanentError("transform_invalid", "a transform's headers map str to str")
+        try:
+            return _body_of(body), dict(headers)
+        except (TypeError, ValueError):
+            raise PermanentError(
+                "transform_invalid", "a transform's body is bytes, str or JSON-serialisable"
+            ) from None
+
+    async def send(self, event: Event) -> None:
+        """POST the event (as the transform makes it), signed with Standard Webhooks v1:
+        ``webhook-id`` is the hookd event id, so the destination can drop a repeat. 5xx,
+        429 and transport errors retry; any other 4xx is permanent."""
+        body, extra = await self._transformed(event)
+        headers = {k: v for k, v in extra.items() if k.lower() not in RESERVED}
+        signed = standard_headers(self.config.secret, body, event.id, int(time.time()))
+        if any(k.lower() == "content-type" for k in headers):
+            signed.pop("Content-Type", None)
+        headers.update(signed)
+        headers["Idempotency-Key"] = event.idempotency_key
+        if event.type:
+            headers["X-Hookd-Event-Type"] = event.type
+        headers["X-Hookd-Source"] = event.source
+        response = await self._client.post(
+            self.config.url, content=body, headers=headers, timeout=self.config.timeout_s
+        )
+        if response.status_code >= 500 or response.status_code == 429:
+            raise RuntimeError(f"destination answered {response.status_code}")
+        if response.status_code >= 400:
+            # [sources.forward] keeps the reason code it always had.
+            reason = "forward_rejected" if self.name == FORWARD else "destination_rejected"
+            raise PermanentError(reason, f"destination answered {response.status_code}")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One destination's part of an event's pass."""
+
+    name: str
+    outcome: str  # DELIVERED, FAILED, SKIPPED or DEFERRED
+    error: str | None = None
+    error_type: str | None = None
+    permanent: bool = False
+    retry_in_s: float | None = None  # failed: when its retry policy would try again
+    max_attempts: int | None = None  # failed: its attempt limit
+    until: datetime | None = None  # deferred until then
+    blocker: Blocker | None = None  # deferred: parked until this ends
+
+
+@dataclass
+class _Recent:
+    """A destination's recent deliveries in this process: (when, failed)."""
+
+    window_s: float
+    seen: deque[tuple[float, bool]] = field(default_factory=deque)
+
+    def add(self, failed: bool) -> tuple[int, int]:
+        now = time.monotonic()
+        self.seen.append((now, failed))
+        while self.seen and self.seen[0][0] < now - self.window_s:
+            self.seen.popleft()
+        return len(self.seen), sum(f for _, f in self.seen)
+
+
+class Router:
+    """Every source's destinations and handler filters, and the shared state they obey."""
+
+    def __init__(
+        self,
+        sources: Sources,
+        client: httpx.AsyncClient,
+        limits: Limits,
+        *,
+        retry_base_s: float = 1.0,
+        retry_cap_s: float = 600.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.destinations: dict[str, list[Destination]] = {}
+        self.handler_selectors: dict[str, dict[str, Selector]] = {}
+        for source in sources:
+            made = []
+            for config in destination_configs(source):
+                transform = import_transform(config.transform) if config.transform else None
+                made.append(Destination(source, config, client, transform))
+            self.destinations[source.name] = made
+            _labels(source.name, [d.name for d in made])
+            HANDLER_SKIPS.labels(source.name)
+            selectors = {}
+            for entry in source.config.handlers:
+                selector = Selector.of(entry)
+                if selector is not None:
+                    selectors[entry.ref] = selector
+            self.handler_selectors[source.name] = selectors
+        self._limits = limits
+        self._retry_base_s = retry_base_s
+        self._retry_cap_s = retry_cap_s
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
+        self._pauses: dict[tuple[str, str], PauseRow] = {}
+        self._breakers: dict[tuple[str, str], BreakerRow] = {}
+        self._recent: dict[tuple[str, str], _Recent] = {}
+        self._read_at = -float("inf")
+
+    def attempt_limit(self, source: str) -> int:
+        """The most attempts any of the source's destinations may use (0: none)."""
+        return max((d.max_attempts for d in self.destinations.get(source, ())), default=0)
+
+    def has_destinations(self, source: str) -> bool:
+        return bool(self.destinations.get(source))
+
+    def handler_selects(self, source: str, ref: str, event: Event, document: Document) -> bool:
+        selector = self.handler_selectors.get(source, {}).get(ref)
+        if selector is None or selector.selects(event, document):
+            return True
+        HANDLER_SKIPS.labels(source).inc()
+        return False
+
+    async def refresh(self, engine: AsyncEngine, *, force: bool = False) -> None:
+        """Read the pauses and breakers again (at most every ``REFRESH_S``)."""
+        if not any(self.destinations.values()):
+            return
+        now = time.monotonic()
+        if not force and now - self._read_at < REFRESH_S:
+            return
+        async with engine.connect() as conn:
+            self._pauses = await state.all_pauses(conn)
+            self._breakers = await state.all_breakers(conn)
+        self._read_at = now
+
+    async def deliver_all(
+        self,
+        engine: AsyncEngine,
+        event: Event,
+        *,
+        attempt: int,
+        finished: set[str],
+        document: Document,
+        owner: str,
+        done: list[str],
+    ) -> list[Outcome]:
+        """Every destination of the event's source not in its ledger yet, at once. Each
+        one delivered is appended to ``done`` as soon as it is (the processor records
+        ``done`` even when the pass is cut short)."""
+        todo = [d for d in self.destinations.get(event.source, ()) if d.name not in finished]
+        if not todo:
+            return []
+        return list(
+            await asyncio.gather(
+                *(
+                    self._one(
+                        engine, d, event, attempt=attempt, document=document, owner=owner, done=done
+                    )
+                    for d in todo
+                )
+            )
+        )
+
+    async def _one(
+        self,
+        engine: AsyncEngine,
+        destination: Destination,
+        event: Event,
+        *,
+        attempt: int,
+        document: Document,
+        owner: str,
+        done: list[str],
+    ) -> Outcome:
+        outcome = await self._deliver(
+            engine, destination, event, attempt=attempt, document=document, owner=owner
+        )
+        if outcome.outcome == DELIVERED:
+            done.append(destination.name)
+        _deliveries(destination.source, destination.name, outcome.outcome).inc()
+        return outcome
+
+    def _deferred(self, name: str, until: datetime | None, blocker: Blocker | None) -> Outcome:
+        return Outcome(name, DEFERRED, until=until, blocker=blocker)
+
+    async def _deliver(  # noqa: PLR0911 - one return per way a delivery ends
+        self,
+        engine: AsyncEngine,
+        d: Destination,
+        event: Event,
+        *,
+        attempt: int,
+        document: Document,
+        owner: str,
+    ) -> Outcome:
+        if d.selector is not None and not d.selector.selects(event, document):
+            return Outcome(d.name, SKIPPED)
+        key = (d.source, d.name)
+        pause = self._pauses.get(key)
+        if pause is not None and pause.paused:
+            return self._deferred(d.name, None, Blocker("paused", d.source, d.name))
+        breaker = d.config.breaker
+        row = self._breakers.get(key) if breaker.enabled else None
+        probe = False
+        now = datetime.now(UTC)
+        if row is not None and row.state != BreakerState.CLOSED:
+            if row.retry_at is not None and row.retry_at > now:
+                if row.state == BreakerState.OPEN:
+                    spread = timedelta(seconds=self._rng.uniform(0, SPREAD_S))
+                    return self._deferred(d.name, row.retry_at + spread, None)
+                return self._deferred(d.name, None, Blocker("breaker", d.source, d.name))
+            probe = True
+        limits = self._limits
+        try:
+            slot = (
+                limits.slot(d.key, d.config.concurrency, d.config.timeout_s, LIMIT_WAIT_S)
+                if d.config.concurrency
+                else _no_slot()
+            )
+            rate = (
+                limits.rate(d.key, d.config.rate_per_s, d.config.timeout_s, LIMIT_WAIT_S)
+                if d.config.rate_per_s
+                else _no_slot()
+            )
+            async with slot as waited:
+                if waited is not None:
+                    return self._deferred(d.name, _after(waited), None)
+                async with rate as limited:
+                    if limited is not None:
+                        return self._deferred(d.name, _after(limited), None)
+                    if probe and not await self._take_probe(engine, d, owner):
+                        return self._deferred(d.name, None, Blocker("breaker", d.source, d.name))
+                    return await self._send(engine, d, event, attempt, probe)
+        except Unavailable:
+            return self._deferred(d.name, _after(Wait(1.0)), None)
+
+    async def _take_probe(self, engine: AsyncEngine, d: Destination, owner: str) -> bool:
+        now = datetime.now(UTC)
+        async with engine.begin() as conn:
+            taken = await state.take_probe(
+                conn,
+                d.source,
+                d.name,
+                owner=owner,
+                now=now,
+                probe_s=d.config.timeout_s + PROBE_SLACK_S,
+            )
+        await self.refresh(engine, force=True)
+        if taken:
+            log.info(
+                "destination breaker probing", extra={"source": d.source, "destination": d.name}
+            )
+        return taken
+
+    async def _send(
+        self, engine: AsyncEngine, d: Destination, event: Event, attempt: int, probe: bool
+    ) -> Outcome:
+        started = time.perf_counter()
+        try:
+            await d.send(replace(event, idempotency_key=idempotency_key(event.id, d.name)))
+        except Exception as exc:  # a delivery's failure is retried, a PermanentError not
+            _seconds(d.source, d.name).observe(time.perf_counter() - started)
+            kind = type(exc).__name__
+            permanent = isinstance(exc, PermanentError)
+            text = str(exc)
+            if isinstance(exc, httpx.TimeoutException):
+                text = f"did not answer within {d.config.timeout_s:g}s"
+            summary = f"{d.name}: {text}" if permanent else f"{d.name}: {kind}: {text}".rstrip(": ")
+            if permanent:  # the destination answered: it is up
+                await self._breaker_success(engine, d, probe)
+            else:
+                await self._breaker_failure(engine, d, kind)
+            return Outcome(
+                d.name,
+                FAILED,
+                error=summary,
+                error_type=kind,
+                permanent=permanent,
+                retry_in_s=full_jitter(
+                    self._rng,
+                    d.config.retry_base_s or self._retry_base_s,
+                    min(max(attempt - 1, 0), 60),
+                    d.config.retry_cap_s or self._retry_cap_s,
+                ),
+                max_attempts=d.max_attempts,
+            )
+        _seconds(d.source, d.name).observe(time.perf_counter() - started)
+        await self._breaker_success(engine, d, probe)
+        return Outcome(d.name, DELIVERED)
+
+    async def _breaker_success(self, engine: AsyncEngine, d: Destination, probe: bool) -> None:
+        key = (d.source, d.name)
+        if d.config.breaker.enabled:
+            self._recent_of(d).add(failed=False)
+        row = self._breakers.get(key)
+        if not probe and (row is None or (row.state == BreakerState.CLOSED and not row.failures)):
+            return
+        try:
+            async with engine.begin() as conn:
+                row, closed = await state.record_success(
+                    conn, d.source, d.name, now=datetime.now(UTC)
+                )
+        except Exception as exc:  # advisory state: the next delivery tries again
+            log.warning(
+                "could not record a breaker success",
+                extra={"source": d.source, "destination": d.name, "error": type(exc).__name__},
+            )
+            return
+        self._breakers[key] = row
+        if closed:
+            log.info(
+                "destination breaker closed", extra={"source": d.source, "destination": d.name}
+            )
+
+    async def _breaker_failure(self, engine: AsyncEngine, d: Destination, kind: str) -> None:
+        breaker = d.config.breaker
+        if not breaker.enabled:
+            return
+        seen, failed = self._recent_of(d).add(failed=True)
+        trip = seen >= breaker.min_deliveries and failed / seen >= breaker.failure_rate
+        try:
+            async with engine.begin() as conn:
+                row, opened = await state.record_failure(
+                    conn,
+                    d.source,
+                    d.name,
+                    now=datetime.now(UTC),
+                    threshold=breaker.failures,
+                    cooldown_s=breaker.cooldown_s,
+                    reason=f"delivery failed: {kind}",
+                    trip=trip,
+                )
+        except Exception as exc:
+            log.warning(
+                "could not record a breaker failure",
+                extra={"source": d.source, "destination": d.name, "error": type(exc).__name__},
+            )
+            return
+        self._breakers[(d.source, d.name)] = row
+        if opened:
+            log.warning(
+                "destination breaker opened",
+                extra={
+                    "source": d.source,
+                    "destination": d.name,
+                    "failures": row.failures,
+                    "cooldown_s": breaker.cooldown_s,
+                },
+            )
+
+    def _recent_of(self, d: Destination) -> _Recent:
+        key = (d.source, d.name)
+        recent = self._recent.get(key)
+        if recent is None:
+            recent = self._recent[key] = _Recent(d.config.breaker.window_s)
+        return recent
+
+
+def _after(waited: Wait) -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=waited.seconds)
+
+
+@contextlib.asynccontextmanager
+async def _no_slot() -> AsyncIterator[Wait | None]:
+    yield None

@@ -1,0 +1,137 @@
+"""What reconciliation audits besides missing events: acknowledgements the provider
+says hookd gave for events the store does not hold (the ``ack_violations`` ledger),
+the provider's registration of the webhook endpoint, and who switched a source's
+reconciliation off.
+
+The ledger has one row per (source, dedupe key): a run that reads a broken
+acknowledgement again (its overlap, a dry run before it, the next run after a
+failed one) finds it recorded and counts nothing new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.models import ACK_VIOLATIONS, RECONCILE_RUNS, RECONCILE_STATE
+
+# disabled_by of the automatic stop after authentication failures.
+AUTO_DISABLED_BY = "hookd auth-failures"
+CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """One delivery the provider says the receiver answered with a 2xx."""
+
+    key: str
+    delivery: str | None = None
+    status_code: int | None = None
+    delivered_at: datetime | None = None
+
+
+async def recorded_violations(conn: AsyncConnection, source: str, keys: Iterable[str]) -> set[str]:
+    """The ``keys`` of ``source`` already in the ledger."""
+    wanted = sorted(set(keys))
+    found: set[str] = set()
+    for start in range(0, len(wanted), CHUNK):
+        result = await conn.execute(
+            sa.select(ACK_VIOLATIONS.c.dedupe_key).where(
+                ACK_VIOLATIONS.c.source == source,
+                ACK_VIOLATIONS.c.dedupe_key.in_(wanted[start : start + CHUNK]),
+            )
+        )
+        found.update(row[0] for row in result)
+    return found
+
+
+async def record_violations(
+    conn: AsyncConnection, source: str, run_id: str, found: Sequence[Acked], now: datetime
+) -> list[Acked]:
+    """Add ``found`` to the ledger; the ones that were not in it yet."""
+    if not found:
+        return []
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    added: set[str] = set()
+    for start in range(0, len(found), CHUNK):
+        rows = [
+            {
+                "source": source,
+                "dedupe_key": a.key,
+                "run_id": run_id,
+                "delivery": a.delivery,
+                "status_code": a.status_code,
+                "delivered_at": a.delivered_at,
+                "found_at": now,
+            }
+            for a in found[start : start + CHUNK]
+        ]
+        result = await conn.execute(
+            insert(ACK_VIOLATIONS)
+            .values(rows)
+            .on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
+            .returning(ACK_VIOLATIONS.c.dedupe_key)
+        )
+        added.update(row[0] for row in result)
+    return [a for a in found if a.key in added]
+
+
+async def violation_totals(conn: AsyncConnection) -> dict[str, int]:
+    """Per source, the broken acknowledgements ever found (``hookd_ack_violations_total``)."""
+    result = await conn.execute(
+        sa.select(ACK_VIOLATIONS.c.source, sa.func.count()).group_by(ACK_VIOLATIONS.c.source)
+    )
+    return {source: int(count) for source, count in result}
+
+
+async def record_registration(
+    conn: AsyncConnection,
+    source: str,
+    *,
+    ok: bool,
+    problems: Sequence[str],
+    registered: dict[str, Any],
+    now: datetime,
+    run_id: str | None = None,
+) -> None:
+    """The source's latest registration check (and the run's, when a run made it)."""
+    await conn.execute(
+        sa.update(RECONCILE_STATE)
+        .where(RECONCILE_STATE.c.source == source)
+        .values(
+            registration_ok=ok,
+            registration_checked_at=now,
+            registration={"ok": ok, "problems": list(problems), "registered": registered},
+        )
+    )
+    if run_id is not None:
+        await conn.execute(
+            sa.update(RECONCILE_RUNS)
+            .where(RECONCILE_RUNS.c.id == run_id)
+            .values(registration_ok=ok, registration_problems=list(problems))
+        )
+
+
+async def disable(
+    conn: AsyncConnection, source: str, *, reason: str, by: str, now: datetime
+) -> bool:
+    """Switch reconciliation of ``source`` off by hand; False when it already was off
+    (its first reason, time and author stay). The state row must exist."""
+    result = await conn.execute(
+        sa.update(RECONCILE_STATE)
+        .where(RECONCILE_STATE.c.source == source, RECONCILE_STATE.c.disabled == sa.false())
+        .values(
+            disabled=True,
+            disabled_reason=reason,
+            disabled_at=now,
+            disabled_by=by,
+            updated_at=now,
+        )
+    )
+    return bool(result.rowcount)

@@ -1,0 +1,209 @@
+"""Event history: what happened to an event, attempt by attempt and replay by replay.
+
+Each processing attempt and each replay adds one row to ``event_history``, in the
+transaction that records the attempt's outcome (``processing.processor``) or makes
+the replay (``store.claims.replay``): a crash loses both or neither, so the history
+never says more or less than the event's row. The rows of a batch of attempts go in
+one statement. They are read back oldest first (by ``id``, which follows the order of
+the commits for one event) and go with their event (``ON DELETE CASCADE``; on
+PostgreSQL a dropped day partition's rows are deleted with its ledger rows, see
+``store.partitions``).
+
+What a row holds is short and never a payload: the error is the one-line summary
+stored as the event's ``last_error``, cut to ``ERROR_CHARS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hookd.timefmt import iso_z, iso_z_or_none
+from store.models import EVENT_HISTORY
+
+# The longest error summary kept per attempt (the column's length).
+ERROR_CHARS = 500
+
+
+class HistoryKind(StrEnum):
+    ATTEMPT = "attempt"  # one claim of the event and its handlers' run
+    REPLAY = "replay"  # the event made pending again by hand
+
+
+class AttemptOutcome(StrEnum):
+    """How an attempt ended. The column is a free short word: processing steps that
+    end an attempt otherwise (a filter, a pause, ordering) write their own."""
+
+    PROCESSED = "processed"  # every handler finished
+    RETRY = "retry"  # failed; due again later
+    DEAD = "dead"  # failed, and no attempt is left (or the failure is permanent)
+    RELEASED = "released"  # cut short by a shutdown; the attempt was given back
+    LEASE_LOST = "lease_lost"  # ran, but its claim had been taken over: no outcome of its own
+    ABANDONED = "abandoned"  # its worker stopped or stalled; found by the takeover
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who asked for a replay: ``via`` the command line, the API, the admin UI (or a
+    bulk operation), and ``by`` with what, when known: ``token:admin``,
+    ``session:admin``, ``user:NAME`` (the OS user of the command line)."""
+
+    via: str
+    by: str | None = None
+
+
+UNKNOWN = Requester("unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One processing attempt, as its outcome is recorded."""
+
+    event_id: str
+    attempt: int
+    worker: str | None  # None: not known (an attempt found abandoned)
+    at: datetime
+    outcome: str
+    finished_at: datetime | None = None
+    duration_s: float | None = None
+    handler: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+
+def one_line(text: str | None, limit: int = ERROR_CHARS) -> str | None:
+    """``text`` on one line, at most ``limit`` characters (an ellipsis says it was cut)."""
+    if text is None:
+        return None
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _attempt_row(a: Attempt) -> dict[str, Any]:
+    return {
+        "event_id": a.event_id,
+        "kind": HistoryKind.ATTEMPT.value,
+        "at": a.at,
+        "finished_at": a.finished_at,
+        "attempt": a.attempt,
+        "worker": None if a.worker is None else a.worker[:64],
+        "handler": None if a.handler is None else a.handler[:255],
+        "outcome": str(a.outcome)[:32],
+        "error": one_line(a.error),
+        "error_type": None if a.error_type is None else a.error_type[:128],
+        "duration_s": a.duration_s,
+        "status_before": None,
+        "requested_via": None,
+        "requested_by": None,
+    }
+
+
+# PostgreSQL: a batch's attempts as one statement over arrays, one execution and one
+# plan for the batch (an executemany runs the statement once per row).
+ATTEMPTS_PG = sa.text(
+    "INSERT INTO event_history (event_id, kind, at, finished_at, attempt, worker, handler, "
+    "outcome, error, error_type, duration_s) "
+    "SELECT e, :kind, a, f, n, w, h, o, r, t, d FROM unnest(CAST(:e AS text[]), "
+    "CAST(:a AS timestamptz[]), CAST(:f AS timestamptz[]), CAST(:n AS integer[]), "
+    "CAST(:w AS text[]), CAST(:h AS text[]), CAST(:o AS text[]), CAST(:r AS text[]), "
+    "CAST(:t AS text[]), CAST(:d AS double precision[])) AS v(e, a, f, n, w, h, o, r, t, d)"
+)
+
+
+async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) -> None:
+    """Add the attempts of a batch, in one statement, in the caller's transaction."""
+    if not attempts:
+        return
+    rows = [_attempt_row(a) for a in attempts]
+    if conn.dialect.name != "postgresql":
+        await conn.execute(sa.insert(EVENT_HISTORY), rows)
+        return
+    columns = {
+        "e": "event_id",
+        "a": "at",
+        "f": "finished_at",
+        "n": "attempt",
+        "w": "worker",
+        "h": "handler",
+        "o": "outcome",
+        "r": "error",
+        "t": "error_type",
+        "d": "duration_s",
+    }
+    params: dict[str, Any] = {k: [r[c] for r in rows] for k, c in columns.items()}
+    await conn.execute(ATTEMPTS_PG, {"kind": HistoryKind.ATTEMPT.value, **params})
+
+
+async def record_replays(
+    conn: AsyncConnection,
+    replayed: Sequence[tuple[str, int, str]],
+    requester: Requester,
+    now: datetime,
+) -> None:
+    """Add a replay marker per (event id, attempts it reset, status it found), in the
+    transaction that makes the replay."""
+    if not replayed:
+        return
+    await conn.execute(
+        sa.insert(EVENT_HISTORY),
+        [
+            {
+                "event_id": event_id,
+                "kind": HistoryKind.REPLAY.value,
+                "at": now,
+                "finished_at": None,
+                "attempt": attempts,
+                "worker": None,
+                "handler": None,
+                "outcome": None,
+                "error": None,
+                "error_type": None,
+                "duration_s": None,
+                "status_before": str(status)[:16],
+                "requested_via": requester.via[:16],
+                "requested_by": None if requester.by is None else requester.by[:128],
+            }
+            for event_id, attempts, status in replayed
+        ],
+    )
+
+
+def entry(row: Any) -> dict[str, Any]:
+    """One history row as the API, the command line and the admin page show it."""
+    if row.kind == HistoryKind.REPLAY:
+        return {
+            "kind": HistoryKind.REPLAY.value,
+            "at": iso_z(row.at),
+            "attempts_reset": row.attempt,
+            "status_before": row.status_before,
+            "via": row.requested_via,
+            "by": row.requested_by,
+        }
+    return {
+        "kind": HistoryKind.ATTEMPT.value,
+        "at": iso_z(row.at),
+        "finished_at": iso_z_or_none(row.finished_at),
+        "attempt": row.attempt,
+        "worker": row.worker,
+        "outcome": row.outcome,
+        "handler": row.handler,
+        "error": row.error,
+        "error_type": row.error_type,
+        "duration_s": None if row.duration_s is None else round(row.duration_s, 6),
+    }
+
+
+async def history_of(conn: AsyncConnection, event_id: str) -> list[dict[str, Any]]:
+    """An event's history, oldest first."""
+    result = await conn.execute(
+        sa.select(EVENT_HISTORY)
+        .where(EVENT_HISTORY.c.event_id == event_id)
+        .order_by(EVENT_HISTORY.c.id)
+    )
+    return [entry(r) for r in result]

@@ -1,0 +1,378 @@
+"""Source objects: per-object ordering of the events of a source with ``[sources.order]``,
+and each object's latest known state (``source_objects``).
+
+An event stamped with an object (``events.object_key``, at ingest: ``hookd.ordering``)
+is never claimed by ``store.claims.claim_due`` (whose index holds none); ``claim``
+here hands out, among the due events of each object, only the one of lowest
+version (then lowest id), and only while no event of that object is being
+processed. So one object's handlers run one at a time, in version order, whichever
+worker claims, with or without Redis: the database decides.
+
+An event older than the newest processed for its object (``source_objects.version``)
+is marked ``superseded`` when its object is next claimed, without running, if its
+source says ``stale = "supersede"``. An event of the same version as the newest
+processed is not older: it runs (providers that stamp versions in whole seconds,
+Stripe's ``created``, give two changes within a second the same one).
+
+How the claim is safe on PostgreSQL: the candidates' objects are locked for the
+claiming transaction (``pg_try_advisory_xact_lock``; an object another worker is
+claiming right now is skipped, not waited for), and only then, in a later statement
+and so on a snapshot taken after the lock, are they looked at again: another worker's
+claim of the same object either committed before (its event shows as processing and
+the object is skipped) or has not started. A stale event stored after the step that
+supersedes is not handed out either: the pick skips events older than the object's
+state, and the next claim supersedes them. On SQLite the claim is one ``UPDATE``
+under the database's single writer (after the one that supersedes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hookd.timefmt import iso_z
+from store.destinations import paused_sources
+from store.models import EVENTS, SOURCE_OBJECTS
+from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
+from store.status import RUNNABLE_STATUSES, EventStatus, sql_in
+
+# The first key of the two-key advisory locks of objects ("hkob"): apart from any
+# other user of advisory locks in the database.
+LOCK_SPACE = 0x686B6F62
+
+_NOW = sa.bindparam("now", type_=EVENTS.c.updated_at.type)
+_RUNNABLE = sql_in("e.status", RUNNABLE_STATUSES)
+
+# The objects of the candidates that this transaction could lock (see the module).
+LOCK_PG = sa.text(
+    "SELECT k.source, k.object_key "
+    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[])) AS k(source, object_key) "
+    "WHERE pg_try_advisory_xact_lock(:space, hashtext(k.source || '/' || k.object_key))"
+)
+
+# Of the locked objects of sources that supersede: their runnable events older than
+# what was processed, marked superseded.
+SUPERSEDE_PG = sa.text(
+    f"UPDATE events AS e SET status = '{EventStatus.SUPERSEDED}', processed_at = :now, "  # noqa: S608 - constants and placeholders only
+    "updated_at = :now, last_error = NULL, last_error_handler = NULL, last_error_type = NULL "
+    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[])) AS k(source, object_key) "
+    "JOIN source_objects AS o ON o.source = k.source AND o.object_key = k.object_key "
+    "WHERE e.source = k.source AND e.object_key = k.object_key AND e.object_key IS NOT NULL "
+    f"AND {_RUNNABLE} AND e.object_version < o.version "
+    "RETURNING e.id, e.source, e.attempts"
+).bindparams(_NOW)
+
+# Of the locked objects not being processed: each one's due event of lowest version.
+# Where stale events are superseded, of lowest version not older than the object's: one
+# stored since SUPERSEDE_PG's snapshot is new to this one, and is left to the next claim.
+HEADS_PG = sa.text(
+    "SELECT h.id "  # noqa: S608 - constants and placeholders only
+    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[]), CAST(:supersede AS bool[])) "
+    "  AS k(source, object_key, supersede) "
+    "LEFT JOIN source_objects AS o ON o.source = k.source AND o.object_key = k.object_key "
+    "CROSS JOIN LATERAL (SELECT e.id FROM events AS e "
+    "  WHERE e.source = k.source AND e.object_key = k.object_key AND e.object_key IS NOT NULL "
+    f"  AND {_RUNNABLE} AND e.next_attempt_at <= :now "
+    "  AND (NOT k.supersede OR o.version IS NULL OR e.object_version >= o.version) "
+    "  ORDER BY e.object_version, e.id LIMIT 1) AS h "
+    "WHERE NOT EXISTS (SELECT 1 FROM events AS p "
+    "  WHERE p.source = k.source AND p.object_key = k.object_key AND p.object_key IS NOT NULL "
+    f"  AND p.status = '{EventStatus.PROCESSING}')"
+).bindparams(_NOW)
+
+
+class Superseded(NamedTuple):
+    """An event a claim marked superseded, and the attempts it had used."""
+
+    id: str
+    source: str
+    attempts: int
+
+
+@dataclass(slots=True)
+class Claimed:
+    """What one claim of object events did: the events claimed, and those it marked
+    superseded."""
+
+    rows: list[EventRow] = field(default_factory=list)
+    superseded: list[Superseded] = field(default_factory=list)
+
+
+def _heads(now: datetime, limit: int, *, probes: bool = False) -> sa.Select[Any]:
+    """Due events that head their object (no due event of it of lower version, or the
+    same version and a lower id) of an object none of whose events is being processed,
+    in due order: at most one per object.
+
+    ``probes`` (PostgreSQL): each ``NOT EXISTS`` as a probe of ``ix_events_object`` per
+    candidate read in due order (``OFFSET 0`` keeps the planner from making them
+    anti-joins), so the read stops at ``limit`` heads; as anti-joins, with a backlog,
+    it would hash every due event of every object twice per claim."""
+    e, busy, lower = EVENTS.alias("e"), EVENTS.alias("p"), EVENTS.alias("l")
+    same = sa.and_(
+        busy.c.source == e.c.source,
+        busy.c.object_key == e.c.object_key,
+        busy.c.object_key.is_not(None),
+        busy.c.status == EventStatus.PROCESSING,
+    )
+    before = sa.and_(
+        lower.c.source == e.c.source,
+        lower.c.object_key == e.c.object_key,
+        lower.c.object_key.is_not(None),
+        lower.c.status.in_(RUNNABLE_STATUSES),
+        lower.c.next_attempt_at <= now,
+        sa.or_(
+            lower.c.object_version < e.c.object_version,
+            sa.and_(lower.c.object_version == e.c.object_version, lower.c.id < e.c.id),
+        ),
+    )
+    return (
+        sa.select(e.c.id, e.c.source, e.c.object_key)
+        .where(
+            e.c.status.in_(RUNNABLE_STATUSES),
+            e.c.object_key.is_not(None),
+            e.c.next_attempt_at <= now,
+            # As claims.claim_due: a paused source's events wait where they are.
+            e.c.source.not_in(paused_sources()),
+            ~_exists(same, probes=probes),
+            ~_exists(before, probes=probes),
+        )
+        .order_by(e.c.next_attempt_at)
+        .limit(limit)
+    )
+
+
+def _exists(where: sa.ColumnElement[bool], *, probes: bool) -> sa.Exists:
+    found = sa.select(sa.literal(1)).where(where)
+    return (found.offset(0) if probes else found).exists()
+
+
+async def claim(
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    supersede: Collection[str],
+) -> Claimed:
+    """Claim up to ``limit`` due events of objects for ``owner`` (attempts += 1), one per
+    object, each its object's next; first mark superseded the stale events of the
+    objects looked at whose source is in ``supersede``. See the module's text."""
+    if conn.dialect.name == "postgresql":
+        return await _claim_pg(conn, owner, lease_s, limit, now, supersede=supersede)
+    return await _claim_sqlite(conn, owner, lease_s, limit, now, supersede=supersede)
+
+
+async def _claim_pg(
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    supersede: Collection[str],
+) -> Claimed:
+    out = Claimed()
+    candidates = (await conn.execute(_heads(now, limit, probes=True))).all()
+    if not candidates:
+        return out
+    locked = (
+        await conn.execute(
+            LOCK_PG,
+            {
+                "sources": [c.source for c in candidates],
+                "keys": [c.object_key for c in candidates],
+                "space": LOCK_SPACE,
+            },
+        )
+    ).all()
+    if not locked:
+        return out
+    stale = [(s, k) for s, k in locked if s in supersede]
+    if stale:
+        result = await conn.execute(
+            SUPERSEDE_PG,
+            {"now": now, "sources": [s for s, _ in stale], "keys": [k for _, k in stale]},
+        )
+        out.superseded = [Superseded._make(r) for r in result]
+    heads = await conn.execute(
+        HEADS_PG,
+        {
+            "now": now,
+            "sources": [s for s, _ in locked],
+            "keys": [k for _, k in locked],
+            "supersede": [s in supersede for s, _ in locked],
+        },
+    )
+    ids = [r[0] for r in heads]
+    if ids:
+        out.rows = await _take(conn, EVENTS.c.id.in_(ids), owner, lease_s, now)
+    return out
+
+
+async def _claim_sqlite(
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    supersede: Collection[str],
+) -> Claimed:
+    out = Claimed()
+    if supersede:
+        version = (
+            sa.select(SOURCE_OBJECTS.c.version)
+            .where(
+                SOURCE_OBJECTS.c.source == EVENTS.c.source,
+                SOURCE_OBJECTS.c.object_key == EVENTS.c.object_key,
+            )
+            .scalar_subquery()
+        )
+        result = await conn.execute(
+            sa.update(EVENTS)
+            .where(
+                EVENTS.c.status.in_(RUNNABLE_STATUSES),
+                EVENTS.c.object_key.is_not(None),
+                EVENTS.c.source.in_(list(supersede)),
+                EVENTS.c.object_version < version,
+            )
+            .values(_superseded(now))
+            .returning(EVENTS.c.id, EVENTS.c.source, EVENTS.c.attempts)
+        )
+        out.superseded = [Superseded._make(r) for r in result]
+    # One statement: SQLite's single writer holds the database while it reads and writes.
+    heads = _heads(now, limit).subquery("heads")
+    out.rows = await _take(conn, EVENTS.c.id.in_(sa.select(heads.c.id)), owner, lease_s, now)
+    return out
+
+
+def _superseded(now: datetime) -> dict[str, Any]:
+    return {
+        "status": EventStatus.SUPERSEDED,
+        "processed_at": now,
+        "updated_at": now,
+        "last_error": None,
+        "last_error_handler": None,
+        "last_error_type": None,
+    }
+
+
+async def _take(
+    conn: AsyncConnection,
+    chosen: sa.ColumnElement[bool],
+    owner: str,
+    lease_s: float,
+    now: datetime,
+) -> list[EventRow]:
+    """The claim's one write: the ``chosen`` events, if still runnable (and their source
+    was not paused since the candidates were read), to ``owner``."""
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(
+            chosen,
+            EVENTS.c.status.in_(RUNNABLE_STATUSES),
+            EVENTS.c.source.not_in(paused_sources()),
+        )
+        .values(
+            status=EventStatus.PROCESSING,
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=lease_s),
+            attempts=EVENTS.c.attempts + 1,
+            updated_at=now,
+        )
+        .returning(*EVENT_COLUMNS)
+    )
+    return list(map(EventRow._make, result))
+
+
+async def record_processed(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:
+    """The objects of ``rows`` (events just processed) move to them, unless a newer
+    version of the object was processed already (``stale = "run"``)."""
+    newest: dict[tuple[str, str], EventRow] = {}
+    for row in rows:
+        if row.object_key is None or row.object_version is None:
+            continue
+        key = (row.source, row.object_key)
+        kept = newest.get(key)
+        if kept is None or (kept.object_version or 0.0, kept.id) < (row.object_version, row.id):
+            newest[key] = row
+    if not newest:
+        return
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(SOURCE_OBJECTS)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[SOURCE_OBJECTS.c.source, SOURCE_OBJECTS.c.object_key],
+        set_={
+            "type": stmt.excluded.type,
+            "version": stmt.excluded.version,
+            "event_id": stmt.excluded.event_id,
+            "payload_hash": stmt.excluded.payload_hash,
+            "updated_at": stmt.excluded.updated_at,
+        },
+        where=SOURCE_OBJECTS.c.version <= stmt.excluded.version,
+    )
+    await conn.execute(
+        stmt,
+        [
+            {
+                "source": r.source,
+                "object_key": r.object_key,
+                "type": r.type,
+                "version": r.object_version,
+                "event_id": r.id,
+                "payload_hash": r.payload_hash,
+                "updated_at": now,
+            }
+            for r in sorted(newest.values(), key=lambda r: (r.source, r.object_key or ""))
+        ],
+    )
+
+
+async def get_object(conn: AsyncConnection, source: str, key: str) -> SourceObjectRow | None:
+    row = (
+        await conn.execute(
+            sa.select(*SOURCE_OBJECT_COLUMNS).where(
+                SOURCE_OBJECTS.c.source == source, SOURCE_OBJECTS.c.object_key == key
+            )
+        )
+    ).first()
+    return None if row is None else SourceObjectRow._make(row)
+
+
+async def object_counts(conn: AsyncConnection, source: str, key: str) -> dict[str, int]:
+    """How many of the object's stored events are in each status."""
+    result = await conn.execute(
+        sa.select(EVENTS.c.status, sa.func.count())
+        .where(
+            EVENTS.c.source == source,
+            EVENTS.c.object_key == key,
+            EVENTS.c.object_key.is_not(None),
+        )
+        .group_by(EVENTS.c.status)
+    )
+    return {status: int(count) for status, count in result}
+
+
+def object_resource(
+    source: str, key: str, row: SourceObjectRow | None, counts: dict[str, int]
+) -> dict[str, Any]:
+    """An object as the API shows it: its latest known state (null fields until an event
+    of it was processed) and how many of its events are in each status."""
+    return {
+        "name": f"sources/{source}/objects/{key}",
+        "source": source,
+        "key": key,
+        "latest_type": None if row is None else row.type,
+        "version": None if row is None else row.version,
+        "last_event_id": None if row is None else row.event_id,
+        "payload_hash": None if row is None else row.payload_hash,
+        "updated_at": None if row is None else iso_z(row.updated_at),
+        "events": {status: counts.get(status, 0) for status in EventStatus},
+    }

@@ -1,0 +1,299 @@
+"""The registration check against the emulated GitHub hook and Stripe webhook endpoint:
+each reconcile run and ``hookd sources check`` read the provider's registration and
+compare it with the source's expectations (``public_url``, ``expect_events``); drift is
+reported with its reason on the run, in ``GET /api/sources``, on the admin sources page,
+and as ``hookd_source_registration_ok``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from hookd.sources import parse_sources
+from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
+from tests.support.emulators import GitHubEmulator, StripeEmulator
+from tests.support.http import serve_app
+from tests.support.server import ROOT
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.anyio
+TOKEN = "registration-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+API_TOKEN = "provider-api-token"
+STRIPE_KEY = "sk_test_registration"
+HOOK = "repos/octo/hello/hooks/42"
+PUBLIC = {
+    "github": "https://hookd.example/hooks/github",
+    "stripe": "https://hookd.example/hooks/stripe",
+}
+ELSEWHERE = "https://old-host.example/hooks/{provider}?token=abc"
+CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
+
+Emulator = GitHubEmulator | StripeEmulator
+
+
+def sources_toml(provider: str, api_url: str, *, public_url: bool = True, extra: str = "") -> str:
+    if provider == "github":
+        secret, token, specific = SECRETS["github"], API_TOKEN, f'hook = "{HOOK}"'
+    else:
+        secret, token, specific = SECRETS["stripe"], STRIPE_KEY, ""
+    public = f'public_url = "{PUBLIC[provider]}"' if public_url else ""
+    return f"""
+[[sources]]
+name = "{provider}"
+provider = "{provider}"
+secrets = ["{secret}"]
+{public}
+
+[sources.reconcile]
+api_url = "{api_url}"
+token = "{token}"
+{specific}
+{extra}
+"""
+
+
+def registered_emulator(provider: str) -> Emulator:
+    """The provider's registration as the source expects it: active, posting to its
+    public_url, sending every event."""
+    if provider == "github":
+        github = GitHubEmulator(API_TOKEN, hook=HOOK)
+        github.hook_url = PUBLIC["github"]
+        github.add_events(3, start=time.time() - 600, step_s=1.0)
+        return github
+    stripe = StripeEmulator(STRIPE_KEY)
+    stripe.add_webhook_endpoint("https://someone-else.example/stripe", ["charge.refunded"])
+    stripe.add_webhook_endpoint(PUBLIC["stripe"], ["*"], api_version="2024-06-20")
+    stripe.add_events(3, start=time.time() - 600, step_s=1.0)
+    return stripe
+
+
+@dataclass
+class World:
+    provider: str
+    emulator: Emulator
+    api_url: str
+    client: httpx.AsyncClient
+
+    async def reconcile(self) -> dict[str, Any]:
+        started = await self.client.post(f"/api/sources/{self.provider}/reconcile", headers=AUTH)
+        assert started.status_code == 202, started.text
+        path = f"/api/reconcile-runs/{started.json()['id']}"
+
+        async def done() -> dict[str, Any]:
+            run: dict[str, Any] = (await self.client.get(path, headers=AUTH)).json()
+            return run if run["done"] else {}
+
+        run: dict[str, Any] = await wait_for(done, timeout_s=60, interval_s=0.05)
+        assert run["status"] == "succeeded", run
+        return run
+
+    async def source(self) -> dict[str, Any]:
+        listed = (await self.client.get("/api/sources", headers=AUTH)).json()["sources"]
+        [found] = [s for s in listed if s["name"] == self.provider]
+        reconcile: dict[str, Any] = found["reconcile"]
+        return reconcile
+
+    async def metric(self, name: str) -> float:
+        text = (await self.client.get("/metrics", headers=AUTH)).text
+        found = re.search(rf'^{name}\{{source="{self.provider}"\}} (\S+)$', text, re.M)
+        assert found, f"{name} missing"
+        return float(found.group(1))
+
+
+@pytest.fixture
+async def world(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[World]:
+    """``request.param``: the provider, or (provider, emulator, extra config)."""
+    param = request.param if isinstance(request.param, tuple) else (request.param,)
+    provider = param[0]
+    emulator = param[1] if len(param) > 1 else registered_emulator(provider)
+    extra = param[2] if len(param) > 2 else ""
+    async with serve_app(emulator.app) as api_url:
+        text = sources_toml(provider, api_url, extra=extra)
+        sources = parse_sources(text, Path("registration.toml"), env={})
+        async with running_app(
+            sources, pg_url, admin_token=TOKEN, sweep_s=0.1, reconcile_schedule=False
+        ) as (_, client):
+            yield World(provider, emulator, api_url, client)
+
+
+async def hookd_cli(tmp_path: Path, db_url: str, config: str, *args: str) -> tuple[int, str, str]:
+    """``hookd ARGS`` in a process of its own, while this loop serves the emulator:
+    its exit status, its output and its last line on stderr."""
+    path = tmp_path / "hookd.toml"
+    path.write_text(config)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_DATABASE_URL": db_url}
+    env["HOOKD_CONFIG"] = str(path)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "hookd.cli",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    said = err.decode().strip().splitlines()
+    assert "Traceback" not in err.decode(), err.decode()
+    return proc.returncode or 0, out.decode(), said[-1] if said else ""
+
+
+@pytest.mark.parametrize("world", ["github", "stripe"], indirect=True)
+async def test_a_correct_registration_reports_ok_on_the_run_the_source_and_the_metric(
+    world: World,
+) -> None:
+    run = await world.reconcile()
+    assert run["registration"] == {"ok": True, "problems": []}
+    reconcile = await world.source()
+    assert reconcile["registration"]["ok"] is True
+    assert reconcile["registration"]["registered"]["url"] == PUBLIC[world.provider]
+    assert await world.metric("hookd_source_registration_ok") == 1
+    checked = await world.metric("hookd_source_registration_checked_timestamp_seconds")
+    assert abs(checked - time.time()) < 60
+
+
+@pytest.mark.parametrize("world", ["github"], indirect=True)
+async def test_an_inactive_github_hook_is_reported_with_the_reason(world: World) -> None:
+    assert isinstance(world.emulator, GitHubEmulator)
+    world.emulator.hook_active = False
+    run = await world.reconcile()
+    assert run["registration"] == {
+        "ok": False,
+        "problems": ["the hook is inactive: GitHub sends it nothing"],
+    }
+    reconcile = await world.source()
+    assert reconcile["registration"]["ok"] is False
+    assert reconcile["registration"]["registered"]["active"] is False
+    assert await world.metric("hookd_source_registration_ok") == 0
+    assert await world.metric("hookd_source_registration_checked_timestamp_seconds") > 0
+
+
+async def test_a_disabled_stripe_endpoint_is_reported_by_sources_check_with_the_reason(
+    tmp_path: Path, pg_url: str
+) -> None:
+    stripe = registered_emulator("stripe")
+    assert isinstance(stripe, StripeEmulator)
+    stripe.webhook_endpoints[-1]["status"] = "disabled"
+    async with serve_app(stripe.app) as api_url:
+        code, out, _ = await hookd_cli(
+            tmp_path, pg_url, sources_toml("stripe", api_url), "sources", "check"
+        )
+        assert (code, out.strip()) == (
+            1,
+            "stripe: registration differs: the webhook endpoint is disabled: Stripe sends "
+            "it nothing",
+        ), out
+        stripe.webhook_endpoints[-1]["status"] = "enabled"
+        code, out, _ = await hookd_cli(
+            tmp_path, pg_url, sources_toml("stripe", api_url), "sources", "check", "--json"
+        )
+    assert code == 0, out
+    checked = json.loads(out)
+    assert (checked["name"], checked["ok"], checked["problems"]) == ("stripe", True, [])
+    assert checked["registered"]["status"] == "enabled"
+
+
+def moved(provider: str) -> tuple[str, Emulator, str]:
+    """The registration posts to an old URL (with a token in its query)."""
+    emulator = registered_emulator(provider)
+    url = ELSEWHERE.format(provider=provider)
+    if isinstance(emulator, GitHubEmulator):
+        emulator.hook_url = url
+        return provider, emulator, ""
+    endpoint = emulator.webhook_endpoints[-1]
+    endpoint["url"] = url
+    return provider, emulator, f'webhook_endpoint = "{endpoint["id"]}"'
+
+
+@pytest.mark.parametrize("world", [moved("github"), moved("stripe")], indirect=True)
+async def test_a_changed_url_is_reported_with_the_reason_and_no_query(world: World) -> None:
+    run = await world.reconcile()
+    what = "hook" if world.provider == "github" else "endpoint"
+    assert run["registration"] == {
+        "ok": False,
+        "problems": [
+            f"the {what} posts to https://old-host.example/hooks/{world.provider}?…, not to "
+            f"the source's public_url {PUBLIC[world.provider]}"
+        ],
+    }
+    assert await world.metric("hookd_source_registration_ok") == 0
+
+
+@pytest.mark.parametrize("world", [("stripe", StripeEmulator(STRIPE_KEY))], indirect=True)
+async def test_no_stripe_endpoint_posting_to_the_public_url_is_a_drift(world: World) -> None:
+    assert isinstance(world.emulator, StripeEmulator)
+    world.emulator.add_webhook_endpoint("https://someone-else.example/stripe")
+    run = await world.reconcile()
+    assert run["registration"] == {
+        "ok": False,
+        "problems": [
+            "no webhook endpoint posts to the source's public_url "
+            "https://hookd.example/hooks/stripe"
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "world",
+    [("github", registered_emulator("github"), 'expect_events = ["issues", "push"]')],
+    indirect=True,
+)
+async def test_events_the_source_expects_and_the_hook_does_not_send_are_named(
+    world: World,
+) -> None:
+    assert isinstance(world.emulator, GitHubEmulator)
+    world.emulator.hook_events = ["push", "pull_request"]
+    run = await world.reconcile()
+    assert run["registration"] == {"ok": False, "problems": ["the hook does not send issues"]}
+    world.emulator.hook_events = ["*"]
+    assert (await world.reconcile())["registration"] == {"ok": True, "problems": []}
+
+
+async def test_a_stripe_source_that_does_not_say_which_endpoint_is_not_checked(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """No public_url and no webhook_endpoint: nothing to compare with. Runs record no
+    check, the metrics stay at 0 (no alert), and `hookd sources check stripe` says why."""
+    stripe = registered_emulator("stripe")
+    async with serve_app(stripe.app) as api_url:
+        config = sources_toml("stripe", api_url, public_url=False)
+        sources = parse_sources(config, Path("registration.toml"), env={})
+        async with running_app(sources, pg_url, admin_token=TOKEN, reconcile_schedule=False) as (
+            _,
+            client,
+        ):
+            world = World("stripe", stripe, api_url, client)
+            run = await world.reconcile()
+            assert run["registration"] is None
+            assert (await world.source())["registration"] is None
+            assert await world.metric("hookd_source_registration_checked_timestamp_seconds") == 0
+        code, out, said = await hookd_cli(tmp_path, pg_url, config, "sources", "check", "stripe")
+    assert (code, out) == (2, "")
+    assert said == (
+        f"hookd: {tmp_path / 'hookd.toml'}: source 'stripe': not checked: set the source's "
+        "public_url or webhook_endpoint to say which webhook endpoint is hookd's"
+    )
+
+
+@pytest.mark.parametrize("world", ["github"], indirect=True)
+async def test_the_admin_sources_page_shows_the_drift_and_its_reason(world: World) -> None:
+    assert isinstance(world.emulator, GitHubEmulator)
+    world.emulator.hook_active = False
+    await world.reconcile()
+    assert (await world.client.post("/admin/login", data={"token": TOKEN})).status_code == 303
+    page = (await world.client.get("/admin")).text
+    assert '<span class="bad">drift</span>' in page
+    assert "the hook is inactive: GitHub sends it nothing" in page

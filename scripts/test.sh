@@ -15,4 +15,7 @@ python=${PYTHON:-python3}
 # The layers (hookd.cli → runtime → web → metrics → ops → ingest | processing | reconcile → …
 # → store → errors) are kept by import-linter; its contracts are in pyproject.toml.
 .venv/bin/lint-imports --no-cache
-exec .venv/bin/pytest "$@"
+# Test files run in parallel (pytest-xdist), a file at a time per process: most tests wait
+# on servers, subprocesses and the databases rather than on the CPU.
+# HOOKD_TEST_PROCESSES=0 runs them in this one process.
+exec .venv/bin/pytest -n "${HOOKD_TEST_PROCESSES:-3}" --dist loadfile "$@"

@@ -10,14 +10,17 @@ that allow-list lets through are copied to a temporary directory and sent.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,19 +84,33 @@ def inspect(name: str) -> dict[str, Any]:
     return data[0]
 
 
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """One image build at a time on this machine: test processes run side by side
+    (pytest-xdist) share Docker's images and debootstrap's directory."""
+    path = Path(tempfile.gettempdir()) / "hookd-container-build.lock"
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def image_size(tag: str) -> int:
     return int(docker("image", "inspect", "-f", "{{ .Size }}", tag).stdout.strip())
 
 
 def base_image() -> str:
     """deploy/base-image.sh: debootstrap + docker import, or at once when cached."""
-    done = subprocess.run(
-        ["bash", str(DEPLOY / "base-image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    with building():
+        done = subprocess.run(
+            ["bash", str(DEPLOY / "base-image.sh")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         unavailable(lines[-1] if lines else "deploy/base-image.sh failed")
@@ -126,6 +143,11 @@ def stage_context(dest: Path) -> str:
 def build_hookd_image(base: str, workdir: Path) -> str:
     """deploy/Dockerfile on ``base``, tagged by the hash of what went in: a second run
     on the same sources builds nothing. Older test tags are removed."""
+    with building():
+        return _build_hookd_image(base, workdir)
+
+
+def _build_hookd_image(base: str, workdir: Path) -> str:
     context = workdir / "context"
     context.mkdir()
     base_id = docker("image", "inspect", "-f", "{{ .Id }}", base).stdout.strip()
@@ -151,11 +173,12 @@ def build_hookd_image(base: str, workdir: Path) -> str:
 def build_standin(name: str, base: str) -> str:
     """A stand-in image from tests/container/standins/NAME (layer-cached by Docker)."""
     tag = f"hookd-standin-{name}:bookworm"
-    docker(
-        "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
-        "--label", f"{LABEL}=standin", "-t", tag, str(STANDINS / name),
-        timeout_s=900, env=BUILD_ENV,
-    )  # fmt: skip
+    with building():
+        docker(
+            "build", "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
+            "--label", f"{LABEL}=standin", "-t", tag, str(STANDINS / name),
+            timeout_s=900, env=BUILD_ENV,
+        )  # fmt: skip
     return tag
 
 

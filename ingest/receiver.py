@@ -26,6 +26,7 @@ from prometheus_client.metrics import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
+from hookd import tracing
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import HeaderMap, QueryMap, Reply
 from hookd.sources import Source, Sources
@@ -224,7 +225,10 @@ class Receiver:
             self._reject(metrics.UNKNOWN_SOURCE, "unknown_source")
             status, body, headers = error(404, "unknown_source")
         else:
-            status, body, headers = await self._receive(scope, receive, source, started)
+            attributes = {"hookd.source": source.name, "hookd.provider": source.provider}
+            with tracing.span("hookd.receive", attributes) as current:
+                status, body, headers = await self._receive(scope, receive, source, started)
+                tracing.annotate(current, {"http.response.status_code": status})
         if status == NO_CONTENT:
             # A 204 carries neither a body nor its length (RFC 9110, 8.6).
             headers = [h for h in headers if h[0] != CONTENT_TYPE]
@@ -238,6 +242,10 @@ class Receiver:
     def _stored(self, source: Source, stored: Stored, dedupe_key: str) -> None:
         """Log a new event; hand a duplicate of a reconciled source's key on (a late
         delivery when a reconcile run stored it first), without waiting."""
+        outcome = "accepted" if stored.created else "duplicate"
+        tracing.annotate(
+            tracing.here(), {"hookd.event_id": stored.event_id, "hookd.outcome": outcome}
+        )
         if stored.created:
             log.info(
                 "accepted",
@@ -314,7 +322,8 @@ class Receiver:
             self._reject(name, "client_disconnected")
             return 400, b"", []
         try:
-            verified = provider.verify(signed, body, source.keys)
+            with tracing.span("hookd.verify"):
+                verified = provider.verify(signed, body, source.keys)
         except SignatureError as exc:
             self._refused(scope, name, exc.reason)
             return error(401, exc.reason)
@@ -336,12 +345,14 @@ class Receiver:
             verified_with=verified.describe(),
             headers=env.headers,
             body=body,
+            traceparent=tracing.traceparent(),  # None unless tracing is on
         )
         order = source.config.order
         if order is not None:  # the object it is about, and its version ([sources.order])
             event = order.stamp(event)
         try:
-            stored = await self._committer.submit(event)
+            with tracing.span("hookd.commit"):  # the wait for the group commit
+                stored = await self._committer.submit(event)
         except StoreUnavailable as exc:
             self._reject(name, "unavailable")
             log.warning("store unavailable", extra={"source": name, "reason": exc.reason})

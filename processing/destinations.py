@@ -35,6 +35,7 @@ import httpx
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import tracing
 from hookd.backoff import full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, idempotency_key
@@ -188,9 +189,13 @@ class Destination:
         if event.type:
             headers["X-Hookd-Event-Type"] = event.type
         headers["X-Hookd-Source"] = event.source
-        response = await self._client.post(
-            self.config.url, content=body, headers=headers, timeout=self.config.timeout_s
-        )
+        attributes = {"hookd.event_id": event.id, "hookd.destination": self.name}
+        with tracing.span("hookd.deliver", attributes) as current:
+            tracing.inject(headers)  # W3C traceparent, when tracing is on
+            response = await self._client.post(
+                self.config.url, content=body, headers=headers, timeout=self.config.timeout_s
+            )
+            tracing.annotate(current, {"http.response.status_code": response.status_code})
         if response.status_code >= 500 or response.status_code == 429:
             raise RuntimeError(f"destination answered {response.status_code}")
         if response.status_code >= 400:

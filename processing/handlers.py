@@ -14,6 +14,7 @@ from datetime import datetime
 
 import httpx
 
+from hookd import tracing
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler
 from hookd.providers.standard import standard_headers
@@ -52,9 +53,13 @@ def forward_handler(config: ForwardConfig, client: httpx.AsyncClient) -> Handler
         if event.type:
             headers["X-Hookd-Event-Type"] = event.type
         headers["X-Hookd-Source"] = event.source
-        response = await client.post(
-            config.url, content=event.body, headers=headers, timeout=config.timeout_s
-        )
+        attributes = {"hookd.event_id": event.id, "hookd.destination": FORWARD}
+        with tracing.span("hookd.deliver", attributes) as current:
+            tracing.inject(headers)  # W3C traceparent, when tracing is on
+            response = await client.post(
+                config.url, content=event.body, headers=headers, timeout=config.timeout_s
+            )
+            tracing.annotate(current, {"http.response.status_code": response.status_code})
         if response.status_code >= 500 or response.status_code == 429:
             raise RuntimeError(f"forward target answered {response.status_code}")
         if response.status_code >= 400:

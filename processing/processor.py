@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hookd import tracing
 from hookd.backoff import full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler, idempotency_key
@@ -148,6 +149,12 @@ def event_of(row: EventRow, body: bytes) -> Event:
         body=body,
         object_key=row.object_key,
     )
+
+
+def _span_outcome(result: _Result) -> str:
+    if result.ok:
+        return "processed"
+    return "failed" if result.error is not None else "deferred"
 
 
 def attempt_outcome(result: _Result, retry_at: datetime | None) -> str | None:
@@ -504,21 +511,36 @@ class Processor:
         async with self._semaphore:
             # When the attempt started and how long it took, for its history.
             started_at, clock = datetime.now(UTC), time.perf_counter()
-            try:
-                result = await self._process(row, finished, done)
-            except Exception as exc:
-                # Failing outside the handlers (building the Event, a bug) is an attempt
-                # like any other: recorded, retried with backoff, dead at max_attempts.
-                # Left unrecorded, the event would sit in "processing" until its lease
-                # ran out and be claimed again, past max_attempts, for ever. The text is
-                # neither stored nor logged: it may quote the body.
-                kind = type(exc).__name__
-                result = _Result(
-                    ok=False,
-                    error=f"processing failed before the handlers ran: {kind}",
-                    error_type=kind,
-                )
+            # One span per attempt, in the trace the receiver started (its stored context).
+            attributes: dict[str, str | int] = {
+                "hookd.event_id": row.id,
+                "hookd.source": row.source,
+                "hookd.attempt": row.attempts,
+            }
+            with tracing.span("hookd.process", attributes, parent=row.traceparent) as current:
+                result = await self._attempt(row, finished, done)
+                tracing.annotate(current, {"hookd.outcome": _span_outcome(result)})
+                if result.error_type is not None:
+                    tracing.failed(current, result.error_type)
             return replace(result, started_at=started_at, duration_s=time.perf_counter() - clock)
+
+    async def _attempt(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
+        """``_process``, any exception in it made a failed attempt."""
+        try:
+            result = await self._process(row, finished, done)
+        except Exception as exc:
+            # Failing outside the handlers (building the Event, a bug) is an attempt
+            # like any other: recorded, retried with backoff, dead at max_attempts.
+            # Left unrecorded, the event would sit in "processing" until its lease
+            # ran out and be claimed again, past max_attempts, for ever. The text is
+            # neither stored nor logged: it may quote the body.
+            kind = type(exc).__name__
+            result = _Result(
+                ok=False,
+                error=f"processing failed before the handlers ran: {kind}",
+                error_type=kind,
+            )
+        return result
 
     async def _process(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
         """Run the handlers not yet in the ledger, in order, appending each that finishes."""
@@ -583,8 +605,15 @@ class Processor:
                 continue
             deadline = asyncio.timeout(self._handler_timeout_s)
             try:
-                async with deadline:
-                    await handler(replace(event, idempotency_key=idempotency_key(row.id, name)))
+                with tracing.span("hookd.handler", {"hookd.handler": name}) as current:
+                    try:
+                        async with deadline:
+                            await handler(
+                                replace(event, idempotency_key=idempotency_key(row.id, name))
+                            )
+                    except Exception as exc:
+                        tracing.failed(current, type(exc).__name__)
+                        raise
             except Exception as exc:  # any handler failure is retried, a PermanentError not
                 kind = type(exc).__name__
                 permanent = isinstance(exc, PermanentError)

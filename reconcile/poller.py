@@ -33,6 +33,7 @@ import httpx
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hookd import tracing
 from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
@@ -159,6 +160,29 @@ class Reconciler:
         dry_run: bool = False,
         run_id: str | None = None,
         wait_for_lease_s: float = 0.0,
+    ) -> Outcome:
+        attributes = {"hookd.source": source.name, "hookd.trigger": str(trigger)}
+        with tracing.span("hookd.reconcile.run", attributes) as current:
+            outcome = await self._run(
+                source,
+                trigger=trigger,
+                dry_run=dry_run,
+                run_id=run_id,
+                wait_for_lease_s=wait_for_lease_s,
+            )
+            tracing.annotate(
+                current, {"hookd.run_id": outcome.run_id, "hookd.outcome": str(outcome.status)}
+            )
+            return outcome
+
+    async def _run(
+        self,
+        source: Source,
+        *,
+        trigger: str,
+        dry_run: bool,
+        run_id: str | None,
+        wait_for_lease_s: float,
     ) -> Outcome:
         if source.config.reconcile is None:
             raise ReconcileError("not_configured", f"source {source.name} has no [reconcile]")
@@ -291,7 +315,8 @@ class Reconciler:
                 pages += 1
                 if pages > MAX_PAGES:
                     raise ReconcileError("too_many_pages", f"more than {MAX_PAGES} pages")  # noqa: TRY301
-                await self._page(run, adapter, items, tally, outcome)
+                with tracing.span("hookd.reconcile.page", {"hookd.page": pages}):
+                    await self._page(run, adapter, items, tally, outcome)
                 # Progress a page at a time: a paced run (Slack: a request a
                 # minute) must not look hung.
                 log.info(

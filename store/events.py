@@ -49,6 +49,8 @@ class NewEvent:
     object_key: str | None = None
     object_version: float | None = None
     payload_hash: str | None = None
+    # The W3C traceparent of the receive, when tracing is on (``hookd.tracing``).
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class NewRow(TypedDict):
     object_key: str | None
     object_version: float | None
     payload_hash: str | None
+    traceparent: str | None
 
 
 class KeyRow(TypedDict):
@@ -194,6 +197,7 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
                 "object_key": ev.object_key,
                 "object_version": ev.object_version,
                 "payload_hash": ev.payload_hash,
+                "traceparent": ev.traceparent,
             }
         )
     # One lock order for every batch: two concurrent batches that share keys

@@ -62,6 +62,7 @@ COLUMNS = (
     "next_attempt_at",
     "created_at",
     "updated_at",
+    "traceparent",
 )
 
 KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
@@ -91,7 +92,7 @@ WITH u AS MATERIALIZED (
                                         dedupe_key text, type text, origin text,
                                         received_at timestamptz, occurred_at timestamptz,
                                         verified_with text, headers json, body text,
-                                        body_encrypted bool{object_types})
+                                        body_encrypted bool, traceparent text{object_types})
 ),
 k AS (
   INSERT INTO event_keys (source, dedupe_key, event_id, received_at)
@@ -102,10 +103,12 @@ k AS (
 e AS (
   INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at,
                       occurred_at, verified_with, headers, body, body_encrypted, status,
-                      attempts, next_attempt_at, created_at, updated_at{object_columns})
+                      attempts, next_attempt_at, created_at, updated_at,
+                      traceparent{object_columns})
   SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
          u.occurred_at, u.verified_with, u.headers, decode(u.body, 'base64'),
-         u.body_encrypted, '{pending}', 0, u.received_at, $2, $2{object_values}
+         u.body_encrypted, '{pending}', 0, u.received_at, $2, $2,
+         u.traceparent{object_values}
   FROM u JOIN k ON k.event_id = u.id
   ORDER BY u.n
   RETURNING id
@@ -304,6 +307,10 @@ def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> str:
     if objects:
         for item, row in zip(items, rows, strict=True):
             item.update(_object_fields(row))
+    # Only while tracing is on; absent, the column reads NULL.
+    for item, row in zip(items, rows, strict=True):
+        if row["traceparent"] is not None:
+            item["traceparent"] = row["traceparent"]
     return json.dumps(items, separators=(",", ":"))
 
 
@@ -356,6 +363,7 @@ def _sqlite_params(
             _sqlite_time(r["next_attempt_at"]),
             _sqlite_time(r["created_at"]),
             _sqlite_time(r["updated_at"]),
+            r["traceparent"],
         )
         if objects:
             params += (r["object_key"], r["object_version"], r["payload_hash"])

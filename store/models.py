@@ -127,6 +127,9 @@ class Event(SQLModel, table=True):
     object_key: str | None = Field(default=None, max_length=255)
     object_version: float | None = Field(default=None)
     payload_hash: str | None = Field(default=None, max_length=64)
+    # The W3C traceparent of the receive, when tracing was on (migration 0014): the
+    # worker's processing joins that trace. Null otherwise.
+    traceparent: str | None = Field(default=None, max_length=55)
 
 
 EVENTS: sa.Table = Event.__table__  # type: ignore[attr-defined]

@@ -48,6 +48,7 @@ class EventRow(NamedTuple):
     object_key: str | None  # [sources.order]: the object, its version, the body's digest
     object_version: float | None
     payload_hash: str | None
+    traceparent: str | None  # the receive's trace context, when tracing was on
 
 
 class SourceStateRow(NamedTuple):

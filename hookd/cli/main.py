@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from hookd import tracing
 from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
@@ -57,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911, PLR0912
+    if args.command in ("serve", "worker", "reconcile"):
+        tracing.setup(args.command)  # only when OTEL_* asks for it
     if args.command == "serve":
         return cmd_serve(args, settings)
     if args.command == "worker":

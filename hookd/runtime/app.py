@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
+from hookd import tracing
 from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
@@ -172,5 +173,6 @@ def app_from_env() -> Starlette:
     # Each of those processes is spawned afresh: without this, its records fall to
     # Python's last-resort handler (bare warnings, no ids, no JSON, no INFO at all).
     configure_logs(settings.log_level, settings.log_json)
+    tracing.setup("serve")  # once per process; a no-op in the one ``hookd serve`` set up
     sources = load_sources(settings.config)
     return create_app(settings, sources)

@@ -26,7 +26,9 @@ from store.fastpath import inserter_for
 from tests.support import services
 from tests.support.data import new_event, scalar
 
-pytestmark = pytest.mark.anyio
+# Each runs a fault scenario against private servers (a PostgreSQL cluster of its own
+# included); beside other test processes that takes longer than one test's usual bound.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(360)]
 
 
 def failed(figures: dict[str, Any]) -> list[str]:

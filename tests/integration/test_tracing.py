@@ -1,0 +1,209 @@
+"""OpenTelemetry tracing across processes: a real ``hookd serve`` and ``hookd worker``
+(PostgreSQL, a private Redis) export to an OTLP/HTTP receiver on loopback, and a
+``[sources.forward]`` target records the ``traceparent`` it was sent; a ``hookd
+reconcile`` run against the GitHub emulator exports its run and pages."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from hookd.providers.signing import sample_event
+from store import db
+from tests.integration.test_reconcile import sources_toml
+from tests.integration.test_reconcile_processes import reconcile_cli, seeded_github
+from tests.support import destinations
+from tests.support.constants import SECRETS
+from tests.support.destinations import Destination, whsec
+from tests.support.http import serve_app
+from tests.support.server import HookdServer, HookdWorker, RedisServer
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass(frozen=True)
+class SpanSeen:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    process: str  # the resource's hookd.process: serve, worker
+    attributes: dict[str, str]
+
+
+@dataclass
+class Collector:
+    """An OTLP/HTTP trace receiver: ``POST /v1/traces`` with protobuf, decoded."""
+
+    spans: list[SpanSeen] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+
+    async def traces(self, request: Request) -> Response:
+        body = await request.body()
+        if request.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.raw.append(body)
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(body)
+        for resource_spans in message.resource_spans:
+            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append(
+                        SpanSeen(
+                            name=span.name,
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            process=resource.get("hookd.process", ""),
+                            attributes={
+                                a.key: a.value.string_value or str(a.value.int_value)
+                                for a in span.attributes
+                            },
+                        )
+                    )
+        return Response(status_code=200, media_type="application/x-protobuf")
+
+    def named(self, name: str) -> list[SpanSeen]:
+        return [s for s in self.spans if s.name == name]
+
+
+@pytest.fixture
+async def collector() -> AsyncIterator[tuple[Collector, str]]:
+    seen = Collector()
+    app = Starlette(routes=[Route("/v1/traces", seen.traces, methods=["POST"])])
+    async with serve_app(app) as url:
+        yield seen, url
+
+
+async def stored_context(url: str, event_id: str) -> tuple[str | None, str]:
+    """An event's ``traceparent`` column and its stored headers, as text."""
+    engine = db.create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            sql = sa.text("SELECT traceparent, headers FROM events WHERE id = :id")
+            row = (await conn.execute(sql, {"id": event_id})).one()
+            return row[0], str(row[1])
+    finally:
+        await engine.dispose()
+
+
+def config(tmp_path: Path, forward_url: str) -> Path:
+    path = tmp_path / "tracing.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+[sources.forward]
+url = "{forward_url}"
+secret = "{whsec("forward")}"
+"""
+    )
+    return path
+
+
+async def test_one_github_delivery_is_one_trace_across_receiver_worker_and_forward(
+    tmp_path: Path, pg_url: str, collector: tuple[Collector, str]
+) -> None:
+    seen, otlp_url = collector
+    target = Destination(whsec("forward"))
+    async with serve_app(destinations.app({"forward": target})) as target_url:
+        env = {
+            "HOOKD_CONFIG": str(config(tmp_path, f"{target_url}/forward")),
+            "HOOKD_DATABASE_URL": pg_url,
+            "HOOKD_LOG_LEVEL": "INFO",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_url,
+            "OTEL_SERVICE_NAME": "hookd-test",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        with RedisServer(tmp_path) as redis:
+            env["HOOKD_REDIS_URL"] = redis.url
+            with HookdServer(env, tmp_path) as server, HookdWorker(env, tmp_path) as worker:
+                headers, body = sample_event("github", SECRETS["github"], 7)
+                async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                    response = await client.post("/hooks/github", content=body, headers=headers)
+                assert response.status_code == 202
+                event_id = response.json()["event_id"]
+
+                async def forwarded() -> bool:
+                    return len(target.accepted) == 1
+
+                await wait_for(forwarded, timeout_s=60, message=worker.log)
+
+                async def exported() -> bool:
+                    names = {s.name for s in seen.spans}
+                    return {"hookd.receive", "hookd.process", "hookd.deliver"} <= names
+
+                await wait_for(exported, timeout_s=30, message=lambda: [s.name for s in seen.spans])
+                server_log = server.log()
+
+    (receive,) = seen.named("hookd.receive")
+    (process,) = seen.named("hookd.process")
+    (forward,) = seen.named("hookd.deliver")
+    assert (receive.process, process.process, forward.process) == ("serve", "worker", "worker")
+    trace_id = receive.trace_id
+    assert {s.trace_id for s in seen.spans} == {trace_id}, "one trace across the processes"
+    assert process.parent_id == receive.span_id, "processing continues the stored context"
+    column, stored_headers = await stored_context(pg_url, event_id)
+    assert column is not None and column.startswith(f"00-{trace_id}-{receive.span_id}-")
+    assert "traceparent" not in stored_headers, "the provider's headers are left as they came"
+    assert receive.attributes["hookd.event_id"] == process.attributes["hookd.event_id"] == event_id
+    assert receive.attributes["hookd.outcome"] == "accepted"
+    assert forward.attributes["hookd.destination"] == "forward"
+    assert forward.parent_id == process.span_id
+    assert {"hookd.verify", "hookd.commit"} <= {s.name for s in seen.spans}
+    # The forward target was sent the trace context of the delivery's span (W3C).
+    sent = target.accepted[0].headers["traceparent"]
+    flags = re.fullmatch(rf"00-{trace_id}-{forward.span_id}-([0-9a-f]{{2}})", sent)
+    assert flags is not None and int(flags[1], 16) & 1, f"not this span's, sampled: {sent}"
+    # Logs made inside a span carry its ids.
+    (accepted,) = [line for line in server_log.splitlines() if f"event_id={event_id}" in line]
+    assert " accepted " in accepted and f"trace_id={trace_id}" in accepted
+    assert f"span_id={receive.span_id}" in accepted
+    # No payload in what was exported: not the body, not the delivery's signature.
+    exported_bytes = b"".join(seen.raw)
+    assert body[:40] not in exported_bytes
+    assert headers["X-Hub-Signature-256"].encode() not in exported_bytes
+
+
+async def test_a_reconcile_run_and_its_pages_are_spans_of_one_trace(
+    tmp_path: Path, pg_url: str, collector: tuple[Collector, str]
+) -> None:
+    seen, otlp_url = collector
+    emulator, _ = await seeded_github(pg_url, 30, 5)
+    async with serve_app(emulator.app) as api_url:
+        config = tmp_path / "hookd.toml"
+        config.write_text(sources_toml("github", api_url))
+        env = {
+            "HOOKD_CONFIG": str(config),
+            "HOOKD_DATABASE_URL": pg_url,
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{otlp_url}/v1/traces",
+        }
+        proc, out = await reconcile_cli(env, "github")
+        output = (await out).decode()
+        assert await proc.wait() == 0, output
+    assert "github: succeeded" in output
+    # The process exported what it buffered before it exited.
+    (run,) = seen.named("hookd.reconcile.run")
+    pages = seen.named("hookd.reconcile.page")
+    assert run.process == "reconcile"
+    assert run.attributes["hookd.source"] == "github"
+    assert run.attributes["hookd.outcome"] == "succeeded"
+    assert pages and {p.parent_id for p in pages} == {run.span_id}
+    assert {p.trace_id for p in pages} == {run.trace_id}
+    assert [p.attributes["hookd.page"] for p in pages] == [str(n) for n in range(1, len(pages) + 1)]

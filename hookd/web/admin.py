@@ -33,7 +33,7 @@ from hookd.ops.watch import WatchOps, WatchQuery
 from hookd.providers import PROVIDERS
 from hookd.sources import DAY_S, keys_needed
 from hookd.timefmt import iso_z_or_none
-from hookd.web.admin_charts import source_charts
+from hookd.web.admin_charts import coverage_timeline, source_charts
 from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
 from hookd.web.admin_session import (
     PREFIX,
@@ -599,6 +599,7 @@ class AdminUI:
             return self._problem(request, session, 409, "This source is not reconciled.")
         except BadRequest as exc:
             return self._problem(request, session, 400, exc.detail)
+        view = report.resource()
         return self._render(
             request,
             "coverage.html",
@@ -608,7 +609,8 @@ class AdminUI:
             name=name,
             since=since or "",
             until=until or "",
-            report=report.resource(),
+            report=view,
+            timeline=coverage_timeline(view),
         )
 
     # -- reconcile runs ------------------------------------------------------------

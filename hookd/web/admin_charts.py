@@ -8,9 +8,10 @@ value at an instant: a reconciliation run). Every text in it is escaped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from markupsafe import Markup, escape
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -260,3 +261,106 @@ async def source_charts(
         missing=missing,
         late=late,
     )
+
+
+# The coverage timeline: a source's coverage report (``reconcile.coverage``'s merged
+# view, as its resource) drawn as one band across the range: each checked interval
+# and each hole a rectangle, a hole coloured by its main reason.
+TIMELINE_HEIGHT = 64
+BAND_TOP, BAND_HEIGHT = 8, 30
+TIMELINE_TICKS = 6
+# Hole reasons by severity, with the class admin.css colours them by: the main reason
+# of a hole is the first of these it gives.
+HOLE_CLASSES: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"unrecoverable", "beyond_retention"}), "cov-lost"),
+    (frozenset({"failed"}), "cov-failed"),
+    (frozenset({"not_checked"}), "cov-off"),
+    (frozenset({"not_recorded"}), "cov-unrecorded"),
+    (frozenset({"settling", "pending"}), "cov-due"),
+)
+CHECKED_CLASS = "cov-checked"
+
+
+def hole_class(kinds: Sequence[str]) -> str:
+    """The class of a hole with these reasons: its most severe one's."""
+    for members, css in HOLE_CLASSES:
+        if members.intersection(kinds):
+            return css
+    return "cov-unrecorded"
+
+
+def _moment(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _tick_label(moment: float, span_s: float) -> str:
+    at = datetime.fromtimestamp(moment, UTC)
+    if span_s <= 2 * 86_400:
+        return at.strftime("%m-%d %H:%M")
+    return at.strftime("%Y-%m-%d")
+
+
+def _span_title(span: Mapping[str, Any]) -> str:
+    when = f"{span['from']} to {span['to']} ({seconds(float(span['seconds']))})"
+    if span["state"] == "checked":
+        runs = int(span.get("runs", 0))
+        return (
+            f"checked {when}: {runs} run{'' if runs == 1 else 's'}, "
+            f"{int(span.get('repaired', 0))} repaired"
+        )
+    reasons = "; ".join(
+        r["kind"] + (f": {r['detail']}" if r.get("detail") else "") for r in span["reasons"]
+    )
+    return f"hole {when}: {reasons or 'no reason recorded'}"
+
+
+def coverage_timeline(view: Mapping[str, Any]) -> Markup:
+    """The coverage report ``view`` (``Report.resource()``: since, until, intervals) as
+    one SVG band over its range: checked intervals and holes, each with its title."""
+    since, until = _moment(view["since"]), _moment(view["until"])
+    span_s = max(until - since, 1e-9)
+    width = WIDTH - LEFT - RIGHT
+
+    def x(moment: float) -> float:
+        return LEFT + (min(max(moment, since), until) - since) / span_s * width
+
+    intervals = view["intervals"]
+    holes = sum(1 for s in intervals if s["state"] != "checked")
+    label = escape(
+        f"Coverage of {view['source']} from {view['since']} to {view['until']}: "
+        f"{len(intervals) - holes} checked interval(s), {holes} hole(s)"
+    )
+    out = [
+        f'<svg class="chart timeline" viewBox="0 0 {WIDTH} {TIMELINE_HEIGHT}" width="{WIDTH}" '
+        f'height="{TIMELINE_HEIGHT}" role="img" aria-label="{label}" '
+        'xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{label}</title>",
+    ]
+    for span in intervals:
+        x0, x1 = x(_moment(span["from"])), x(_moment(span["to"]))
+        if span["state"] == "checked":
+            css = CHECKED_CLASS
+        else:
+            css = hole_class([r["kind"] for r in span["reasons"]])
+        out.append(
+            f'<g><title>{escape(_span_title(span))}</title><rect class="band {css}" '
+            f'x="{x0:.1f}" y="{BAND_TOP}" width="{max(1.0, x1 - x0):.1f}" '
+            f'height="{BAND_HEIGHT}"/></g>'
+        )
+    axis_y = BAND_TOP + BAND_HEIGHT
+    for i in range(TIMELINE_TICKS):
+        moment = since + span_s * i / (TIMELINE_TICKS - 1)
+        tx = x(moment)
+        anchor = "start" if i == 0 else "end" if i == TIMELINE_TICKS - 1 else "middle"
+        out.append(
+            f'<line class="tick" x1="{tx:.1f}" x2="{tx:.1f}" y1="{axis_y}" y2="{axis_y + 5}"/>'
+        )
+        out.append(
+            f'<text class="axis" x="{tx:.1f}" y="{TIMELINE_HEIGHT - 6}" '
+            f'text-anchor="{anchor}">{escape(_tick_label(moment, span_s))}</text>'
+        )
+    out.append(
+        f'<line class="axis-line" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{axis_y}" y2="{axis_y}"/>'
+    )
+    out.append("</svg>")
+    return Markup("".join(out))  # noqa: S704 - numbers and escaped text only

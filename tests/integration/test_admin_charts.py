@@ -4,18 +4,24 @@ script, no inline style, every text escaped)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from hookd.sources import parse_sources
 from hookd.web import admin_charts
 from hookd.web.admin_charts import Chart, Line, render
 from store import activity, db
+from store import coverage as coverage_ledger
 from store.ids import id_floor
 from tests.support.activity_data import event_row, insert_rows, insert_run
+from tests.support.asgi import running_app
+from tests.support.constants import SECRETS
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +138,114 @@ def test_a_chart_is_svg_without_script_or_inline_style_and_escapes_its_text() ->
 )
 def test_the_scale_rounds_up_to_one_two_or_five(value: float, ceiling: float) -> None:
     assert admin_charts.nice_ceiling(value) == pytest.approx(ceiling)
+
+
+COVERAGE_TOKEN = "coverage-chart-token"
+
+
+def bands(svg: str) -> list[tuple[str, str]]:
+    """The timeline's bands in order: (class, title)."""
+    found = re.findall(r'<g><title>([^<]*)</title><rect class="band ([a-z-]+)"', svg)
+    return [(css, title) for title, css in found]
+
+
+async def test_the_coverage_page_draws_a_band_per_interval_and_hole_coloured_by_reason(
+    db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "hookd.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "stripe"
+provider = "stripe"
+secrets = ["{SECRETS["stripe"]}"]
+
+[sources.reconcile]
+api_url = "http://127.0.0.1:9"
+token = "sk_test_timeline"
+"""
+    )
+    sources = parse_sources(path.read_text(), path, env={})
+    now = datetime.now(UTC).replace(microsecond=0)
+    hours = [now - timedelta(hours=h) for h in (10, 8, 7, 5, 4, 3)]
+    engine = db.create_engine(db_url)
+    try:
+        runs = [await insert_run(engine, "stripe", at, missing=0, late=0) for at in hours[1:]]
+        async with engine.begin() as conn:
+            for (start, end), outcome, run_id, reason in [
+                ((hours[0], hours[1]), "complete", runs[0], None),
+                ((hours[1], hours[2]), "failed", runs[1], "provider answered <500>"),
+                ((hours[2], hours[3]), "repaired", runs[2], None),
+                ((hours[3], hours[4]), "not_checked", None, "disabled by an operator"),
+                ((hours[4], hours[5]), "unrecoverable", runs[3], "beyond retention"),
+            ]:
+                await coverage_ledger.record(
+                    conn, source="stripe", start=start, end=end, outcome=outcome, now=now,
+                    run_id=run_id, repaired=2 if outcome == "repaired" else 0, reason=reason,
+                )  # fmt: skip
+    finally:
+        await engine.dispose()
+    since, until = (at.isoformat().replace("+00:00", "Z") for at in (hours[0], now))
+    async with running_app(
+        sources, db_url, admin_token=COVERAGE_TOKEN, reconcile_schedule=False
+    ) as (_, client):
+        await client.post("/admin/login", data={"token": COVERAGE_TOKEN})
+        page = await client.get(
+            "/admin/sources/stripe/coverage", params={"since": since, "until": until}
+        )
+    assert page.status_code == 200, page.text
+    svg = re.search(r'<svg class="chart timeline".*?</svg>', page.text, re.S)
+    assert svg is not None
+    drawn = bands(svg.group(0))
+    # Checked, failed, checked, disabled, lost; then hours nothing recorded (no cursor:
+    # no run has succeeded) and the settle window before now.
+    assert [css for css, _ in drawn] == [
+        "cov-checked",
+        "cov-failed",
+        "cov-checked",
+        "cov-off",
+        "cov-lost",
+        "cov-unrecorded",
+        "cov-due",
+    ]
+    assert "settling" in drawn[-1][1]
+    assert page.text.count("<tr>") - 1 == len(drawn)  # a band per row of the table
+    assert drawn[2][1].endswith("1 run, 2 repaired")
+    assert "provider answered &lt;500&gt;" in drawn[1][1]
+    assert "<script" not in svg.group(0) and "style=" not in svg.group(0)
+    # Left to right, edge to edge: each band starts where the one before it ends.
+    xs = re.findall(
+        r'class="band [a-z-]+" x="([0-9.]+)" y="[0-9]+" width="([0-9.]+)"', svg.group(0)
+    )
+    for (x0, w0), (x1, _) in itertools.pairwise(xs):
+        assert float(x0) + float(w0) == pytest.approx(float(x1), abs=0.11)
+
+
+def test_a_hole_takes_the_class_of_its_most_severe_reason() -> None:
+    assert admin_charts.hole_class(["settling", "failed"]) == "cov-failed"
+    assert admin_charts.hole_class(["not_checked", "beyond_retention"]) == "cov-lost"
+    assert admin_charts.hole_class(["pending"]) == "cov-due"
+    assert admin_charts.hole_class(["not_recorded", "settling"]) == "cov-unrecorded"
+    assert admin_charts.hole_class([]) == "cov-unrecorded"
+
+
+def test_the_coverage_timeline_escapes_its_text_and_keeps_a_short_hole_visible() -> None:
+    hostile = '<script>alert(1)</script>"'
+    view = {
+        "source": hostile,
+        "since": "2027-01-01T00:00:00Z",
+        "until": "2027-01-11T00:00:00Z",
+        "intervals": [
+            {"from": "2027-01-01T00:00:00Z", "to": "2027-01-10T23:59:59Z", "seconds": 863_999,
+             "state": "checked", "runs": 3, "repaired": 0},
+            {"from": "2027-01-10T23:59:59Z", "to": "2027-01-11T00:00:00Z", "seconds": 1,
+             "state": "hole", "reasons": [{"kind": "failed", "detail": hostile, "run_id": None}]},
+        ],
+    }  # fmt: skip
+    svg = str(admin_charts.coverage_timeline(view))
+    assert svg.startswith("<svg ") and svg.endswith("</svg>")
+    assert "<script" not in svg and "style=" not in svg and " on" not in svg.lower()
+    assert svg.count("&lt;script&gt;") == 3  # the label, the title and the hole's title
+    hole = re.search(r'class="band cov-failed" x="[0-9.]+" y="[0-9]+" width="([0-9.]+)"', svg)
+    assert hole and float(hole.group(1)) >= 1.0  # a second of ten days: still a pixel
+    assert ">2027-01-01</text>" in svg and ">2027-01-11</text>" in svg

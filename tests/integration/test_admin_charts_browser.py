@@ -20,7 +20,7 @@ import pytest
 from playwright.async_api import ConsoleMessage, async_playwright, expect
 
 from hookd.providers.signing import sample_event
-from store import db
+from store import coverage, db
 from tests.integration.test_admin_browser import CHROMIUM_ARGS
 from tests.support.activity_data import event_row, insert_rows, insert_run
 from tests.support.constants import SECRETS
@@ -75,7 +75,15 @@ async def seed_day(url: str, now: datetime) -> None:
             missing = rng.choice([0, 0, 0, 1, 2, 4])
             late = rng.choice([0, 0, 1]) if missing else 0
             started = now - timedelta(minutes=30 * half_hour - 7)
-            await insert_run(engine, "stripe", started, missing=missing, late=late)
+            run_id = await insert_run(engine, "stripe", started, missing=missing, late=late)
+            # Its coverage: the half hour before it, one failed 5 hours ago.
+            async with engine.begin() as conn:
+                await coverage.record(
+                    conn, source="stripe", start=started - timedelta(minutes=30), end=started,
+                    outcome="failed" if half_hour == 10 else "repaired" if missing else "complete",
+                    now=started, run_id=run_id, repaired=missing,
+                    reason="provider answered 500" if half_hour == 10 else None,
+                )  # fmt: skip
     finally:
         await engine.dispose()
 
@@ -156,6 +164,24 @@ async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browse
                 await expect(page.locator("svg.chart")).to_have_count(2)
                 await expect(page.get_by_text("This source is not reconciled")).to_be_visible()
                 path = shots / "admin-activity-github.png"
+                await page.screenshot(path=str(path), full_page=True)
+                saved.append(path)
+
+                # The coverage page's timeline: the checked runs, the failed one, and
+                # the part not judged yet.
+                await page.goto(server.url + "/admin/sources/stripe/coverage?since=25h")
+                timeline = page.locator("svg.timeline")
+                await expect(timeline).to_be_visible()
+                box = await timeline.bounding_box()
+                assert box is not None and box["width"] > 600
+                rows = await page.locator("table tbody tr").count()
+                await expect(timeline.locator("rect.band")).to_have_count(rows)
+                await expect(timeline.locator("rect.cov-failed")).to_have_count(1)
+                assert await timeline.locator("rect.cov-checked").count() >= 2
+                checked = timeline.locator("rect.cov-checked").first
+                colour = await checked.evaluate("e => getComputedStyle(e).fill")
+                assert colour not in ("none", "rgb(0, 0, 0)")
+                path = shots / "admin-coverage-stripe.png"
                 await page.screenshot(path=str(path), full_page=True)
                 saved.append(path)
 

@@ -134,9 +134,25 @@ class HookdWorker(HookdProcess):
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
-    def start(self) -> HookdWorker:
+    def start(self, timeout_s: float = 60.0) -> HookdWorker:
+        """Launch, and return once the worker is past its start-up checks (its metrics
+        port listens only after them): a fault a test injects right after ``start`` then
+        meets a running worker, not one still starting (which would stop with one line)."""
         self.launch()
-        return self
+        if self.env.get("HOOKD_WORKER_METRICS_PORT", "0") == "0":
+            return self
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.metrics_port), timeout=1).close()
+                return self
+            except OSError:
+                pass
+            if not self.alive():
+                raise AssertionError(f"worker exited while starting: {self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not started after {timeout_s:g}s: {self.log()}")
+            time.sleep(0.05)
 
     def __enter__(self) -> HookdWorker:
         return self.start()

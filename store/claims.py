@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.destinations import paused_sources
 from store.history import UNKNOWN, Requester, record_replays
-from store.models import EVENTS, HANDLER_RUNS
+from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS
 from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 
@@ -316,8 +316,12 @@ async def replay(
 
     The ledger is kept for handlers of an unfinished event (a fixed handler
     runs, the ones that already succeeded do not); a processed event is
-    replayed whole, so its ledger is cleared. Events being processed, and those
-    whose body was pruned (``without_body``), are left as they are.
+    replayed whole, so its ledger is cleared. Events being processed, those
+    whose body was pruned (``without_body``), and those a prune has begun to take
+    (``being_pruned``: their ledger may be gone) are left as they are. On
+    PostgreSQL the rows are locked before anything is decided: a prune either
+    finished with them first (then they are refused, or gone) or waits for this
+    transaction and finds them pending.
 
     ``only_handler`` (a destination's name) clears that one ledger entry instead,
     of every replayed event: of a processed event, only it runs again.
@@ -329,16 +333,28 @@ async def replay(
     """
     if not event_ids:
         return []
-    rows = (
-        await conn.execute(
-            sa.select(
-                EVENTS.c.id,
-                EVENTS.c.status,
-                EVENTS.c.attempts,
-                EVENTS.c.body.is_(None).label("bodiless"),
-            ).where(EVENTS.c.id.in_(list(event_ids)))
+    query = sa.select(
+        EVENTS.c.id,
+        EVENTS.c.status,
+        EVENTS.c.attempts,
+        EVENTS.c.body.is_(None).label("bodiless"),
+    ).where(EVENTS.c.id.in_(list(event_ids)))
+    if conn.dialect.name == "postgresql":
+        # Locked first, in id order (as prune locks them): a prune batch holding one
+        # of them is waited for, and what follows reads what it committed.
+        query = query.order_by(EVENTS.c.id).with_for_update()
+    rows = (await conn.execute(query)).all()
+    # Being pruned: the key is already a tombstone and the ledger gone (a day's
+    # partition marks and deletes in batches before its detach). Run again, every
+    # handler would, even those that had succeeded: left alone (``being_pruned``).
+    # A processed event replayed whole loses its ledger anyway.
+    pruning = set(
+        await being_pruned(
+            conn,
+            [r.id for r in rows if r.status != EventStatus.PROCESSED or only_handler is not None],
         )
-    ).all()
+    )
+    rows = [r for r in rows if r.id not in pruning]
     # A processed event whose body retention removed cannot be run again.
     ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
     processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
@@ -367,11 +383,26 @@ async def replay(
             .returning(EVENTS.c.id)
         )
         made = {r[0] for r in result}
-        ids = [i for i in ids if i in made]
+        # In the order asked for (the rows were read, and locked, in id order).
+        ids = [i for i in dict.fromkeys(event_ids) if i in made]
         await record_replays(
             conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
         )
     return ids
+
+
+async def being_pruned(conn: AsyncConnection, event_ids: Sequence[str]) -> list[str]:
+    """Those of ``event_ids`` whose key is a tombstone (``pruned_at``): pruned, or
+    being pruned (their row still there, their ledger gone). By the partial index
+    ``ix_event_keys_pruned_event``."""
+    if not event_ids:
+        return []
+    result = await conn.execute(
+        sa.select(EVENT_KEYS.c.event_id).where(
+            EVENT_KEYS.c.event_id.in_(list(event_ids)), EVENT_KEYS.c.pruned_at.is_not(None)
+        )
+    )
+    return [row[0] for row in result]
 
 
 async def without_body(conn: AsyncConnection, event_ids: Sequence[str]) -> list[str]:

@@ -16,6 +16,9 @@ from store.status import RUNNABLE_STATUSES, EventOrigin, EventStatus, sql_in
 # row was pruned) are in them, so storing a new key never writes to either.
 PRUNED = "pruned_at IS NOT NULL"
 
+# The predicate of ix_events_body: rows whose body retention has not cleared yet.
+WITH_BODY = "body IS NOT NULL"
+
 # [sources.order]: an event that names an object (``object_key``) is claimed through the
 # object indexes, one at a time per object (store.objects); the others through
 # ix_events_runnable, which holds none of them, so a backlog of one never slows the other.
@@ -90,6 +93,15 @@ class Event(SQLModel, table=True):
             "id",
             postgresql_where=sa.text(ORDERED),
             sqlite_where=sa.text(ORDERED),
+        ),
+        # Prune's body step (migration 0015): only rows that still have a body, so it
+        # walks what it has to clear, not every row cleared at earlier prunes.
+        sa.Index(
+            "ix_events_body",
+            "source",
+            "id",
+            postgresql_where=sa.text(WITH_BODY),
+            sqlite_where=sa.text(WITH_BODY),
         ),
         # PostgreSQL: one partition per UTC day of the id (a ULID: its time first),
         # made and dropped by store.partitions; migration 0008.

@@ -29,7 +29,10 @@ fails; it stays empty as long as partitions exist ahead (``ensure``).
   partition once every row in it is past its source's retention for its status and
   none is pending, retrying or processing: first every key is marked in
   ``event_keys`` (``final_status``, ``pruned_at``) and the ledger rows deleted, in
-  batches, as row-level prune does; then, in one short transaction that holds
+  batches (``store.prune.MARK_BATCH``), each locking its rows: a replay waits for
+  the batch and then refuses the event, its key a tombstone and its ledger gone
+  (``store.claims.being_pruned``); one that locked the event first makes it pending,
+  and the batch leaves its key and ledger alone. Then, in one short transaction that holds
   ``events`` exclusively (``lock_timeout`` bounded), the rows are checked again, the
   last ledger rows deleted and the partition detached (and renamed
   ``…_dropping``); then the keys of rows that changed meanwhile (a replay) are
@@ -662,25 +665,37 @@ class _Dropper:
         after = ""
         while not self.stopping():
             async with self.tx() as conn:
+                # Locked (attached: a replay may hold one; it is waited for), so the
+                # statuses read are those the batch commits with: a row a replay made
+                # pending first keeps its key and its ledger, and its day stays
+                # (``detach``). A replay after this batch finds the tombstone and
+                # refuses (``store.claims.being_pruned``).
+                lock = " FOR UPDATE" if attached else ""
                 rows = (
                     await conn.execute(
                         sa.text(
                             f"SELECT id, source, dedupe_key, status FROM {table} "  # noqa: S608 - a quoted catalog name
-                            "WHERE id > :after ORDER BY id LIMIT :n"
+                            f"WHERE id > :after ORDER BY id LIMIT :n{lock}"
                         ),
                         {"after": after, "n": self.batch},
                     )
                 ).all()
                 if not rows:
                     return True
+                final = [r for r in rows if r.status not in NOT_FINAL]
                 await mark_pruned(
-                    conn, [(r.source, r.dedupe_key, r.status) for r in rows], self.now
+                    conn, [(r.source, r.dedupe_key, r.status) for r in final], self.now
                 )
                 if attached:
                     # By the id range of the batch (read in id order): a range of the
                     # ledger's primary key, which no planner estimate turns into a scan.
                     await _forget(
-                        conn, await self.refs(conn), rows[0].id, rows[-1].id, through=True
+                        conn,
+                        await self.refs(conn),
+                        rows[0].id,
+                        rows[-1].id,
+                        through=True,
+                        keep=[r.id for r in rows if r.status in NOT_FINAL],
                     )
             after = rows[-1].id
             if len(rows) < self.batch:
@@ -837,7 +852,8 @@ class _Dropper:
                     await conn.execute(
                         sa.text(
                             f"SELECT id, source, dedupe_key, status FROM {table} "  # noqa: S608 - a quoted catalog name
-                            "WHERE id > :after ORDER BY id LIMIT :n"
+                            # Locked, as ``mark`` does: a row replayed first stays.
+                            "WHERE id > :after ORDER BY id LIMIT :n FOR UPDATE"
                         ),
                         {"after": after, "n": self.batch},
                     )

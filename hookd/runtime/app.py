@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -25,13 +26,22 @@ from hookd.sources import Sources, load_sources
 from hookd.web import admin, api, health
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
-from processing.wakeups import ArqWaker, InProcessConsumer
+from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
 from store import db, fastpath, migrate
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.app")
+
+# Set by `hookd serve` when it runs processor processes (no Redis): their wake-up
+# sockets, separated by os.pathsep. Every receiver process it starts inherits it.
+PROCESSOR_SOCKETS_ENV = "HOOKD_PROCESSOR_SOCKETS"
+
+
+def processor_sockets() -> list[str]:
+    """The wake-up sockets of the processor processes `hookd serve` runs, if any."""
+    return [p for p in os.environ.get(PROCESSOR_SOCKETS_ENV, "").split(os.pathsep) if p]
 
 
 def create_app(  # noqa: PLR0915 - the composition: one statement per part
@@ -48,8 +58,14 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
     committers = 1 if engine.dialect.name == "sqlite" else 2
     runtime = build_runtime(settings, sources, engine)
     waker = ArqWaker(settings.redis_url) if settings.redis_url else None
-    consumer = None if waker else InProcessConsumer(runtime.processor, settings.sweep_s)
-    dispatcher = waker or consumer
+    # Without Redis: the processor processes `hookd serve` runs, woken by datagrams;
+    # else (HOOKD_PROCESSORS=0, or an app built outside serve) processing in this loop.
+    sockets = [] if waker else processor_sockets()
+    local_waker = LocalWaker(sockets) if sockets else None
+    consumer = (
+        None if waker or local_waker else InProcessConsumer(runtime.processor, settings.sweep_s)
+    )
+    dispatcher: ArqWaker | LocalWaker | InProcessConsumer | None = waker or local_waker or consumer
     assert dispatcher is not None
     inserter = fastpath.inserter_for(
         engine.url.render_as_string(hide_password=False),
@@ -104,10 +120,8 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
             await scheduler.start()
         await pruning.start()
         await running_operations.start()
-        log.info(
-            "receiver started",
-            extra={"sources": len(sources), "processing": "arq" if waker else "in-process"},
-        )
+        processing = "arq" if waker else "processors" if local_waker else "in-process"
+        log.info("receiver started", extra={"sources": len(sources), "processing": processing})
         try:
             yield
         finally:
@@ -127,6 +141,8 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
                 await consumer.stop()
             if waker is not None:
                 await waker.close()
+            if local_waker is not None:
+                await local_waker.close()
             await runtime.close()
 
     app = HookdApp(

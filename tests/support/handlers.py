@@ -5,7 +5,8 @@ They write to tables in the same database hookd uses (``HOOKD_DATABASE_URL``):
   ``effect_strict`` inserts without ON CONFLICT, so a second run of a finished
   handler raises (and shows as a failure), ``effect_idempotent`` is what a real
   handler does: it skips a key it has already applied, in the same transaction.
-- ``calls``: every invocation, to count runs.
+- ``calls``: every invocation, to count runs (``effect_pid`` records there, as its
+  handler name, the pid of the process that ran it).
 - ``switches``: ``broken`` on means ``until_fixed`` raises.
 """
 
@@ -74,6 +75,22 @@ async def effect_idempotent(event: Event) -> None:
         if seen.first() is None:
             await conn.execute(
                 sa.text("INSERT INTO effects VALUES (:k, :e, 'idempotent')"),
+                {"k": event.idempotency_key, "e": event.id},
+            )
+
+
+async def effect_pid(event: Event) -> None:
+    """``effect_idempotent`` that names, in ``calls``, the process it ran in: ``pid N``."""
+    await _call(event, f"pid {os.getpid()}")
+    await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
+    async with _engine().begin() as conn:
+        seen = await conn.execute(
+            sa.text("SELECT 1 FROM effects WHERE idempotency_key = :k"),
+            {"k": event.idempotency_key},
+        )
+        if seen.first() is None:
+            await conn.execute(
+                sa.text("INSERT INTO effects VALUES (:k, :e, 'pid')"),
                 {"k": event.idempotency_key, "e": event.id},
             )
 

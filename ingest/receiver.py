@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client.metrics import Counter, Histogram
+from prometheus_client.metrics import Counter
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
@@ -66,11 +66,6 @@ def _received(source: str, outcome: str) -> Counter:
 @cache
 def _rejections(source: str, reason: str) -> Counter:
     return metrics.WEBHOOK_REJECTIONS.labels(source, reason)
-
-
-@cache
-def _ack(source: str) -> Histogram:
-    return metrics.ACK_SECONDS.labels(source)
 
 
 def peer(client: tuple[str, int] | list[Any] | None) -> str | None:
@@ -210,6 +205,7 @@ class Receiver:
         self._clock = clock
         self._on_duplicate = on_duplicate
         self.deadlines = Deadlines()
+        self._tally = metrics.AckTally()
         # Every series of the receive-side families at 0 from the first scrape.
         metrics.initialise(s.name for s in sources)
 
@@ -358,8 +354,7 @@ class Receiver:
             log.warning("store unavailable", extra={"source": name, "reason": exc.reason})
             return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
         outcome = "accepted" if stored.created else "duplicate"
-        _received(name, outcome).inc()
-        _ack(name).observe(time.perf_counter() - started)
+        self._tally.record(name, outcome, time.perf_counter() - started)
         self._stored(source, stored, env.dedupe_key)
         if env.ack is not None:
             return reply_answer(env.ack)

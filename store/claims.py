@@ -175,13 +175,29 @@ async def finished_handlers_many(
     return ledger
 
 
+LEDGER_INSERT_PG = sa.text(
+    "INSERT INTO handler_runs (event_id, handler, finished_at) "
+    "SELECT e, h, CAST(:now AS timestamptz) "
+    "FROM unnest(CAST(:e AS text[]), CAST(:h AS text[])) AS v(e, h) "
+    "ON CONFLICT (event_id, handler) DO NOTHING"
+)
+
+
 async def record_handlers(
     conn: AsyncConnection, finished: Sequence[tuple[str, str]], now: datetime
 ) -> None:
     """Add (event id, handler) pairs to the ledger; one that is there already stays."""
     if not finished:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    if conn.dialect.name == "postgresql":
+        # One statement over two arrays: a batch's pairs (a hundred and more) cost one
+        # execution, where an executemany binds and executes each pair on its own.
+        await conn.execute(
+            LEDGER_INSERT_PG,
+            {"e": [e for e, _ in finished], "h": [h for _, h in finished], "now": now},
+        )
+        return
+    insert = sqlite.insert
     await conn.execute(
         insert(HANDLER_RUNS).on_conflict_do_nothing(index_elements=["event_id", "handler"]),
         [{"event_id": e, "handler": h, "finished_at": now} for e, h in finished],

@@ -7,10 +7,13 @@ durability setting than its safe default; group commit pays for the fsync.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
@@ -205,10 +208,29 @@ def _postgres_advice(parsed: sa.URL, sqlstate: str, said: str) -> str | None:
     return None
 
 
+def json_dumps(value: Any) -> str:
+    """JSON columns' writer: orjson, or the standard encoder for what orjson refuses
+    (integers beyond 64 bits), so that nothing the standard one wrote fails now."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """JSON columns' reader: orjson (every event's headers, every claim), or the
+    standard parser for what orjson refuses."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5.0) -> AsyncEngine:
     parsed = check_url(url)
+    codecs: dict[str, Any] = {"json_serializer": json_dumps, "json_deserializer": json_loads}
     if parsed.get_backend_name() == "sqlite":
-        engine = create_async_engine(parsed, connect_args={"timeout": 5})
+        engine = create_async_engine(parsed, connect_args={"timeout": 5}, **codecs)
 
         @sa.event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
@@ -220,6 +242,7 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
         return engine
     return create_async_engine(
         parsed,
+        **codecs,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,

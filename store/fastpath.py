@@ -27,15 +27,14 @@ them again).
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-from base64 import b64encode
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Protocol
 
 import asyncpg
+import orjson
 import sqlalchemy as sa
 
 from store.crypto import BodyCipher
@@ -78,6 +77,8 @@ SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
 # The whole batch travels as one JSON text parameter and PostgreSQL unpacks it:
 # encoding a dozen typed arrays element by element cost the receiver's event
 # loop more than everything else per row, and the database has the other core.
+# The bodies go beside it as one bytea[] ($3, row n at index n + 1): asyncpg sends
+# them as they are, with no base64 to encode here and decode there.
 # Every new row starts as pending with no attempt, as ``prepare`` writes it.
 #
 # Keys are inserted in the batch's order (sorted by key in ``prepare``): two
@@ -91,7 +92,7 @@ WITH u AS MATERIALIZED (
   FROM json_to_recordset($1::json) AS u(n int, id text, source text, provider text,
                                         dedupe_key text, type text, origin text,
                                         received_at timestamptz, occurred_at timestamptz,
-                                        verified_with text, headers json, body text,
+                                        verified_with text, headers json,
                                         body_encrypted bool, traceparent text{object_types})
 ),
 k AS (
@@ -106,7 +107,7 @@ e AS (
                       attempts, next_attempt_at, created_at, updated_at,
                       traceparent{object_columns})
   SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
-         u.occurred_at, u.verified_with, u.headers, decode(u.body, 'base64'),
+         u.occurred_at, u.verified_with, u.headers, ($3::bytea[])[u.n + 1],
          u.body_encrypted, '{pending}', 0, u.received_at, $2, $2,
          u.traceparent{object_values}
   FROM u JOIN k ON k.event_id = u.id
@@ -223,13 +224,13 @@ class PgInserter:
 
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)
-        payload = _pg_payload(batch.rows)
+        payload, bodies = _pg_payload(batch.rows)
         row = batch.rows[0]
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             try:
                 async with conn.transaction():
-                    await conn.fetch(PG_INSERT, payload, row["created_at"])
+                    await conn.fetch(PG_INSERT, payload, row["created_at"], bodies)
                     await conn.execute("DELETE FROM events WHERE id = $1", row["id"])
                     await conn.execute(
                         "DELETE FROM event_keys WHERE source = $1 AND dedupe_key = $2",
@@ -259,7 +260,8 @@ async def _pg_insert(
     for _ in range(KEY_RACE_TRIES):
         objects = _with_objects(todo)
         insert = PG_INSERT_OBJECTS if objects else PG_INSERT
-        for r in await conn.fetch(insert, _pg_payload(todo, objects=objects), now):
+        payload, bodies = _pg_payload(todo, objects=objects)
+        for r in await conn.fetch(insert, payload, now, bodies):
             if r[1] is None:
                 created.add(r[0])
             else:
@@ -285,7 +287,9 @@ def _with_objects(rows: list[NewRow]) -> bool:
     return any(row["object_key"] is not None for row in rows)
 
 
-def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> str:
+def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> tuple[str, list[bytes]]:
+    """The rows as the statement's JSON parameter (orjson: a tenth of the standard
+    encoder's time; it writes datetimes as RFC 3339), and their bodies in row order."""
     items: list[dict[str, object]] = [
         {
             "n": n,
@@ -295,11 +299,10 @@ def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> str:
             "dedupe_key": row["dedupe_key"],
             "type": row["type"],
             "origin": row["origin"],
-            "received_at": row["received_at"].isoformat(),
-            "occurred_at": _iso(row["occurred_at"]),
+            "received_at": row["received_at"],
+            "occurred_at": row["occurred_at"],
             "verified_with": row["verified_with"],
             "headers": row["headers"],
-            "body": b64encode(row["body"]).decode("ascii"),
             "body_encrypted": row["body_encrypted"],
         }
         for n, row in enumerate(rows)
@@ -311,7 +314,7 @@ def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> str:
     for item, row in zip(items, rows, strict=True):
         if row["traceparent"] is not None:
             item["traceparent"] = row["traceparent"]
-    return json.dumps(items, separators=(",", ":"))
+    return orjson.dumps(items).decode(), [row["body"] for row in rows]
 
 
 def _object_fields(row: NewRow) -> dict[str, str | float | None]:
@@ -327,10 +330,6 @@ def _object_fields(row: NewRow) -> dict[str, str | float | None]:
 
 async def _no_reset(_: asyncpg.Connection) -> None:
     return None
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
 
 
 def _sqlite_time(value: datetime | None) -> str | None:
@@ -355,7 +354,7 @@ def _sqlite_params(
             _sqlite_time(r["received_at"]),
             _sqlite_time(r["occurred_at"]),
             r["verified_with"],
-            json.dumps(r["headers"]),
+            orjson.dumps(r["headers"]).decode(),
             r["body"],
             int(r["body_encrypted"]),
             r["status"],

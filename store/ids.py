@@ -12,7 +12,7 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 def new_id(now_ms: int | None = None) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return _encode((ms << 80) | int.from_bytes(os.urandom(10), "big"))
+    return _encode_parts(ms, int.from_bytes(os.urandom(10), "big"))
 
 
 def is_id(value: str) -> bool:
@@ -39,9 +39,35 @@ def id_time_ms(value: str) -> int | None:
     return ms
 
 
+# Every 10-bit group as its two characters: 13 lookups per id instead of 26 shifts
+# and appends (an id is minted for every event the receiver stores).
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+_RANDOM_MASK = (1 << 80) - 1
+
+
 def _encode(value: int) -> str:
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    """``value`` (below 2**130) as 26 Crockford base32 characters, most significant first."""
+    return _encode_parts(value >> 80, value & _RANDOM_MASK)
+
+
+def _encode_parts(ms: int, rand: int) -> str:
+    """A ULID's 48-bit time (10 characters) and 80 random bits (16), each shifted as a
+    small int: cheaper than the shifts of one 128-bit int."""
+    p = _PAIRS
+    return "".join(
+        [
+            p[(ms >> 40) & 1023],
+            p[(ms >> 30) & 1023],
+            p[(ms >> 20) & 1023],
+            p[(ms >> 10) & 1023],
+            p[ms & 1023],
+            p[(rand >> 70) & 1023],
+            p[(rand >> 60) & 1023],
+            p[(rand >> 50) & 1023],
+            p[(rand >> 40) & 1023],
+            p[(rand >> 30) & 1023],
+            p[(rand >> 20) & 1023],
+            p[(rand >> 10) & 1023],
+            p[rand & 1023],
+        ]
+    )

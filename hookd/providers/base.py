@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -290,12 +291,22 @@ def match_hmac(
 
 
 def parse_json_object(raw: bytes | str) -> dict[str, Any]:
-    """A JSON object from UTF-8 bytes, or ``malformed_payload``."""
+    """A JSON object from UTF-8 bytes, or ``malformed_payload``.
+
+    orjson parses (a third of the standard parser's time, on the receiver's hot path).
+    What it refuses, the standard parser judges, so that hookd accepts exactly what
+    ``json.loads`` accepts and a signed delivery is never refused for orjson's
+    strictness. One difference in values: an integer beyond 64 bits comes back as a
+    float (no provider's key or type field is one).
+    """
     try:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        value = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            value = json.loads(text)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
     if not isinstance(value, dict):
         raise PayloadError("malformed_payload", "body is not a JSON object")
     return value

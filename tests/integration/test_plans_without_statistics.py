@@ -264,12 +264,11 @@ async def explain_receiver(
     conn = await asyncpg.connect(raw_dsn(url))
     out = {}
     try:
+        payload, bodies = _pg_payload(batch.rows)
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")
             plan = await conn.fetchval(
-                "EXPLAIN (FORMAT JSON) " + PG_INSERT,
-                _pg_payload(batch.rows),
-                batch.rows[0]["created_at"],
+                "EXPLAIN (FORMAT JSON) " + PG_INSERT, payload, batch.rows[0]["created_at"], bodies
             )
             out[f"receiver insert ({mode})"] = scans(plan)
             plan = await conn.fetchval(

@@ -24,6 +24,7 @@ SCENARIOS = {
     "S3": "s3_pipeline",
     "S4": "s4_reconcile",
     "S5": "s5_soak",
+    "S6": "s6_soak_quickstart",
 }
 TITLES = {
     "S1": "Ingest on PostgreSQL",
@@ -31,6 +32,7 @@ TITLES = {
     "S3": "End to end: PostgreSQL + Redis + workers",
     "S4": "Reconciliation",
     "S5": "Soak",
+    "S6": "Quickstart default sustained",
 }
 
 # Each scenario's last result by id ("S1"...): what the runner wrote to its JSON file.

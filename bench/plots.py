@@ -8,6 +8,7 @@ imported only when plotting, so the runner starts without it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.common import IMG, Results
@@ -174,14 +175,23 @@ def reconcile(results: Results, note: str) -> Figure | None:
     return fig
 
 
-# --------------------------------------------------------------------------- S5
+# --------------------------------------------------------------------------- S5, S6
 
 
-def soaked(results: Results) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """S5's targets that have samples, and the soak's config."""
-    s5 = results.get("S5")
-    runs = [r for r in (s5 or {}).get("results", []) if r.get("samples")]
-    return runs, (s5.get("config", {}) if s5 else {})
+def soaked(results: Results, sid: str = "S5") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A soak's (S5's or S6's) targets that have samples, and the soak's config."""
+    soak = results.get(sid)
+    runs = [r for r in (soak or {}).get("results", []) if r.get("samples")]
+    return runs, (soak.get("config", {}) if soak else {})
+
+
+def soak_title(cfg: dict[str, Any], what: str) -> str:
+    who = (
+        "Quickstart default (SQLite, serve alone)"
+        if cfg.get("deployment") == "quickstart"
+        else "Soak"
+    )
+    return f"{who} at {cfg.get('rate', 0):,.0f} req/s: {what}"
 
 
 def spans(ax: Any, cfg: dict[str, Any]) -> None:
@@ -193,8 +203,8 @@ def spans(ax: Any, cfg: dict[str, Any]) -> None:
     ax.axvspan(total - c, total, color="orange", alpha=0.1, label="last window")
 
 
-def soak_rss(results: Results, note: str) -> Figure | None:
-    runs, cfg = soaked(results)
+def soak_rss(results: Results, note: str, sid: str = "S5") -> Figure | None:
+    runs, cfg = soaked(results, sid)
     if not runs:
         return None
     fig, ax = pyplot().subplots(figsize=(8, 3.8))
@@ -211,7 +221,7 @@ def soak_rss(results: Results, note: str) -> Figure | None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("seconds")
     ax.set_ylabel("RSS, MB (with children)")
-    ax.set_title(f"Soak at {cfg.get('rate', 0):,.0f} req/s: memory" + note)
+    ax.set_title(soak_title(cfg, "memory") + note)
     ax.legend(fontsize=7)
     return fig
 
@@ -245,8 +255,8 @@ def soak_latency(results: Results, note: str) -> Figure | None:
     return fig
 
 
-def soak_processing(results: Results, note: str) -> Figure | None:
-    runs, _ = soaked(results)
+def soak_processing(results: Results, note: str, sid: str = "S5") -> Figure | None:
+    runs, cfg = soaked(results, sid)
     hookd = next((r for r in runs if r["target"] == "hookd"), None)
     if not (hookd and any("lag_p99_ms" in x for x in hookd["samples"])):
         return None
@@ -274,7 +284,8 @@ def soak_processing(results: Results, note: str) -> Figure | None:
     h1, l1 = a1.get_legend_handles_labels()
     h2, l2 = a2.get_legend_handles_labels()
     a1.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower right")
-    a1.set_title("Soak: processing lag and throughput (hookd + 1 worker)" + note)
+    who = "serve alone, SQLite" if cfg.get("deployment") == "quickstart" else "hookd + 1 worker"
+    a1.set_title(f"Soak: processing lag and throughput ({who})" + note)
     return fig
 
 
@@ -287,6 +298,8 @@ CHARTS: list[tuple[str, Chart]] = [
     ("bench_soak_rss.png", soak_rss),
     ("bench_soak_latency.png", soak_latency),
     ("bench_soak_processing.png", soak_processing),
+    ("bench_quickstart_soak_rss.png", partial(soak_rss, sid="S6")),
+    ("bench_quickstart_soak_processing.png", partial(soak_processing, sid="S6")),
 ]
 
 

@@ -32,6 +32,7 @@ PICTURES = {
     "S3": ["bench_pipeline.png"],
     "S4": ["bench_reconcile.png"],
     "S5": ["bench_soak_rss.png", "bench_soak_latency.png", "bench_soak_processing.png"],
+    "S6": ["bench_quickstart_soak_rss.png", "bench_quickstart_soak_processing.png"],
 }
 
 
@@ -148,8 +149,8 @@ HOW_TO_RUN = [
     "",
     "```sh",
     "apt-get install -y wrk postgresql-client redis-server   # wrk 4.1 from Debian",
-    ".venv/bin/python bench/run.py --quick        # smoke test, under 6 minutes",
-    ".venv/bin/python bench/run.py                # everything, about 35-40 minutes",
+    ".venv/bin/python bench/run.py --quick        # smoke test, under 9 minutes",
+    ".venv/bin/python bench/run.py                # everything, about 55-60 minutes",
     ".venv/bin/python bench/run.py --only S1,S5   # some; the others keep their results",
     ".venv/bin/python bench/run.py --report-only  # page and plots from bench/results/",
     "```",
@@ -175,6 +176,10 @@ HOW_TO_RUN = [
     "storing nothing |",
     "| S5 | soak: receiver + Redis + one worker at 50% of a measured max for 10 minutes, "
     "sampled every 10 s | `bench/soak.py` | bare app at the same rate |",
+    "| S6 | the Quickstart default sustained: `hookd serve` alone on SQLite (no Redis, no "
+    "worker) at its max rate for 10 minutes; every event processed once, backlog bounded, "
+    "RSS flat | `bench/soak.py --deployment quickstart --fraction 1.0` | bare app at the "
+    "same rate |",
     "",
 ]
 

@@ -1,7 +1,7 @@
 """All of hookd's benchmarks in one command, each next to a bare baseline, and the report.
 
-    .venv/bin/python bench/run.py                  # everything: about 35-40 minutes
-    .venv/bin/python bench/run.py --quick          # smoke test: under 6 minutes
+    .venv/bin/python bench/run.py                  # everything: about 55-60 minutes
+    .venv/bin/python bench/run.py --quick          # smoke test: under 9 minutes
     .venv/bin/python bench/run.py --only S1,S3     # some scenarios (the others' last
                                                    # results stay in the report)
     .venv/bin/python bench/run.py --report-only    # plots and docs from the last results
@@ -23,6 +23,10 @@ S4  reconciliation repairing 10,000 missing events from the emulators
     through the same emulator, storing nothing.
 S5  soak (``bench/soak.py``): hookd + one worker at 50% of a measured max for 10 minutes;
     RSS and latency over time. Baseline: the bare app at the same rate.
+S6  the Quickstart default sustained (``bench/soak.py --deployment quickstart --fraction
+    1.0``): ``hookd serve`` alone on SQLite, no Redis, no worker, at its max rate for 10
+    minutes (quick: 1); every event processed once, backlog bounded, RSS flat. Baseline:
+    the bare app at the same rate.
 
 Writes ``bench/results/s*_*.json`` (raw numbers; gitignored), ``docs/img/bench_*.png`` and
 ``docs/benchmarks.md``. Text between ``<!-- analysis -->`` and ``<!-- /analysis -->`` in
@@ -53,10 +57,10 @@ from bench.scenarios import Terminated, machine, preflight, raise_terminated, st
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Run hookd's benchmarks (S1-S5), each next to a bare baseline, and "
+        description="Run hookd's benchmarks (S1-S6), each next to a bare baseline, and "
         "write docs/benchmarks.md and docs/img/bench_*.png."
     )
-    p.add_argument("--quick", action="store_true", help="smoke test: under 6 minutes")
+    p.add_argument("--quick", action="store_true", help="smoke test: under 9 minutes")
     p.add_argument("--only", help="comma-separated scenarios, e.g. S1,S3 (default: all)")
     p.add_argument(
         "--report-only", action="store_true", help="no runs: the page and plots from results"
@@ -69,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         help="ingest: wait up to this many seconds for a quiet machine (default 60; quick 2)",
     )
-    p.add_argument("--soak-minutes", type=float, help="soak length (default 10; quick 1)")
+    p.add_argument("--soak-minutes", type=float, help="S5 and S6 soak length (default 10; quick 1)")
     args = p.parse_args(argv)
     wanted = [s.strip().upper() for s in (args.only or ",".join(SCENARIOS)).split(",") if s.strip()]
     unknown = [s for s in wanted if s not in SCENARIOS]

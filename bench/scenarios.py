@@ -2,8 +2,9 @@
 run, each benchmark script in its own session, and its numbers in ``bench/results/``.
 
 S1 and S2 share ``bench/ingest.py`` runs (one per deployment, the bare app each time); S3
-is ``bench/pipeline.py``, S4 ``bench/reconcile.py``, S5 ``bench/soak.py``. Each writes
-``bench/results/<scenario>.json`` with the script's own output under ``raw/``.
+is ``bench/pipeline.py``, S4 ``bench/reconcile.py``, S5 ``bench/soak.py``, S6 ``bench/soak.py
+--deployment quickstart``. Each writes ``bench/results/<scenario>.json`` with the script's own
+output under ``raw/``.
 """
 
 from __future__ import annotations
@@ -119,13 +120,15 @@ def machine() -> dict[str, Any]:
 
 def preflight(wanted: list[str]) -> list[str]:
     problems = []
-    tools = {"psql"}
-    if {"S1", "S2", "S5"} & set(wanted):
+    # S6 alone (SQLite, serve alone) needs neither PostgreSQL nor Redis.
+    postgres = bool({"S1", "S2", "S3", "S4", "S5"} & set(wanted))
+    tools = {"psql"} if postgres else set()
+    if {"S1", "S2", "S5", "S6"} & set(wanted):
         tools.add("wrk")
     if {"S1", "S3", "S5"} & set(wanted):
         tools.add("redis-server")
     problems += [f"{tool} not found" for tool in sorted(tools) if shutil.which(tool) is None]
-    if shutil.which("psql"):
+    if postgres and shutil.which("psql"):
         done = subprocess.run(
             ["psql", "-h", "127.0.0.1", "-U", "postgres", "-Atc", "SELECT 1"],
             capture_output=True,
@@ -336,17 +339,29 @@ def run_reconcile(args: argparse.Namespace, info: dict[str, Any]) -> bool:
     return code == 0
 
 
-def run_soak(args: argparse.Namespace, info: dict[str, Any]) -> bool:
-    out = RAW / "soak.json"
+# The soak scenarios: S5 hookd + Redis + one worker at half its max, S6 the Quickstart
+# default (SQLite, serve alone) at its max. Raw output file, and soak.py's options.
+SOAKS: dict[str, tuple[str, list[str]]] = {
+    "S5": ("soak.json", ["--pg-db", PG_SOAK_DB]),
+    "S6": (
+        "soak_quickstart.json",
+        ["--deployment", "quickstart", "--fraction", "1.0", "--targets", "hookd,bare"],
+    ),
+}
+
+
+def run_soak(args: argparse.Namespace, info: dict[str, Any], sid: str = "S5") -> bool:
+    name, options = SOAKS[sid]
+    out = RAW / name
     out.unlink(missing_ok=True)
-    cmd = [PY, str(BENCH_DIR / "soak.py"), "--pg-db", PG_SOAK_DB, "--out", str(out)]
+    cmd = [PY, str(BENCH_DIR / "soak.py"), *options, "--out", str(out)]
     cmd += ["--quick"] if args.quick else []
     cmd += ["--minutes", str(args.soak_minutes)] if args.soak_minutes else []
     started = time.monotonic()
     code = run_step(cmd)
     scenario: dict[str, Any] = {
-        "scenario": "S5",
-        "title": TITLES["S5"],
+        "scenario": sid,
+        "title": TITLES[sid],
         "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "quick": args.quick,
         "seconds": round(time.monotonic() - started, 1),
@@ -357,7 +372,7 @@ def run_soak(args: argparse.Namespace, info: dict[str, Any]) -> bool:
         scenario |= {k: v for k, v in read_json(out).items() if k != "when"}
     else:
         scenario["error"] = f"soak.py exited with {code} and wrote no results"
-    write_json(RESULTS / f"{SCENARIOS['S5']}.json", scenario)
+    write_json(RESULTS / f"{SCENARIOS[sid]}.json", scenario)
     return code == 0
 
 
@@ -373,5 +388,7 @@ def steps(args: argparse.Namespace, info: dict[str, Any]) -> list[tuple[str, Cal
     if "S4" in args.wanted:
         out.append(("S4", lambda: run_reconcile(args, info)))
     if "S5" in args.wanted:
-        out.append(("S5", lambda: run_soak(args, info)))
+        out.append(("S5", lambda: run_soak(args, info, "S5")))
+    if "S6" in args.wanted:
+        out.append(("S6", lambda: run_soak(args, info, "S6")))
     return out

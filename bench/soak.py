@@ -1,27 +1,45 @@
 """Soak: hookd under steady open-loop load for minutes, and the bare app at the same rate.
 
-hookd target: ``hookd serve`` on PostgreSQL with a private Redis, one ``hookd worker``
-(``HOOKD_WORKER_METRICS_PORT=0``) running the no-op handler ``bench/handlers.py:noop``.
-First a short wrk run (with the worker running) measures the receiver's maximum; the
-soak then sends signed GitHub webhooks open-loop at ``--fraction`` (default 50%) of it for
-``--minutes``. ``bare`` target: ``bench/bare_app.py`` at the same rate for as long.
+hookd target, by ``--deployment``:
 
-Every ``--interval`` seconds it samples: RSS of the server and of the worker (with their
-children), ack latency p50/p99 of the requests answered in that window, requests/s,
-the processing backlog, and CPU. At the end, for hookd, processing lag per window is
-read from the database, and every 2xx'd event must be stored and processed exactly once.
+* ``pg-redis`` (the default): ``hookd serve`` on PostgreSQL with a private Redis, one
+  ``hookd worker`` (``HOOKD_WORKER_METRICS_PORT=0``) running the no-op handler
+  ``bench/handlers.py:noop``.
+* ``quickstart``: the Quickstart default, ``hookd serve`` alone with its default
+  settings on a SQLite file in the run folder, no Redis and no worker: serve processes
+  the events itself (in its own process or in processes it starts as its children).
+
+First a short wrk run (with processing running) measures the receiver's maximum and the
+rate at which that burst was stored and processed end to end; the soak then sends signed
+GitHub webhooks open-loop at ``--fraction`` (default 50%; 1.0 is "its max rate") of the
+lower of the two for ``--minutes``. ``bare`` target: ``bench/bare_app.py`` at the same rate
+for as long.
+
+Every ``--interval`` seconds it samples: RSS of the server and of the worker (each with
+its children), ack latency p50/p99 of the requests answered in that window, requests/s,
+the processing backlog (events not yet processed, and the age of the oldest), and CPU
+(PostgreSQL's only for ``pg-redis``). At the end, for hookd, processing lag per window is
+read from the database, every 2xx'd event must be stored and processed exactly once, and
+the backlog of the last ``--compare`` seconds is compared with the first (bounded or
+growing). On SQLite the file is read read-only with a busy timeout
+(``bench/soak_sqlite.py``), so the probe never holds up hookd's writer.
 
     .venv/bin/python bench/soak.py                 # 10 minutes per target
     .venv/bin/python bench/soak.py --quick         # 1 minute per target
     .venv/bin/python bench/soak.py --rate 800      # skip the max measurement
     .venv/bin/python bench/soak.py --targets hookd --minutes 20 --autovacuum-off
+    .venv/bin/python bench/soak.py --deployment quickstart --fraction 1.0   # its max rate
 
-``--autovacuum-off`` turns autovacuum off for every table and partition of hookd's
-database (``ALTER TABLE … SET (autovacuum_enabled = off)``, and for their TOAST tables;
-partitions made during the run too), so processing has to do without what vacuum and
-analyze would give it; the result then says whether processing lag drifted: its p50/p99
-over the events received in the first ``--lag-compare`` seconds after the warm-up
-against the last ``--lag-compare`` seconds (default: 5 minutes, or a third of the run).
+Results go to ``--out``: ``bench/results/soak.json``, or ``soak_quickstart.json`` for
+``--deployment quickstart``.
+
+``--autovacuum-off`` (``pg-redis`` only) turns autovacuum off for every table and
+partition of hookd's database (``ALTER TABLE … SET (autovacuum_enabled = off)``, and for
+their TOAST tables; partitions made during the run too), so processing has to do
+without what vacuum and analyze would give it; the result then says whether processing
+lag drifted: its p50/p99 over the events received in the first ``--lag-compare`` seconds
+after the warm-up against the last ``--lag-compare`` seconds (default: 5 minutes, or a
+third of the run).
 
 The load generator runs on uvloop with raw asyncio protocols (no streams), one request in
 flight per keep-alive connection. Request k is due at start + k/rate whatever happened to
@@ -42,6 +60,7 @@ import resource
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -78,6 +97,26 @@ def load_ingest_bench() -> ModuleType:
 
 ib = load_ingest_bench()
 
+
+def load_sqlite_probe() -> ModuleType:
+    """``bench/soak_sqlite.py``: what the quickstart deployment reads from its SQLite file."""
+    spec = importlib.util.spec_from_file_location(
+        "hookd_bench_soak_sqlite", BENCH_DIR / "soak_sqlite.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sq = load_sqlite_probe()
+DEPLOYMENTS = {
+    "pg-redis": "PostgreSQL + a private Redis + one hookd worker",
+    "quickstart": "SQLite, hookd serve alone (no Redis, no worker)",
+}
+
 SOURCES_TOML = f"""[[sources]]
 name = "{ib.SOURCE}"
 provider = "github"
@@ -86,6 +125,9 @@ handlers = ["bench.handlers:noop"]
 """
 NOT_DONE = ("pending", "processing", "retrying")
 LAG_DRIFT_WARN = 1.5  # last ÷ first processing lag p99 that counts as a drift
+# The backlog is bounded if its mean over the last comparison window is at most this
+# many times the first window's, or at most this many seconds of events at the rate.
+BACKLOG_GROWTH, BACKLOG_FLOOR_S = 1.5, 5.0
 
 
 # --------------------------------------------------------------------------- load generator
@@ -397,6 +439,14 @@ class Probe:
     worker_pid: int | None = None
     pg_db: str | None = None
     dsn: str | None = None
+    sqlite_path: Path | None = None  # quickstart: hookd's SQLite file, read read-only
+
+    def cpu_shown(self) -> tuple[str, ...]:
+        """The CPU columns of the live line: no worker, no PostgreSQL where there is none."""
+        keys = ["server"]
+        keys += ["worker"] if self.worker_pid is not None else []
+        keys += ["postgres"] if self.pg_db is not None else []
+        return (*keys, "generator", "other")
 
 
 def ms(values: list[float], pct: float) -> float | None:
@@ -428,10 +478,13 @@ async def sample_loop(
 ) -> None:
     """At the end of every window: RSS, CPU, backlog, and that window's latency."""
     conn: Any = None
+    lite: sqlite3.Connection | None = None
     if probe.dsn is not None:
         import asyncpg
 
         conn = await asyncpg.connect(probe.dsn)
+    if probe.sqlite_path is not None:
+        lite = sq.connect(probe.sqlite_path)
     try:
         await gen.started.wait()
         prev = {
@@ -482,14 +535,21 @@ async def sample_loop(
                 sample["oldest_pending_s"] = (
                     round(row["oldest"], 3) if row["oldest"] is not None else 0.0
                 )
+            if lite is not None:
+                # In a thread: the generator's requests keep going out meanwhile.
+                count, oldest = await asyncio.to_thread(sq.backlog, lite)
+                sample["backlog"] = count
+                sample["oldest_pending_s"] = oldest
             samples.append(sample)
-            print(live_line(label, sample, gen.n_windows), flush=True)
+            print(live_line(label, sample, probe.cpu_shown()), flush=True)
     finally:
         if conn is not None:
             await conn.close()
+        if lite is not None:
+            lite.close()
 
 
-def live_line(label: str, s: dict[str, Any], n_windows: int) -> str:
+def live_line(label: str, s: dict[str, Any], cpu_keys: tuple[str, ...]) -> str:
     rss = "  ".join(f"rss {k} {v:.0f} MB" for k, v in s["rss_mb"].items())
     lat = (
         f"{s.get('rps', 0):.0f} req/s  ack p50 {s['ack_p50_ms']:.2f} ms  "
@@ -500,12 +560,9 @@ def live_line(label: str, s: dict[str, Any], n_windows: int) -> str:
     backlog = (
         f"  backlog {s['backlog']} (oldest {s['oldest_pending_s']:.2f} s)" if "backlog" in s else ""
     )
-    cpu = s["cpu_pct"]
-    return (
-        f"[{label}] t={s['t_s']:>5.0f}s  {lat}  {rss}{backlog}  "
-        f"cpu server {cpu['server']:.0f}% worker {cpu['worker']:.0f}% "
-        f"pg {cpu['postgres']:.0f}% gen {cpu['generator']:.0f}% other {cpu['other']:.0f}%"
-    )
+    names = {"postgres": "pg", "generator": "gen"}
+    cpu = " ".join(f"{names.get(k, k)} {s['cpu_pct'][k]:.0f}%" for k in cpu_keys)
+    return f"[{label}] t={s['t_s']:>5.0f}s  {lat}  {rss}{backlog}  cpu {cpu}"
 
 
 async def soak_async(
@@ -593,6 +650,34 @@ def growth(samples: list[dict[str, Any]], args: argparse.Namespace, key: str) ->
     }
 
 
+def backlog_summary(
+    samples: list[dict[str, Any]], args: argparse.Namespace, rate: float
+) -> dict[str, Any]:
+    """The backlog (events not yet processed) in the first and last comparison windows.
+
+    Bounded: the mean of the last window is at most ``BACKLOG_GROWTH`` times the first's,
+    or at most ``BACKLOG_FLOOR_S`` seconds of events at the soak's rate (and 100 events):
+    a backlog that stays within a few seconds of work is not growing, whatever its noise.
+    """
+    first, last = compare_windows(args)
+    a = [s["backlog"] for s in in_span(samples, first, args.interval) if "backlog" in s]
+    b = [s["backlog"] for s in in_span(samples, last, args.interval) if "backlog" in s]
+    if not a or not b:
+        return {}
+    first_mean, last_mean = sum(a) / len(a), sum(b) / len(b)
+    floor = max(100.0, BACKLOG_FLOOR_S * rate)
+    oldest = [s.get("oldest_pending_s", 0.0) for s in in_span(samples, last, args.interval)]
+    return {
+        "first_mean": round(first_mean, 1),
+        "last_mean": round(last_mean, 1),
+        "max": max(s.get("backlog", 0) for s in samples),
+        "end": samples[-1].get("backlog"),
+        "oldest_pending_s_max_last": max(oldest, default=0.0),
+        "floor": round(floor, 1),
+        "bounded": last_mean <= max(floor, BACKLOG_GROWTH * first_mean),
+    }
+
+
 def summarize(gen: OpenLoop, samples: list[dict[str, Any]], args: argparse.Namespace) -> dict:
     first, last = compare_windows(args)
     statuses: dict[int, int] = {}
@@ -650,7 +735,21 @@ def pg_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(pg_host=args.pg_host, pg_port=args.pg_port, pg_user=args.pg_user)
 
 
+def quickstart(args: argparse.Namespace) -> bool:
+    """Whether hookd runs as the Quickstart default (SQLite). Other scripts that use these
+    functions (``bench/prune_load.py``) have no ``--deployment``: PostgreSQL."""
+    return bool(getattr(args, "deployment", "pg-redis") == "quickstart")
+
+
+def count_events(args: argparse.Namespace) -> int:
+    if quickstart(args):
+        return int(sq.count_events(args.sqlite_path))
+    return int(ib.psql(pg_args(args), "SELECT count(*) FROM events", db=args.pg_db))
+
+
 def count_not_done(args: argparse.Namespace) -> int:
+    if quickstart(args):
+        return int(sq.count_not_done(args.sqlite_path))
     listed = ", ".join(f"'{s}'" for s in NOT_DONE)
     sql = f"SELECT count(*) FROM events WHERE status IN ({listed})"
     return int(ib.psql(pg_args(args), sql, db=args.pg_db))
@@ -659,19 +758,24 @@ def count_not_done(args: argparse.Namespace) -> int:
 def wait_drained(
     args: argparse.Namespace, worker: subprocess.Popen[bytes], timeout_s: float
 ) -> tuple[float, int]:
-    """(seconds until nothing was left to process, events still left at the timeout)."""
+    """(seconds until nothing was left to process, events still left at the timeout).
+    ``worker``: what processes, ``hookd worker`` or (quickstart) ``hookd serve``."""
     start = time.monotonic()
     while True:
         left = count_not_done(args)
         if left == 0 or time.monotonic() - start > timeout_s:
             return time.monotonic() - start, left
         if worker.poll() is not None:
-            raise RuntimeError(f"hookd worker exited with {worker.returncode}")
+            what = "serve" if quickstart(args) else "worker"
+            raise RuntimeError(f"hookd {what} exited with {worker.returncode}")
         time.sleep(0.5)
 
 
 def end_to_end_rate(args: argparse.Namespace, since_wall: float) -> dict[str, Any]:
     """Events received since ``since_wall``, over the time until the last was processed."""
+    if quickstart(args):
+        result: dict[str, Any] = sq.end_to_end_rate(args.sqlite_path, since_wall)
+        return result
     sql = (
         "SELECT count(*) || '|' || coalesce(extract(epoch FROM max(processed_at)), 0) "
         f"FROM events WHERE received_at >= to_timestamp({since_wall})"
@@ -688,6 +792,9 @@ def end_to_end_rate(args: argparse.Namespace, since_wall: float) -> dict[str, An
 def db_checks(args: argparse.Namespace, baseline: int, accepted: int, lost: int) -> dict:
     """Every 2xx'd event stored, and every stored event processed, exactly once:
     one attempt (attempts counts claims), one ledger row for the one handler."""
+    if quickstart(args):
+        result: dict[str, Any] = sq.checks(args.sqlite_path, baseline, accepted, lost)
+        return result
     p = pg_args(args)
     row = ib.psql(
         p,
@@ -719,6 +826,9 @@ def db_checks(args: argparse.Namespace, baseline: int, accepted: int, lost: int)
 def db_windows(args: argparse.Namespace, start_wall: float) -> list[dict[str, Any]]:
     """Processing lag p50/p99 by the window an event was received in, and
     events processed per second by the window they were processed in."""
+    if quickstart(args):
+        result: list[dict[str, Any]] = sq.windows(args.sqlite_path, start_wall, args.interval)
+        return result
     iv, t0 = args.interval, start_wall
     lag = "extract(epoch FROM processed_at - received_at)"
     lag_sql = (
@@ -747,6 +857,9 @@ def db_windows(args: argparse.Namespace, start_wall: float) -> list[dict[str, An
 
 
 def overall_lag(args: argparse.Namespace, start_wall: float) -> dict[str, float]:
+    if quickstart(args):
+        result: dict[str, float] = sq.overall_lag(args.sqlite_path, start_wall)
+        return result
     sql = (
         "SELECT percentile_cont(0.5) WITHIN GROUP "
         "(ORDER BY extract(epoch FROM processed_at - received_at)) || '|' || "
@@ -771,6 +884,11 @@ def lag_drift(args: argparse.Namespace, start_wall: float) -> dict[str, Any]:
     seconds after the warm-up and in the last ones, and last ÷ first."""
     first = (args.warmup, args.warmup + args.lag_compare)
     last = (args.seconds - args.lag_compare, args.seconds)
+    if quickstart(args):
+        result: dict[str, Any] = sq.lag_drift(
+            args.sqlite_path, start_wall, first, last, args.lag_compare
+        )
+        return result
     out: dict[str, Any] = {"span_s": args.lag_compare}
     for name, (a, b) in (("first", first), ("last", last)):
         row = ib.psql(
@@ -845,30 +963,20 @@ def log_problems(path: Path) -> list[str]:
     return [ln for ln in ib.problem_lines(path) if not ln.startswith("hookd:")][:50]
 
 
-def soak_hookd(
-    args: argparse.Namespace, work: Path, pool_file: Path, stack: contextlib.ExitStack
-) -> dict[str, Any]:
-    result: dict[str, Any] = {"target": "hookd"}
-    p = pg_args(args)
-    ib.psql(p, f"DROP DATABASE IF EXISTS {args.pg_db} WITH (FORCE)")
-    ib.psql(p, f"CREATE DATABASE {args.pg_db}")
-    if not args.keep:
-        stack.callback(lambda: ib.psql(p, f"DROP DATABASE IF EXISTS {args.pg_db} WITH (FORCE)"))
-    redis = start_redis()
-    stack.callback(stop_proc, redis.proc)
+def hookd_env(args: argparse.Namespace, work: Path, **extra: str) -> dict[str, str]:
+    """Everything ``hookd serve`` (and the worker) get: the sources, quiet logs, no
+    scheduled reconciliation, the no-op handler importable; ``--hookd-env`` last."""
     (work / "sources.toml").write_text(SOURCES_TOML, encoding="utf-8")
-    env = ib.clean_env(
-        HOOKD_CONFIG=str(work / "sources.toml"),
-        HOOKD_DATABASE_URL=(
-            f"postgresql+asyncpg://{args.pg_user}@{args.pg_host}:{args.pg_port}/{args.pg_db}"
-        ),
-        HOOKD_REDIS_URL=redis.url,
-        HOOKD_LOG_LEVEL="WARNING",
-        HOOKD_RECONCILE_SCHEDULE="false",
-        HOOKD_WORKER_METRICS_PORT="0",
-        PYTHONPATH=str(REPO_DIR),  # bench.handlers:noop
-        **dict(args.hookd_env),
-    )
+    settings = {
+        "HOOKD_CONFIG": str(work / "sources.toml"),
+        "HOOKD_LOG_LEVEL": "WARNING",
+        "HOOKD_RECONCILE_SCHEDULE": "false",
+        "PYTHONPATH": str(REPO_DIR),  # bench.handlers:noop
+    }
+    return ib.clean_env(**(settings | extra | dict(args.hookd_env)))
+
+
+def db_upgrade(work: Path, env: dict[str, str]) -> None:
     upgrade = subprocess.run(
         [sys.executable, "-m", "hookd.cli", "db", "upgrade"],
         cwd=work,
@@ -879,6 +987,29 @@ def soak_hookd(
     )
     if upgrade.returncode != 0:
         raise RuntimeError(f"hookd db upgrade failed:\n{upgrade.stdout}{upgrade.stderr}")
+
+
+def start_pg_redis(
+    args: argparse.Namespace, work: Path, stack: contextlib.ExitStack, result: dict[str, Any]
+) -> tuple[ib.Server, subprocess.Popen[bytes] | None, Path | None, Probe]:
+    """PostgreSQL (a fresh database), a private Redis, ``hookd serve`` and one worker."""
+    p = pg_args(args)
+    ib.psql(p, f"DROP DATABASE IF EXISTS {args.pg_db} WITH (FORCE)")
+    ib.psql(p, f"CREATE DATABASE {args.pg_db}")
+    if not args.keep:
+        stack.callback(lambda: ib.psql(p, f"DROP DATABASE IF EXISTS {args.pg_db} WITH (FORCE)"))
+    redis = start_redis()
+    stack.callback(stop_proc, redis.proc)
+    env = hookd_env(
+        args,
+        work,
+        HOOKD_DATABASE_URL=(
+            f"postgresql+asyncpg://{args.pg_user}@{args.pg_host}:{args.pg_port}/{args.pg_db}"
+        ),
+        HOOKD_REDIS_URL=redis.url,
+        HOOKD_WORKER_METRICS_PORT="0",
+    )
+    db_upgrade(work, env)
     if args.autovacuum_off:
         result["autovacuum"] = autovacuum_off(args)
     server = ib.start_server("hookd", work, env)
@@ -899,14 +1030,49 @@ def soak_hookd(
         f"redis port {redis.port}, database {args.pg_db}",
         flush=True,
     )
+    return server, worker, worker_log, Probe(server.proc.pid, worker.pid, args.pg_db, pg_dsn(args))
+
+
+def start_quickstart(
+    args: argparse.Namespace, work: Path, stack: contextlib.ExitStack
+) -> tuple[ib.Server, subprocess.Popen[bytes] | None, Path | None, Probe]:
+    """The Quickstart default: ``hookd serve`` alone on a SQLite file in the run folder,
+    no Redis, no worker, hookd's default settings otherwise."""
+    path = work / "hookd.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    args.sqlite_path = path
+    env = hookd_env(args, work, HOOKD_DATABASE_URL=f"sqlite+aiosqlite:///{path}")
+    db_upgrade(work, env)
+    server = ib.start_server("hookd", work, env)
+    stack.callback(ib.stop_server, server)
+    print(
+        f"[hookd] quickstart: serve pid {server.proc.pid} on port {server.port}, SQLite file "
+        f"{path.name} in the run folder, no Redis, no worker",
+        flush=True,
+    )
+    return server, None, None, Probe(server.proc.pid, sqlite_path=path)
+
+
+def soak_hookd(
+    args: argparse.Namespace, work: Path, pool_file: Path, stack: contextlib.ExitStack
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"target": "hookd", "deployment": args.deployment}
+    if quickstart(args):
+        server, worker, worker_log, probe = start_quickstart(args, work, stack)
+    else:
+        server, worker, worker_log, probe = start_pg_redis(args, work, stack, result)
+    # What processes the events: the worker, or serve itself.
+    processor = worker if worker is not None else server.proc
+    with_processing = "worker running" if worker is not None else "serve processing"
     nonces = ib.Nonces()
     if args.rate is None:
         # The soak rate is a fraction of what this deployment sustains end to end:
-        # the receiver's maximum (wrk, with the worker running), or, if lower, the
+        # the receiver's maximum (wrk, with processing running), or, if lower, the
         # rate at which that burst was both stored and processed.
         common = {"connections": 64, "threads": 1, "timeout_s": args.timeout}
         ib.run_wrk(server, pool_file, nonces.next(), duration=args.measure_warmup, **common)
-        drained, left = wait_drained(args, worker, args.drain_timeout)
+        drained, left = wait_drained(args, processor, args.drain_timeout)
         if left:
             raise RuntimeError(f"{left} warm-up events not processed after {drained:.0f} s")
         cpu: dict[str, float] = {}
@@ -914,7 +1080,7 @@ def soak_hookd(
         run = ib.run_wrk(server, pool_file, nonces.next(), duration=args.measure, cpu=cpu, **common)
         run.pop("wrk_text", None)
         run["cpu"] = cpu
-        drained, left = wait_drained(args, worker, args.drain_timeout)
+        drained, left = wait_drained(args, processor, args.drain_timeout)
         if left:
             raise RuntimeError(f"{left} events of the max run not processed after {drained:.0f} s")
         e2e = end_to_end_rate(args, began)
@@ -929,25 +1095,26 @@ def soak_hookd(
         measured["max_rps"] = bound
         args.rate = round(args.fraction * bound, 1)
         print(
-            f"[hookd] max: receiver {run['rps']:.0f} req/s (wrk, 64 connections, worker "
-            f"running); stored and processed {e2e['events_per_s']:.0f} events/s end to end; "
-            f"soak rate {args.fraction:.0%} of the lower: {args.rate:.0f} req/s",
+            f"[hookd] max: receiver {run['rps']:.0f} req/s (wrk, 64 connections, "
+            f"{with_processing}); stored and processed {e2e['events_per_s']:.0f} events/s end "
+            f"to end; soak rate {args.fraction:.0%} of the lower: {args.rate:.0f} req/s",
             flush=True,
         )
-    drained, left = wait_drained(args, worker, args.drain_timeout)
+    drained, left = wait_drained(args, processor, args.drain_timeout)
     if left:
         raise RuntimeError(f"{left} events not processed before the soak")
-    baseline = int(ib.psql(p, "SELECT count(*) FROM events", db=args.pg_db))
+    baseline = count_events(args)
     if args.autovacuum_off:  # and the partitions serve and worker made at their start
         first = result["autovacuum"]["tables_set_off"]
         result["autovacuum"] = autovacuum_off(args)
         result["autovacuum"]["tables_set_off"] += first
-    probe = Probe(server.proc.pid, worker.pid, args.pg_db, pg_dsn(args))
     requests = ib.build_requests(ib.read_pool(pool_file), server.port)
     gen, samples = run_soak(server.port, requests, nonces.next(), probe, args, "hookd")
     summary = summarize(gen, samples, args)
-    print("[hookd] soak done; waiting for the worker to finish the backlog", flush=True)
-    drained, left = wait_drained(args, worker, args.drain_timeout)
+    summary["backlog"] = backlog_summary(samples, args, gen.rate)
+    what = "the worker" if worker is not None else "serve"
+    print(f"[hookd] soak done; waiting for {what} to finish the backlog", flush=True)
+    drained, left = wait_drained(args, processor, args.drain_timeout)
     result["drain_after_soak"] = {"seconds": round(drained, 1), "left": left}
     lost = sum(gen.socket_errors.values())
     result["checks"] = db_checks(args, baseline, summary["accepted_2xx"], lost)
@@ -961,9 +1128,10 @@ def soak_hookd(
     result["summary"] = summary
     result["samples"] = samples
     result["server_exit_code"] = ib.stop_server(server)
-    result["worker_exit_code"] = stop_proc(worker)
     result["server_log_problems"] = log_problems(server.log)
-    result["worker_log_problems"] = log_problems(worker_log)
+    if worker is not None and worker_log is not None:
+        result["worker_exit_code"] = stop_proc(worker)
+        result["worker_log_problems"] = log_problems(worker_log)
     return result
 
 
@@ -1046,8 +1214,14 @@ def warnings_of(result: dict[str, Any]) -> list[str]:
             f"{t}: processing lag p99 drifted {drift:.2f}x from the first to the last "
             f"{s['lag_drift']['span_s']:.0f} s"
         )
+    b = s.get("backlog") or {}
+    if b and not b["bounded"]:
+        out.append(
+            f"{t}: the backlog grew: {b['first_mean']:,.0f} events waiting on average in the "
+            f"first window, {b['last_mean']:,.0f} in the last (processing fell behind the rate)"
+        )
     backlog = [x.get("backlog", 0) for x in result.get("samples", [])]
-    if backlog and backlog[-1] > max(100.0, s["rate_asked"] * 5):
+    if backlog and backlog[-1] > max(100.0, s["rate_asked"] * BACKLOG_FLOOR_S):
         out.append(
             f"{t}: {backlog[-1]:,} events waiting for processing at the end of the soak "
             "(processing fell behind the rate)"
@@ -1077,13 +1251,17 @@ def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| target | rate asked | rate got | ack p50 ms | ack p99 ms | p99 from due ms "
         "| p99 first → last ms | drift | RSS server first → last MB | growth "
-        "| RSS worker first → last MB | growth | lag p99 ms | exactly once |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | ---: "
-        "| --- |",
+        "| RSS worker first → last MB | growth | backlog first → last | lag p99 ms "
+        "| exactly once |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | ---: | --- | ---: | --- "
+        "| ---: | --- |",
     ]
     for r in results:
+        target = r["target"]
+        if r.get("deployment") == "quickstart":
+            target += " (quickstart)"
         if "summary" not in r:
-            lines.append(f"| {r['target']} | failed: {r.get('error', '?')[:80]} |" + " |" * 12)
+            lines.append(f"| {target} | failed: {r.get('error', '?')[:80]} |" + " |" * 13)
             continue
         s = r["summary"]
         lat = s["latency"]
@@ -1092,10 +1270,15 @@ def table(results: list[dict[str, Any]]) -> str:
             g = s["rss"].get(key) or {}
             cells.append(f"{num(g.get('first_mb'), '.0f')} → {num(g.get('last_mb'), '.0f')}")
             cells.append(num(g.get("growth_pct"), "+.1f", "%"))
+        b = s.get("backlog") or {}
+        cells.append(
+            f"{num(b.get('first_mean'), ',.0f')} → {num(b.get('last_mean'), ',.0f')}"
+            + ("" if not b or b["bounded"] else " (growing)")
+        )
         c = r.get("checks")
         once = "-" if c is None else exactly_once(c)
         lines.append(
-            f"| {r['target']} | {s['rate_asked']:,.0f} | {s['rate_achieved']:,.0f} "
+            f"| {target} | {s['rate_asked']:,.0f} | {s['rate_achieved']:,.0f} "
             f"| {num(s['ack_ms']['p50'])} | {num(s['ack_ms']['p99'])} "
             f"| {num(s['ack_ms']['p99_from_due'])} "
             f"| {num(lat['first']['p99_from_due_ms'])} → {num(lat['last']['p99_from_due_ms'])} "
@@ -1115,8 +1298,16 @@ def key_value(raw: str) -> tuple[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Soak: hookd (PostgreSQL + Redis + one worker, no-op handler) and the "
-        "bare app under the same steady open-loop load, sampled every few seconds."
+        description="Soak: hookd (PostgreSQL + Redis + one worker, or the Quickstart default: "
+        "SQLite, serve alone; no-op handler) and the bare app under the same steady "
+        "open-loop load, sampled every few seconds."
+    )
+    p.add_argument(
+        "--deployment",
+        choices=tuple(DEPLOYMENTS),
+        default="pg-redis",
+        help="pg-redis (default): PostgreSQL + a private Redis + one hookd worker; "
+        "quickstart: a SQLite file, hookd serve alone with its defaults (no Redis, no worker)",
     )
     p.add_argument("--quick", action="store_true", help="1 minute per target, 5 s samples")
     p.add_argument("--minutes", type=float, help="soak length per target (default 10; quick 1)")
@@ -1132,7 +1323,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="length of the first and last comparison windows, s (default 60; quick 20)",
     )
     p.add_argument("--rate", type=float, help="req/s; default: --fraction times the measured max")
-    p.add_argument("--fraction", type=float, default=0.5, help="of the max rate (default 0.5)")
+    p.add_argument(
+        "--fraction",
+        type=float,
+        default=0.5,
+        help="of the max rate (default 0.5; 1.0: the max itself)",
+    )
     p.add_argument("--measure", type=float, help="seconds of the max wrk run (default 10; quick 3)")
     p.add_argument("--measure-warmup", type=float, default=2.0)
     p.add_argument("--connections", type=int, default=64, help="open-loop connections (64)")
@@ -1146,7 +1342,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--autovacuum-off",
         action="store_true",
-        help="turn autovacuum off for every table and partition of hookd's database",
+        help="turn autovacuum off for every table and partition of hookd's database "
+        "(pg-redis only)",
     )
     p.add_argument(
         "--lag-compare",
@@ -1162,9 +1359,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pg-port", type=int, default=5432)
     p.add_argument("--pg-user", default="postgres")
     p.add_argument("--pg-db", default="hookd_bench_soak", help="dropped and created afresh")
-    p.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "soak.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="results (default bench/results/soak.json; quickstart: soak_quickstart.json)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the run folder and the database")
     args = p.parse_args(argv)
+    if args.deployment == "quickstart" and args.autovacuum_off:
+        # One line, no usage text: the option is understood, it only has nothing to act on.
+        print(
+            "soak.py: --autovacuum-off needs --deployment pg-redis (PostgreSQL); the "
+            "quickstart deployment runs on SQLite, which has no autovacuum: drop the option",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    if args.fraction <= 0:
+        p.error("--fraction: more than 0 (1.0 is the max rate)")
+    if args.out is None:
+        name = "soak_quickstart.json" if args.deployment == "quickstart" else "soak.json"
+        args.out = BENCH_DIR / "results" / name
+    args.sqlite_path = None  # quickstart: set when its file is made
     defaults = (
         {"minutes": 1.0, "interval": 5.0, "warmup": 10.0, "compare": 20.0, "measure": 3.0}
         | {"drain_timeout": 90.0}
@@ -1207,7 +1422,8 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    for tool in ("wrk", "psql", "redis-server") if "hookd" in args.targets else ("wrk",):
+    needs = ("wrk", "psql", "redis-server") if args.deployment == "pg-redis" else ("wrk",)
+    for tool in needs if "hookd" in args.targets else ("wrk",):
         if shutil.which(tool) is None:
             print(f"{tool} not found", file=sys.stderr)
             return 2
@@ -1219,6 +1435,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {
         k: getattr(args, k)
         for k in (
+            "deployment",
             "minutes",
             "seconds",
             "interval",
@@ -1252,7 +1469,8 @@ def main(argv: list[str] | None = None) -> int:
                         results.append({"target": target, "error": str(exc)[:500]})
         except KeyboardInterrupt:
             interrupted = True
-            print("interrupted: stopped the servers, dropped the database", file=sys.stderr)
+            dropped = "dropped the database" if args.deployment == "pg-redis" else "done"
+            print(f"interrupted: stopped the servers, {dropped}", file=sys.stderr)
         finally:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)

@@ -117,13 +117,22 @@ def soak_text(s: dict[str, Any]) -> str:
     cfg = s.get("config", {})
     for r in s.get("results", []):
         m = r.get("max_measurement")
+        quickstart = r.get("deployment") == "quickstart"
+        if r["target"] == "hookd" and quickstart:
+            lines += [
+                "",
+                "hookd as the Quickstart default: `hookd serve` alone with its default "
+                "settings on a SQLite file, no Redis, no worker (RSS and CPU of serve with its "
+                "children).",
+            ]
         if r["target"] == "hookd" and m:
             e2e = m["end_to_end"]
+            running = "serve processing" if quickstart else "the worker running"
             lines += [
                 "",
                 f"Rate: {cfg.get('fraction', 0.5):.0%} of {m['max_rps']:,.0f} req/s, the lower "
-                f"of the receiver's maximum ({m['ack_rps']:,.0f} req/s, wrk with the worker "
-                f"running) and the rate at which that burst was stored and processed "
+                f"of the receiver's maximum ({m['ack_rps']:,.0f} req/s, wrk with {running}) "
+                f"and the rate at which that burst was stored and processed "
                 f"({n0(e2e['events_per_s'])} events/s). The bare app got the same rate.",
             ]
         c = r.get("checks")
@@ -136,6 +145,15 @@ def soak_text(s: dict[str, Any]) -> str:
                 f"{c['processed_attempts_not_1']} processed with attempts ≠ 1, "
                 f"{c['dead']} dead, {c['ledger_rows']:,} handler ledger rows. Backlog drained "
                 f"{r.get('drain_after_soak', {}).get('seconds', '?')} s after the last request.",
+            ]
+        b = (r.get("summary") or {}).get("backlog")
+        if b:
+            lines += [
+                "",
+                f"Backlog (events not yet processed), mean of the first and last comparison "
+                f"windows: {b['first_mean']:,.0f} → {b['last_mean']:,.0f}, at most "
+                f"{b['max']:,} in any sample: "
+                + ("bounded." if b["bounded"] else "**growing** (processing fell behind)."),
             ]
         lag = (r.get("summary") or {}).get("processing_lag_ms")
         if lag:
@@ -188,4 +206,5 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "S3": pipeline_table,
     "S4": reconcile_table,
     "S5": soak_text,
+    "S6": soak_text,
 }

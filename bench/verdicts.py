@@ -16,6 +16,7 @@ S2_RATIO = 0.60
 S3_EVENTS_PER_S, S3_LAG_P99_MS = 2000.0, 1000.0
 S4_REPAIRED_PER_S, S4_CALLS_PER_1000 = 1000.0, 12.0
 S5_RSS_GROWTH_PCT, S5_DRIFT = 10.0, 1.5
+S6_RSS_GROWTH_PCT = 10.0
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -194,12 +195,58 @@ def soak_targets(sid: str, s: dict[str, Any]) -> list[Target]:
     return out
 
 
+def quickstart_targets(sid: str, s: dict[str, Any]) -> list[Target]:
+    """S6: the Quickstart default (SQLite, serve alone) at its max rate: every event
+    processed once, the backlog bounded, serve's RSS (with its children) flat."""
+    hookd = next((r for r in s.get("results", []) if r["target"] == "hookd"), None)
+    summary = (hookd or {}).get("summary")
+    name = (
+        f"every event processed once, backlog bounded, RSS growth ≤ {S6_RSS_GROWTH_PCT:.0f}% "
+        "over 10 minutes at its max rate"
+    )
+    if not hookd or not summary:
+        return [(sid, name, "failed", None)]
+    c = hookd.get("checks") or {}
+    g = summary["rss"].get("server") or {}
+    b = summary.get("backlog") or {}
+    pct = g.get("growth_pct")
+    once = bool(c) and c["stored_ok"] and c["once_ok"] and c["all_processed"]
+    cfg = s.get("config", {})
+    parts = [
+        (
+            f"{c['processed']:,} of {c['rows_total']:,} processed, {c['rows_added']:,} rows for "
+            f"{c['accepted_2xx']:,} 2xx, {c['processed_attempts_not_1']} with attempts ≠ 1, "
+            f"{c['dead']} dead"
+            if c
+            else "no exactly-once check"
+        ),
+        (
+            f"backlog {b['first_mean']:,.0f} → {b['last_mean']:,.0f} "
+            f"({'bounded' if b['bounded'] else 'growing'})"
+            if b
+            else "no backlog samples"
+        ),
+        "RSS -"
+        if pct is None
+        else f"RSS {pct:+.1f}% ({g['first_mb']:.0f} → {g['last_mb']:.0f} MB)",
+        f"{cfg.get('seconds', 0) / 60:.0f} min at {summary['rate_asked']:,.0f} req/s "
+        f"({cfg.get('fraction', 0):.0%} of the max)",
+    ]
+    met: bool | None = (
+        once and bool(b) and b["bounded"] and pct is not None and pct <= S6_RSS_GROWTH_PCT
+    )
+    if cfg.get("fraction", 1.0) < 1.0:
+        met = None  # not the target's rate: nothing to judge
+    return [(sid, name, "; ".join(parts), met)]
+
+
 JUDGES: list[tuple[str, Callable[[str, dict[str, Any]], list[Target]]]] = [
     ("S1", ingest_targets),
     ("S2", ingest_targets),
     ("S3", pipeline_targets),
     ("S4", reconcile_targets),
     ("S5", soak_targets),
+    ("S6", quickstart_targets),
 ]
 
 

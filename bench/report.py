@@ -164,7 +164,8 @@ HOW_TO_RUN = [
     "| | scenario | script | baseline |",
     "| --- | --- | --- | --- |",
     "| S1 | signed GitHub webhooks acknowledged, PostgreSQL: ingest only (Redis set, no "
-    "worker) and with in-process processing; max req/s (wrk, 64 connections), then a "
+    "worker) and `hookd serve` alone (no Redis: it processes too); max req/s (wrk, 64 "
+    "connections), then a "
     "fixed rate at 70% of hookd's max | `bench/ingest.py` | `bench/bare_app.py`: reads the "
     "body, answers 202 |",
     "| S2 | the same on SQLite | `bench/ingest.py` | the same |",

@@ -11,10 +11,11 @@ with the same load and server settings:
 
 S1  signed GitHub webhooks acknowledged by hookd on PostgreSQL (``bench/ingest.py``), in
     two deployments: "ingest only" (``HOOKD_REDIS_URL`` set, no worker: the receiver only
-    stores) and "in-process processing" (no Redis: the receiver also processes). Max
+    stores) and "serve alone" (no Redis: serve also processes, in its processor
+    process, HOOKD_PROCESSORS=auto). Max
     req/s with wrk, then p99 latency at a fixed 70% of hookd's max. Baseline: the bare
     Starlette app (``bench/bare_app.py``).
-S2  the same on SQLite (ingest only; single box with in-process processing).
+S2  the same on SQLite (ingest only; serve alone, the Quickstart default).
 S3  end to end on PostgreSQL + Redis + ``hookd worker`` + no-op handler
     (``bench/pipeline.py``): events/s processed, lag at 50% of that. Baseline: the bare
     app's req/s with the same sending client.

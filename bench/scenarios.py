@@ -208,13 +208,13 @@ def private_redis() -> Iterator[str]:
 
 INGEST_VARIANTS = {
     "ingest_only": "ingest only (HOOKD_REDIS_URL set, no worker)",
-    "in_process": "with in-process processing (no Redis)",
+    "in_process": "hookd serve alone (no Redis: it processes too, in its processor process)",
 }
 INGEST_LABELS = {
     ("S1", "ingest_only"): "PostgreSQL, ingest only",
-    ("S1", "in_process"): "PostgreSQL, in-process processing",
+    ("S1", "in_process"): "PostgreSQL, hookd serve alone (processing too)",
     ("S2", "ingest_only"): "SQLite, ingest only",
-    ("S2", "in_process"): "SQLite, single box (in-process processing)",
+    ("S2", "in_process"): "SQLite, hookd serve alone (the Quickstart default)",
 }
 
 

@@ -10,10 +10,12 @@ from bench.common import Results
 
 TIMES = "\N{MULTIPLICATION SIGN}"
 
-# The issue's targets.
+# The issue's targets. Ingest only: PostgreSQL 0.70, SQLite 0.60 of the bare app;
+# hookd serve alone (processing without Redis, the default): 0.50 on either.
 S1_RATIO, S1_P99_MS = 0.70, 10.0
 S2_RATIO = 0.60
-S3_EVENTS_PER_S, S3_LAG_P99_MS = 2000.0, 1000.0
+SERVE_ALONE_RATIO = 0.50
+S3_EVENTS_PER_S, S3_LAG_P99_MS = 10_000.0, 250.0
 S4_REPAIRED_PER_S, S4_CALLS_PER_1000 = 1000.0, 12.0
 S5_RSS_GROWTH_PCT, S5_DRIFT = 10.0, 1.5
 S6_RSS_GROWTH_PCT = 10.0
@@ -32,6 +34,7 @@ def ingest_rows(s: dict[str, Any]) -> list[dict[str, Any]]:
         fixed = hookd.get("fixed")
         rows.append(
             {
+                "name": v.get("name"),
                 "label": v["label"],
                 "hookd_rps": h["rps"] if h else None,
                 "bare_rps": b["rps"] if b else None,
@@ -63,9 +66,10 @@ Target = tuple[str, str, str, bool | None]
 
 def ingest_targets(sid: str, s: dict[str, Any]) -> list[Target]:
     """S1 and S2: req/s against the bare app per deployment; S1 also p99 at 70%."""
-    need = S1_RATIO if sid == "S1" else S2_RATIO
     out: list[Target] = []
     for row in ingest_rows(s):
+        alone = row["name"] == "in_process"
+        need = SERVE_ALONE_RATIO if alone else (S1_RATIO if sid == "S1" else S2_RATIO)
         r = row["ratio"]
         out.append(
             (
@@ -77,7 +81,7 @@ def ingest_targets(sid: str, s: dict[str, Any]) -> list[Target]:
                 None if r is None else r >= need,
             )
         )
-        if sid == "S1":
+        if sid == "S1" and not alone:  # the issue's latency target: PostgreSQL, ingest only
             f = row["fixed"]
             if not f:
                 out.append((sid, f"{row['label']}: p99 ack ≤ 10 ms at 70%", "no run", None))
@@ -86,10 +90,11 @@ def ingest_targets(sid: str, s: dict[str, Any]) -> list[Target]:
             out.append(
                 (
                     sid,
-                    f"{row['label']}: p99 ack ≤ {S1_P99_MS:.0f} ms at 70% of hookd's max",
-                    f"{due:.1f} ms from due ({sent:.1f} ms from send) "
+                    f"{row['label']}: p99 ack ≤ {S1_P99_MS:.0f} ms at 70% of hookd's max "
+                    "(from send)",
+                    f"{sent:.1f} ms from send ({due:.1f} ms from due) "
                     f"at {f['rate_achieved']:,.0f} req/s",
-                    due <= S1_P99_MS,
+                    sent <= S1_P99_MS,
                 )
             )
     return out
@@ -111,7 +116,7 @@ def pipeline_targets(sid: str, s: dict[str, Any]) -> list[Target]:
         ),
         (
             sid,
-            f"p99 lag ≤ {S3_LAG_P99_MS / 1000:.0f} s at 50% of that rate",
+            f"p99 lag ≤ {S3_LAG_P99_MS:,.0f} ms at 50% of that rate",
             f"{best['lag_p99_ms']:,.0f} ms at {best['lag_rate_per_s']:,.0f} events/s",
             best["lag_p99_ms"] <= S3_LAG_P99_MS,
         ),

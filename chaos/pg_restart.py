@@ -244,6 +244,9 @@ async def run(
                 server.start()
                 for worker in pool:
                     worker.start()
+                # Past their start-up checks before the burst (and the crash) begins.
+                for worker in pool:
+                    await asyncio.to_thread(worker.wait_started)
                 pids = [p.proc.pid for p in (server, *pool) if p.proc is not None]
                 everything = mixed(events * len(modes))
                 for n, mode in enumerate(modes):

@@ -209,7 +209,6 @@ def test_percentile_cont_matches_postgresql() -> None:
 
 
 def test_autovacuum_off_with_quickstart_is_one_error_line(tmp_path: Path) -> None:
-    pytest.importorskip("psutil")  # soak.py's own dependency (the bench extra)
     done = subprocess.run(
         [
             sys.executable,

@@ -36,6 +36,8 @@ def env_for(tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
         "HOOKD_DATABASE_URL": url,
         "HOOKD_ADMIN_TOKEN": TOKEN,
         "HOOKD_LOG_LEVEL": "INFO",
+        # The product's default, which tests/support/server.py sets to 0 for the others.
+        "HOOKD_PROCESSORS": "auto",
         **extra,
     }
 

@@ -35,6 +35,11 @@ class HookdProcess:
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "HOOKD_LOG_LEVEL": "WARNING",
+            # Processing inside serve's own process, as the tests written for it expect,
+            # and one Python process per server instead of two: hundreds of servers start
+            # in a run, on two cores. test_serve_processors.py (and the Quickstart test,
+            # which runs the scripts) run the default, separate processor processes.
+            "HOOKD_PROCESSORS": "0",
             **env,
         }
         self.cwd = cwd
@@ -134,11 +139,15 @@ class HookdWorker(HookdProcess):
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
-    def start(self, timeout_s: float = 60.0) -> HookdWorker:
-        """Launch, and return once the worker is past its start-up checks (its metrics
-        port listens only after them): a fault a test injects right after ``start`` then
-        meets a running worker, not one still starting (which would stop with one line)."""
+    def start(self) -> HookdWorker:
         self.launch()
+        return self
+
+    def wait_started(self, timeout_s: float = 60.0) -> HookdWorker:
+        """Return once the worker is past its start-up checks (its metrics port listens
+        only after them): a fault a test injects next then meets a running worker, not
+        one still starting (which would stop with one line, as designed). It blocks:
+        from a coroutine, run it in a thread (``asyncio.to_thread``)."""
         if self.env.get("HOOKD_WORKER_METRICS_PORT", "0") == "0":
             return self
         deadline = time.monotonic() + timeout_s

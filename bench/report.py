@@ -179,8 +179,8 @@ HOW_TO_RUN = [
     "sampled every 10 s | `bench/soak.py` | bare app at the same rate |",
     "| S6 | the Quickstart default sustained: `hookd serve` alone on SQLite (no Redis, no "
     "worker) at its max rate for 10 minutes; every event processed once, backlog bounded, "
-    "RSS flat | `bench/soak.py --deployment quickstart --fraction 1.0` | bare app at the "
-    "same rate |",
+    "RSS flat | `bench/soak.py --deployment quickstart --fraction 1.0` | none: sustaining "
+    "the max is the target, not a ratio |",
     "",
 ]
 

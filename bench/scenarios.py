@@ -345,7 +345,7 @@ SOAKS: dict[str, tuple[str, list[str]]] = {
     "S5": ("soak.json", ["--pg-db", PG_SOAK_DB]),
     "S6": (
         "soak_quickstart.json",
-        ["--deployment", "quickstart", "--fraction", "1.0", "--targets", "hookd,bare"],
+        ["--deployment", "quickstart", "--fraction", "1.0", "--targets", "hookd"],
     ),
 }
 

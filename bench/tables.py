@@ -115,6 +115,7 @@ def reconcile_table(s: dict[str, Any]) -> str:
 def soak_text(s: dict[str, Any]) -> str:
     lines = [s.get("table", "")]
     cfg = s.get("config", {})
+    with_bare = any(r["target"] == "bare" for r in s.get("results", []))
     for r in s.get("results", []):
         m = r.get("max_measurement")
         quickstart = r.get("deployment") == "quickstart"
@@ -133,7 +134,8 @@ def soak_text(s: dict[str, Any]) -> str:
                 f"Rate: {cfg.get('fraction', 0.5):.0%} of {m['max_rps']:,.0f} req/s, the lower "
                 f"of the receiver's maximum ({m['ack_rps']:,.0f} req/s, wrk with {running}) "
                 f"and the rate at which that burst was stored and processed "
-                f"({n0(e2e['events_per_s'])} events/s). The bare app got the same rate.",
+                f"({n0(e2e['events_per_s'])} events/s)."
+                + (" The bare app got the same rate." if with_bare else ""),
             ]
         c = r.get("checks")
         if c:

@@ -80,6 +80,20 @@ async def stored(engine: AsyncEngine, ids: Collection[str]) -> set[str]:
         return {row[0] for row in rows}
 
 
+async def first_stored(
+    engine: AsyncEngine, *, before: int, sending: asyncio.Task[Any], timeout_s: float = 30.0
+) -> None:
+    """Until the events table holds more than ``before`` rows (or the burst ended)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline and not sending.done():
+        async with engine.connect() as conn:
+            count = await conn.scalar(sa.select(sa.func.count()).select_from(EVENTS))
+        if (count or 0) > before:
+            return
+        await asyncio.sleep(0.02)
+
+
 def acked(results: Collection[Result]) -> set[str]:
     return {r.event_id for r in results if r.status in (200, 202) and r.event_id}
 
@@ -112,6 +126,10 @@ async def run(cycles: int = 100, seed: int | None = None) -> dict[str, Any]:
                     )
                 )
                 delay = rng.uniform(*KILL_AFTER_S)
+                # The delay counts from the burst's first stored event, not from its
+                # start: on a slow or busy machine a kill 0.2 s after the start could
+                # come before anything was acknowledged, which is not "mid-burst".
+                await first_stored(engine, before=sent_total, sending=sending)
                 await asyncio.sleep(delay)
                 burst_over = sending.done()
                 stop.set()

@@ -804,23 +804,8 @@ def db_checks(args: argparse.Namespace, baseline: int, accepted: int, lost: int)
         "(SELECT count(*) FROM handler_runs) || '|' || count(DISTINCT dedupe_key) FROM events",
         db=args.pg_db,
     )
-    total, processed, not_once, dead, ledger, distinct = (int(v) for v in row.split("|"))
-    added = total - baseline
-    return {
-        "rows_before_soak": baseline,
-        "rows_added": added,
-        "accepted_2xx": accepted,
-        "lost_requests": lost,
-        "rows_total": total,
-        "distinct_delivery_ids": distinct,
-        "processed": processed,
-        "processed_attempts_not_1": not_once,
-        "dead": dead,
-        "ledger_rows": ledger,
-        "stored_ok": accepted <= added <= accepted + lost and distinct == total,
-        "all_processed": processed == total,
-        "once_ok": not_once == 0 and dead == 0 and ledger == processed,
-    }
+    counts = (int(v) for v in row.split("|"))
+    return dict(sq.exactly_once(baseline, accepted, lost, *counts))
 
 
 def db_windows(args: argparse.Namespace, start_wall: float) -> list[dict[str, Any]]:

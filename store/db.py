@@ -171,13 +171,19 @@ def _sqlite_failure(url: str, error: str) -> str | None:
         return f"database {redact(url)}: SQLite cannot open it: check HOOKD_DATABASE_URL"
     folder = os.path.dirname(path)
     if not os.path.isdir(folder):
-        return (
-            f"database: SQLite file {path}: its folder {folder} does not exist: create "
-            f"it (mkdir -p {folder}), or set HOOKD_DATABASE_URL to another path"
-        )
+        return missing_folder(path)
     return (
         f"database: SQLite file {path}: cannot open it: check that this user may read "
         f"and write it and its folder {folder}"
+    )
+
+
+def missing_folder(path: str) -> str:
+    """The line for a SQLite file whose folder does not exist."""
+    folder = os.path.dirname(path)
+    return (
+        f"database: SQLite file {path}: its folder {folder} does not exist: create "
+        f"it (mkdir -p {folder}), or set HOOKD_DATABASE_URL to another path"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -12,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd.errors import ConfigError
 from store import db, partitions
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -29,6 +31,11 @@ def upgrade(url: str, revision: str = "head") -> None:
 
     Then, on a PostgreSQL ``events`` partitioned by day (0008), create the partitions
     missing from yesterday to a week ahead (``store.partitions.ensure``)."""
+    path = db.sqlite_path(url)
+    if path is not None and not os.path.isdir(os.path.dirname(path)):
+        # Said before any connection: a failed aiosqlite connect can leave its thread
+        # writing a traceback to stderr after the loop closed, behind the one line.
+        raise ConfigError(db.missing_folder(path))
     db.start_sqlite_file(url)
     with db.opening(url):
         command.upgrade(alembic_config(url), revision)

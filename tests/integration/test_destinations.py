@@ -29,7 +29,7 @@ from hookd.sources import Sources, parse_sources
 from hookd.web import openapi
 from processing.destinations import Router
 from processing.handlers import load_handlers
-from processing.limits import LocalLimits
+from processing.limits import Limits, LocalLimits
 from processing.processor import Processor, RetryPolicy
 from store import db
 from store.crypto import BodyCipher
@@ -163,8 +163,10 @@ def processors(
     client: httpx.AsyncClient,
     count: int = 2,
     batch_size: int = 64,
+    limits: Callable[[], Limits] = LocalLimits,
 ) -> list[Processor]:
-    """``count`` processors over one database, as that many workers."""
+    """``count`` processors over one database, as that many workers (each with the
+    rate and concurrency limits ``limits`` makes)."""
     return [
         Processor(
             engine,
@@ -174,7 +176,7 @@ def processors(
             retry=FAST,
             rng=random.Random(i),
             batch_size=batch_size,
-            router=Router(sources, client, LocalLimits(), retry_base_s=0.01, retry_cap_s=0.05),
+            router=Router(sources, client, limits(), retry_base_s=0.01, retry_cap_s=0.05),
         )
         for i in range(count)
     ]

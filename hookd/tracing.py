@@ -11,6 +11,11 @@ Spans carry ids, names and outcomes only: never a body, a header value or a secr
 The W3C ``traceparent`` string is how a trace crosses processes: stored with an event
 by the receiver (``events.traceparent``), continued by the worker, sent on to
 destinations.
+
+A claim takes a batch of events of many traces at once: its ``hookd.claim`` span
+(``claimed``) is in a trace of its own (the wake-up's, when one started it) and is
+linked to each event's stored context, and each event's ``hookd.process`` span is
+linked back to it (``span(..., link=...)``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, MutableMapping
+import time
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -32,13 +38,14 @@ SWITCHES = (
 )
 NOT_INSTALLED = "OTEL_* is set but hookd[otel] is not installed: pip install 'hookd[otel]'"
 TRACEPARENT = "traceparent"
-Attributes = Mapping[str, str | int | float | bool]
+Attributes = Mapping[str, str | int | float | bool | Sequence[str]]
 
 _NOOP: AbstractContextManager[None] = contextlib.nullcontext()
 # The SDK's tracer once ``setup`` switched tracing on; None: every call is a no-op.
 _tracer: Any = None
 _propagator: Any = None
 _provider: Any = None
+_link: Any = None  # opentelemetry.trace.Link, once on
 _done = False
 
 
@@ -62,7 +69,7 @@ def setup(service: str) -> bool:
     ``service`` names the process (``serve``, ``worker``, ``reconcile``): the
     ``service.name`` is ``OTEL_SERVICE_NAME`` or ``hookd``. Called again, it does nothing.
     """
-    global _done, _tracer, _propagator, _provider  # noqa: PLW0603 - one switch per process
+    global _done, _tracer, _propagator, _provider, _link  # noqa: PLW0603 - one switch per process
     if _done:
         return _tracer is not None
     _done = True
@@ -76,6 +83,7 @@ def setup(service: str) -> bool:
             ConsoleSpanExporter,
             SpanExporter,
         )
+        from opentelemetry.trace import Link
         from opentelemetry.trace.propagation.tracecontext import (
             TraceContextTextMapPropagator,
         )
@@ -104,6 +112,7 @@ def setup(service: str) -> bool:
     _provider = provider
     _tracer = provider.get_tracer("hookd")
     _propagator = TraceContextTextMapPropagator()
+    _link = Link
     _install_log_ids()
     log.info("tracing on", extra={"exporter": kind, "service_name": name})
     return True
@@ -122,12 +131,16 @@ def _parent(traceparent: str | None) -> Any:
 
 
 def span(
-    name: str, attributes: Attributes | None = None, *, parent: str | None = None
+    name: str,
+    attributes: Attributes | None = None,
+    *,
+    parent: str | None = None,
+    link: Any = None,
 ) -> AbstractContextManager[Any]:
     """A span around a block, the current one inside it; a shared no-op when off.
 
     ``parent``: a W3C ``traceparent`` to continue (a stored event's), instead of the
-    current span.
+    current span. ``link``: a span context ``claimed`` gave, to link this span to.
     """
     if _tracer is None:
         return _NOOP
@@ -136,10 +149,44 @@ def span(
         name,
         context=_parent(parent),
         attributes=dict(attributes or {}),
+        links=() if link is None else (_link(link),),
         record_exception=False,
         set_status_on_exception=False,
     )
     return started
+
+
+def clock() -> int:
+    """When a span ``claimed`` will make starts (ns since the epoch); 0 when off."""
+    return 0 if _tracer is None else time.time_ns()
+
+
+def claimed(
+    name: str,
+    attributes: Attributes,
+    started: int,
+    linked: Iterable[tuple[str, str | None]],
+) -> Any:
+    """A span from ``started`` (``clock``) to now, ended at once, linked to each
+    ``(event id, traceparent)`` of ``linked`` that has a context: the claim of a batch.
+    Its parent is the current span (a wake-up's), if any. Its span context, for
+    ``span(..., link=...)``; None when off or ``started`` is 0.
+    """
+    if _tracer is None or not started:
+        return None
+    from opentelemetry import trace
+
+    links = []
+    for event_id, stored in linked:
+        context = _parent(stored)
+        if context is None:
+            continue
+        remote = trace.get_current_span(context).get_span_context()
+        if remote.is_valid:
+            links.append(_link(remote, {"hookd.event_id": event_id}))
+    made = _tracer.start_span(name, attributes=dict(attributes), links=links, start_time=started)
+    made.end()
+    return made.get_span_context()
 
 
 def here() -> Any:

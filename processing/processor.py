@@ -250,6 +250,7 @@ class Processor:
     async def run_once(self) -> int:
         """Claim one batch of due events and process them; the number claimed."""
         now = datetime.now(UTC)
+        claim_started = tracing.clock()  # 0 when tracing is off
         taken: list[EventRow] = []
         async with self._engine.begin() as conn:
             # Expired leases first, by their own statement, so that takeovers are counted.
@@ -291,6 +292,23 @@ class Processor:
             _claims(row.source).inc()
         for row in taken:
             _takeovers(row.source).inc()
+        # The claim's span (tracing on only), linked to each event's stored context and
+        # linked to from each event's processing span.
+        claim = (
+            tracing.claimed(
+                "hookd.claim",
+                {
+                    "hookd.claim.count": len(rows),
+                    "hookd.claim.takeovers": len(taken),
+                    "hookd.claim.superseded": len(superseded),
+                    "hookd.sources": sorted({r.source for r in rows}),
+                },
+                claim_started,
+                ((r.id, r.traceparent) for r in rows),
+            )
+            if claim_started
+            else None
+        )
         started = time.perf_counter()
         if self._router is not None:
             await self._router.refresh(self._engine)
@@ -300,7 +318,10 @@ class Processor:
         done: dict[str, list[str]] = {r.id: [] for r in rows}
         try:
             results = await asyncio.gather(
-                *(self._guarded(row, ledger.get(row.id, set()), done[row.id]) for row in rows)
+                *(
+                    self._guarded(row, ledger.get(row.id, set()), done[row.id], claim)
+                    for row in rows
+                )
             )
         except asyncio.CancelledError:
             # Shutting down: record what finished and hand the claims back now
@@ -507,17 +528,22 @@ class Processor:
         """Seconds since a drain last ended in this process (0 while one runs)."""
         return 0.0 if self._draining else time.monotonic() - self._drained_at
 
-    async def _guarded(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
+    async def _guarded(
+        self, row: EventRow, finished: set[str], done: list[str], claim: Any = None
+    ) -> _Result:
         async with self._semaphore:
             # When the attempt started and how long it took, for its history.
             started_at, clock = datetime.now(UTC), time.perf_counter()
-            # One span per attempt, in the trace the receiver started (its stored context).
+            # One span per attempt, in the trace the receiver started (its stored context),
+            # linked to its claim's span (``claim``: None when tracing is off).
             attributes: dict[str, str | int] = {
                 "hookd.event_id": row.id,
                 "hookd.source": row.source,
                 "hookd.attempt": row.attempts,
             }
-            with tracing.span("hookd.process", attributes, parent=row.traceparent) as current:
+            with tracing.span(
+                "hookd.process", attributes, parent=row.traceparent, link=claim
+            ) as current:
                 result = await self._attempt(row, finished, done)
                 tracing.annotate(current, {"hookd.outcome": _span_outcome(result)})
                 if result.error_type is not None:

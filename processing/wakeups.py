@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from arq.connections import ArqRedis
 from redis.asyncio import ConnectionPool, Redis
 
+from hookd import tracing
 from hookd.backoff import capped
 from processing.processor import Processor
 
@@ -69,13 +70,20 @@ class InProcessConsumer:
     async def _loop(self) -> None:
         failures = 0
         while not self._stopping:
+            woken = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._sweep_s)
+                woken = await asyncio.wait_for(self._wake.wait(), self._sweep_s)
             self._wake.clear()
             if self._stopping:
                 return
             try:
-                await self._processor.drain()
+                # A wake-up's drain (not a sweep's) is a ``hookd.wake`` span when tracing
+                # is on: the parent of the claims it makes.
+                if woken and tracing.enabled():
+                    with tracing.span("hookd.wake", {"hookd.wake.via": "local"}):
+                        await self._processor.drain()
+                else:
+                    await self._processor.drain()
                 failures = 0
             except Exception as exc:  # the database is away: back off, then look again
                 failures += 1

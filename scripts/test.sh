@@ -18,4 +18,9 @@ python=${PYTHON:-python3}
 # Test files run in parallel (pytest-xdist), a file at a time per process: most tests wait
 # on servers, subprocesses and the databases rather than on the CPU.
 # HOOKD_TEST_PROCESSES=0 runs them in this one process.
+# What tests keep (the browser tests' screenshots) goes to test-artifacts/ in the
+# checkout unless HOOKD_TEST_ARTIFACTS says where; the run lists the files at its end.
+export HOOKD_TEST_ARTIFACTS=${HOOKD_TEST_ARTIFACTS:-$PWD/test-artifacts}
+mkdir -p "$HOOKD_TEST_ARTIFACTS"
+echo "test artifacts: $HOOKD_TEST_ARTIFACTS" >&2
 exec .venv/bin/pytest -n "${HOOKD_TEST_PROCESSES:-3}" --dist loadfile "$@"

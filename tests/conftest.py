@@ -1,4 +1,5 @@
-"""Shared fixtures: databases (SQLite and real PostgreSQL), sources, signing."""
+"""Shared fixtures: databases (SQLite and real PostgreSQL), sources, signing; and the
+list of files tests kept as artifacts, printed at the end of a run."""
 
 from __future__ import annotations
 
@@ -58,3 +59,21 @@ def db_url(request: pytest.FixtureRequest) -> str:
     name = "sqlite_url" if request.param == "sqlite" else "pg_url"
     url: str = request.getfixturevalue(name)
     return url
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The files tests kept (``record_property("artifact", path)``: the browser tests'
+    screenshots), listed at the end of the run: under pytest-xdist a test's own output
+    is not shown."""
+    kept = [
+        f"{report.nodeid}: {value}"
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "artifact"
+    ]
+    if kept:
+        terminalreporter.write_sep("-", "test artifacts")
+        for line in kept:
+            terminalreporter.write_line(line)

@@ -28,6 +28,7 @@ from arq.worker import Worker, func
 from redis.asyncio import ConnectionPool, Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import tracing
 from hookd.auth import Tokens
 from hookd.backoff import capped
 from hookd.ops import EventOps
@@ -138,9 +139,11 @@ def _fetches(sources: Sources) -> bool:
 
 async def hookd_wake(ctx: dict[str, Any]) -> int:
     """A commit happened somewhere: claim and process what is due (in a drain this
-    process owns; the job ends at once)."""
+    process owns; the job ends at once). Its ``hookd.wake`` span (tracing on) is the
+    parent of the claims that drain makes: the task it starts inherits the context."""
     runtime: Runtime = ctx["runtime"]
-    runtime.drains.kick()
+    with tracing.span("hookd.wake", {"hookd.wake.via": "arq"}):
+        runtime.drains.kick()
     return 0
 
 

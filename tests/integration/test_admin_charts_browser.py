@@ -2,8 +2,11 @@
 against a real ``hookd serve``: a day of seeded traffic, runs and a lag spike, plus
 events sent just now, drawn as SVG under the unchanged Content-Security-Policy.
 
-Screenshots are kept as test artifacts: in ``$HOOKD_TEST_ARTIFACTS`` when set, else
-under the test's temporary directory; the paths are printed.
+Screenshots are kept as test artifacts: in ``$HOOKD_TEST_ARTIFACTS`` when set
+(``scripts/test.sh`` sets it to ``test-artifacts/`` in the checkout unless it is set
+already), else under the test's temporary directory. Each path is recorded as the
+test's ``artifact`` property, and the run lists them at its end (tests/conftest.py),
+with pytest-xdist too.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -95,7 +99,7 @@ def artifacts(tmp_path: Path) -> Path:
 
 
 async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browser(
-    tmp_path: Path, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, sqlite_url: str, record_property: Callable[[str, object], None]
 ) -> None:
     chromium = require_tool("chromium")
     now = datetime.now(UTC)
@@ -158,6 +162,7 @@ async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browse
                 path = shots / "admin-activity-stripe.png"
                 await page.screenshot(path=str(path), full_page=True)
                 saved.append(path)
+                record_property("artifact", str(path))
 
                 # A source that is not reconciled says so instead of a runs chart.
                 await page.goto(server.url + "/admin/sources/github/activity")
@@ -166,6 +171,7 @@ async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browse
                 path = shots / "admin-activity-github.png"
                 await page.screenshot(path=str(path), full_page=True)
                 saved.append(path)
+                record_property("artifact", str(path))
 
                 # The coverage page's timeline: the checked runs, the failed one, and
                 # the part not judged yet.
@@ -184,14 +190,14 @@ async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browse
                 path = shots / "admin-coverage-stripe.png"
                 await page.screenshot(path=str(path), full_page=True)
                 saved.append(path)
+                record_property("artifact", str(path))
 
                 await page.goto(server.url + "/admin")
                 path = shots / "admin-sources.png"
                 await page.screenshot(path=str(path), full_page=True)
                 saved.append(path)
+                record_property("artifact", str(path))
                 assert problems == [], "the CSP blocked something the pages use"
             finally:
                 await browser.close()
     assert all(p.stat().st_size > 10_000 for p in saved)
-    with capsys.disabled():
-        print("\nadmin chart screenshots: " + ", ".join(str(p) for p in saved))

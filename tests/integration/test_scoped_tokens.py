@@ -1,10 +1,14 @@
-"""Scoped tokens against real processes: ``HOOKD_METRICS_TOKEN`` opens ``/metrics`` only
-(the receiver's and the worker's), ``HOOKD_READ_TOKEN`` the API's GETs and the admin
-UI's pages without their actions, ``HOOKD_ADMIN_TOKEN`` everything. Each token is
-refused everywhere outside its scope (401 without a token or with a wrong one, 403 for
-a token of ours that does not open the route) and accepted inside it.
+"""Scoped tokens: ``HOOKD_METRICS_TOKEN`` opens ``/metrics`` only (the receiver's and
+the worker's), ``HOOKD_READ_TOKEN`` the API's GETs and the admin UI's pages without
+their actions, ``HOOKD_ADMIN_TOKEN`` everything. Each token is refused everywhere
+outside its scope (401 without a token or with a wrong one, 403 for a token of ours
+that does not open the route) and accepted inside it.
 
-``hookd serve`` and ``hookd worker`` on PostgreSQL, a private Redis for the worker.
+Every route of the app, as its own router lists them, every method, is checked
+against each token in-process; a route that answers without a token and is not in
+``PUBLIC`` fails the test. ``hookd serve`` and ``hookd worker`` on PostgreSQL (a
+private Redis for the worker) show the same for real processes, the worker's
+``/metrics`` included.
 """
 
 from __future__ import annotations
@@ -14,10 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Route
 
 from hookd.errors import ConfigError
 from hookd.providers.signing import sample_event
 from hookd.settings import Settings
+from hookd.sources import parse_sources
+from hookd.web.api import ApiFallback
+from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
@@ -59,16 +68,17 @@ ACTIONS = [
 ]
 
 
-def env_for(tmp_path: Path, pg_url: str) -> dict[str, str]:
-    config = tmp_path / "hookd.toml"
-    config.write_text(
-        f"""
+SOURCES_TOML = f"""
 [[sources]]
 name = "github"
 provider = "github"
 secrets = ["{SECRETS["github"]}"]
 """
-    )
+
+
+def env_for(tmp_path: Path, pg_url: str) -> dict[str, str]:
+    config = tmp_path / "hookd.toml"
+    config.write_text(SOURCES_TOML)
     return {
         "HOOKD_CONFIG": str(config),
         "HOOKD_DATABASE_URL": pg_url,
@@ -79,11 +89,16 @@ secrets = ["{SECRETS["github"]}"]
     }
 
 
-async def dead_event(url: str, pg_url: str) -> str:
-    """A stored event (no handlers: processed at once), then made dead by hand."""
+async def dead_event(url: str | httpx.AsyncClient, pg_url: str) -> str:
+    """A stored event (no handlers: processed at once), then made dead by hand. ``url``:
+    the server's, or a client of the app in-process."""
     headers, body = sample_event("github", SECRETS["github"], 1)
-    async with httpx.AsyncClient(base_url=url) as client:
-        response = await client.post("/hooks/github", content=body, headers=headers)
+    if isinstance(url, httpx.AsyncClient):
+        response = await url.post("/hooks/github", content=body, headers=headers)
+    else:
+        async with httpx.AsyncClient(base_url=url) as client:
+            response = await client.post("/hooks/github", content=body, headers=headers)
+    assert response.status_code == 202, "a webhook needs no token: its signature is checked"
     event_id: str = response.json()["event_id"]
 
     async def processed() -> bool:
@@ -214,3 +229,170 @@ async def test_the_read_token_signs_in_to_pages_without_actions(
             replayed = await client.post(f"/admin/events/{event_id}/replay", data={"csrf": csrf})
             assert replayed.status_code == 303
             assert await status_of(pg_url, event_id) == 0
+
+
+# What answers with no token at all, exactly: the probes, and the admin UI's login and
+# stylesheet. (``/hooks/*`` is not in the router: the receiver answers it before
+# Starlette, and checks each provider's signature instead of a token.)
+PUBLIC = {
+    ("GET", "/healthz"),
+    ("HEAD", "/healthz"),
+    ("GET", "/readyz"),
+    ("HEAD", "/readyz"),
+    ("GET", "/admin/login"),
+    ("HEAD", "/admin/login"),
+    ("POST", "/admin/login"),
+    ("GET", "/admin/static/admin.css"),
+    ("HEAD", "/admin/static/admin.css"),
+}
+READS = {"GET", "HEAD"}
+# Every method a client may send: those a route does not list go to the API's fallback.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+PARAM_RE = re.compile(r"\{(\w+)(?::\w+)?\}")
+LOGIN = "/admin/login"
+
+
+def app_routes(app: Starlette) -> list[tuple[str, str]]:
+    """(method, path pattern) of every route the app's router holds."""
+    found = []
+    for route in app.routes:
+        if isinstance(route, ApiFallback):  # every other /api path and method: probed below
+            continue
+        assert isinstance(route, Route), f"a route of a kind this test does not check: {route}"
+        found += [(method, route.path) for method in sorted(route.methods or ())]
+    return found
+
+
+def concrete(path: str, event_id: str) -> str:
+    """``path`` with its parameters filled in: the event's id, the source, a destination."""
+    values = {"id": event_id, "name": "github", "destination": "forward"}
+
+    def fill(match: re.Match[str]) -> str:
+        assert match[1] in values, f"{path}: a path parameter this test cannot fill"
+        return values[match[1]]
+
+    return PARAM_RE.sub(fill, path)
+
+
+def to_login(response: httpx.Response) -> bool:
+    return response.status_code == 303 and response.headers["location"].startswith(LOGIN)
+
+
+def unauthorised(response: httpx.Response) -> bool:
+    return response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+
+
+def insufficient_scope(response: httpx.Response) -> bool:
+    return (
+        response.status_code == 403
+        and 'error="insufficient_scope"' in response.headers["www-authenticate"]
+    )
+
+
+async def csrf_of(client: httpx.AsyncClient) -> str:
+    page = await client.get("/admin/dead")
+    assert page.status_code == 200, page.text
+    return CSRF_RE.findall(page.text)[0]
+
+
+async def test_every_route_of_the_app_is_refused_outside_each_tokens_scope(
+    tmp_path: Path, pg_url: str
+) -> None:
+    sources = parse_sources(SOURCES_TOML, tmp_path / "hookd.toml")
+    tokens = {"admin_token": ADMIN, "read_token": READ, "metrics_token": METRICS}
+    async with running_app(sources, pg_url, prune_every_s=0, **tokens) as (app, client):
+        routes = app_routes(app)
+        assert set(routes) >= PUBLIC, "the public routes are where this test expects them"
+        assert not [p for _, p in routes if p.startswith("/hooks")]
+        api = sorted({p for _, p in routes if p.startswith("/api/")})
+        admin = [(m, p) for m, p in routes if p.startswith("/admin") and (m, p) not in PUBLIC]
+        assert len(api) >= 19 and len([m for m, _ in admin if m == "POST"]) >= 11, routes
+        event_id = await dead_event(client, pg_url)
+        wrong = ({}, bearer("wrong"), {"Authorization": f"Basic {ADMIN}"})
+        # (method, concrete path, whether the route lists the method) for /metrics and /api:
+        # a method it does not list reaches the fallback (a JSON 404 or 405 past the token).
+        bearer_routes = [("GET", "/metrics", True), ("HEAD", "/metrics", True)]
+        for pattern in [*api, "/api/no-such-thing"]:
+            listed = {m for m, p in routes if p == pattern}
+            path = concrete(pattern, event_id)
+            bearer_routes += [(m, path, m in listed) for m in METHODS]
+
+        # No token, a wrong one, one sent as another scheme: only PUBLIC answers.
+        for method, path, _ in bearer_routes:
+            for headers in wrong:
+                response = await client.request(method, path, headers=headers)
+                assert unauthorised(response), (headers, method, path, response.status_code)
+        for method, pattern in admin:
+            path = concrete(pattern, event_id)
+            for headers in (*wrong, bearer(ADMIN)):  # the admin UI takes its session only
+                response = await client.request(method, path, headers=headers)
+                assert to_login(response), (headers, method, path, response.status_code)
+        unknown = [
+            (m, p)
+            for m, p in routes
+            if (m, p) not in PUBLIC and not p.startswith(("/api/", "/admin"))
+        ]
+        assert unknown == [("GET", "/metrics"), ("HEAD", "/metrics")], (
+            "a route outside /api and /admin: give it a scope, and check it here"
+        )
+        for method, path in PUBLIC - {("POST", LOGIN)}:
+            assert (await client.request(method, path)).status_code == 200, (method, path)
+
+        # The metrics token: /metrics, and nothing else; it cannot sign in to the UI.
+        for method, path, _ in bearer_routes:
+            response = await client.request(method, path, headers=bearer(METRICS))
+            if path == "/metrics":
+                assert response.status_code == 200, (method, path)
+            else:
+                assert insufficient_scope(response), (method, path, response.status_code)
+        refused = await client.post(LOGIN, data={"token": METRICS})
+        assert refused.status_code == 401 and "hookd_admin" not in client.cookies
+
+        # The read token: every read, no write.
+        for method, path, listed in bearer_routes:
+            response = await client.request(method, path, headers=bearer(READ))
+            if path == "/metrics" or (listed and method not in READS):
+                assert insufficient_scope(response), (method, path, response.status_code)
+            elif not listed:  # the fallback: told what is not there, nothing done
+                assert response.status_code in (404, 405), (method, path, response.status_code)
+            else:
+                assert response.status_code not in (401, 403), (method, path, response.text)
+        assert (await client.post(LOGIN, data={"token": READ})).status_code == 303
+        csrf = await csrf_of(client)
+        for method, pattern in admin:
+            path = concrete(pattern, event_id)
+            if method in READS:
+                response = await client.request(method, path)  # 404/409 past the session too
+                assert response.status_code not in (401, 403), (method, path, response.text)
+                assert not to_login(response), (method, path)
+            elif pattern != "/admin/logout":
+                response = await client.request(method, path, data={"csrf": csrf})
+                assert response.status_code == 403, (method, path, response.status_code)
+                assert "sign in with HOOKD_ADMIN_TOKEN" in response.text
+        # Nothing changed: the event is still dead, no run or operation was started,
+        # nothing paused or disabled.
+        assert await status_of(pg_url, event_id) == 1
+        for changed in (
+            "SELECT count(*) FROM reconcile_runs",
+            "SELECT count(*) FROM operations",
+            "SELECT count(*) FROM pauses",
+            "SELECT count(*) FROM reconcile_state WHERE disabled",
+        ):
+            assert await scalar(pg_url, changed) == 0, changed
+        out = await client.post("/admin/logout", data={"csrf": csrf})
+        assert to_login(out) and (await client.get("/admin")).status_code == 303
+
+        # The admin token: every route lets it in (what it does there is another test's).
+        for method, path, listed in bearer_routes:
+            response = await client.request(method, path, headers=bearer(ADMIN))
+            assert response.status_code not in (401, 403), (method, path, response.text)
+            if not listed:
+                assert response.status_code in (404, 405), (method, path)
+        assert (await client.post(LOGIN, data={"token": ADMIN})).status_code == 303
+        csrf = await csrf_of(client)
+        for method, pattern in sorted(admin, key=lambda r: r[1] == "/admin/logout"):
+            path = concrete(pattern, event_id)
+            data = None if method in READS else {"csrf": csrf}
+            response = await client.request(method, path, data=data)
+            assert response.status_code not in (401, 403), (method, path, response.text)
+            assert not to_login(response) or pattern == "/admin/logout", (method, path)

@@ -1,13 +1,14 @@
 """OpenTelemetry tracing across processes: a real ``hookd serve`` and ``hookd worker``
 (PostgreSQL, a private Redis) export to an OTLP/HTTP receiver on loopback, and a
-``[sources.forward]`` target records the ``traceparent`` it was sent; a ``hookd
-reconcile`` run against the GitHub emulator exports its run and pages."""
+``[sources.forward]`` target records the ``traceparent`` it was sent; a handler that
+fails once makes two attempts, each a claim, a processing span and a handler span; a
+``hookd reconcile`` run against the GitHub emulator exports its run and pages."""
 
 from __future__ import annotations
 
 import gzip
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -42,6 +44,20 @@ class SpanSeen:
     parent_id: str
     process: str  # the resource's hookd.process: serve, worker
     attributes: dict[str, str]
+    # Its links: (trace id, span id, the link's attributes).
+    links: list[tuple[str, str, dict[str, str]]]
+    status: int  # 0 unset, 1 ok, 2 error
+
+
+def _text(value: AnyValue) -> str:
+    """An attribute's value as text; an array's joined with commas."""
+    if value.HasField("array_value"):
+        return ",".join(_text(v) for v in value.array_value.values)
+    return value.string_value or str(value.int_value)
+
+
+def _attributes(pairs: Iterable[KeyValue]) -> dict[str, str]:
+    return {a.key: _text(a.value) for a in pairs}
 
 
 @dataclass
@@ -69,10 +85,16 @@ class Collector:
                             span_id=span.span_id.hex(),
                             parent_id=span.parent_span_id.hex(),
                             process=resource.get("hookd.process", ""),
-                            attributes={
-                                a.key: a.value.string_value or str(a.value.int_value)
-                                for a in span.attributes
-                            },
+                            attributes=_attributes(span.attributes),
+                            links=[
+                                (
+                                    link.trace_id.hex(),
+                                    link.span_id.hex(),
+                                    _attributes(link.attributes),
+                                )
+                                for link in span.links
+                            ],
+                            status=span.status.code,
                         )
                     )
         return Response(status_code=200, media_type="application/x-protobuf")
@@ -101,6 +123,9 @@ async def stored_context(url: str, event_id: str) -> tuple[str | None, str]:
         await engine.dispose()
 
 
+FAILS_ONCE = "tests.support.handlers:fails_once"
+
+
 def config(tmp_path: Path, forward_url: str) -> Path:
     path = tmp_path / "tracing.toml"
     path.write_text(
@@ -109,6 +134,7 @@ def config(tmp_path: Path, forward_url: str) -> Path:
 name = "github"
 provider = "github"
 secrets = ["{SECRETS["github"]}"]
+handlers = ["{FAILS_ONCE}"]
 [sources.forward]
 url = "{forward_url}"
 secret = "{whsec("forward")}"
@@ -130,6 +156,9 @@ async def test_one_github_delivery_is_one_trace_across_receiver_worker_and_forwa
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_url,
             "OTEL_SERVICE_NAME": "hookd-test",
             "OTEL_BSP_SCHEDULE_DELAY": "100",
+            # The handler's failed first attempt is due again at once, found by a sweep.
+            "HOOKD_RETRY_BASE_S": "0.01",
+            "HOOKD_SWEEP_S": "1",
         }
         with RedisServer(tmp_path) as redis:
             env["HOOKD_REDIS_URL"] = redis.url
@@ -146,19 +175,60 @@ async def test_one_github_delivery_is_one_trace_across_receiver_worker_and_forwa
                 await wait_for(forwarded, timeout_s=60, message=worker.log)
 
                 async def exported() -> bool:
-                    names = {s.name for s in seen.spans}
-                    return {"hookd.receive", "hookd.process", "hookd.deliver"} <= names
+                    names = [s.name for s in seen.spans]
+                    return (
+                        {"hookd.receive", "hookd.deliver"} <= set(names)
+                        and names.count("hookd.process") == 2
+                        and names.count("hookd.handler") == 2
+                        and names.count("hookd.claim") == 2
+                    )
 
                 await wait_for(exported, timeout_s=30, message=lambda: [s.name for s in seen.spans])
                 server_log = server.log()
 
     (receive,) = seen.named("hookd.receive")
-    (process,) = seen.named("hookd.process")
+    first, second = sorted(seen.named("hookd.process"), key=lambda s: s.attributes["hookd.attempt"])
     (forward,) = seen.named("hookd.deliver")
-    assert (receive.process, process.process, forward.process) == ("serve", "worker", "worker")
+    assert (receive.process, first.process, forward.process) == ("serve", "worker", "worker")
+    assert (first.attributes["hookd.attempt"], second.attributes["hookd.attempt"]) == ("1", "2")
     trace_id = receive.trace_id
-    assert {s.trace_id for s in seen.spans} == {trace_id}, "one trace across the processes"
-    assert process.parent_id == receive.span_id, "processing continues the stored context"
+    # A claim takes events of many traces: it and its wake-up are in traces of their own.
+    batch = {"hookd.claim", "hookd.wake"}
+    traced = [s for s in seen.spans if s.name not in batch]
+    assert {s.trace_id for s in traced} == {trace_id}, "one trace across the processes"
+    for process in (first, second):
+        assert process.parent_id == receive.span_id, "processing continues the stored context"
+    # Each attempt's claim: a span of the worker, linked to the event's stored context
+    # (the receive span), and linked to from that attempt's processing span.
+    claims = {c.span_id: c for c in seen.named("hookd.claim")}
+    for process in (first, second):
+        ((link_trace, link_span, _),) = process.links
+        claim = claims.pop(link_span)
+        assert claim.trace_id == link_trace != trace_id
+        assert claim.process == "worker"
+        assert claim.attributes["hookd.claim.count"] == "1"
+        assert claim.attributes["hookd.sources"] == "github"
+        assert claim.links == [(trace_id, receive.span_id, {"hookd.event_id": event_id})]
+        # Its wake-up's span is its parent, when a wake-up (not a sweep) started its drain.
+        wakes = {w.span_id: w for w in seen.named("hookd.wake")}
+        if claim.parent_id:
+            assert wakes[claim.parent_id].trace_id == claim.trace_id
+            assert wakes[claim.parent_id].attributes["hookd.wake.via"] == "arq"
+    assert not claims, "one claim per attempt"
+    # A hookd.handler span per handler attempt, in its attempt's processing span; the
+    # failed one marked failed with the error's type only.
+    failed, succeeded = sorted(
+        seen.named("hookd.handler"), key=lambda s: s.parent_id != first.span_id
+    )
+    assert (failed.parent_id, succeeded.parent_id) == (first.span_id, second.span_id)
+    assert failed.attributes["hookd.handler"] == succeeded.attributes["hookd.handler"] == FAILS_ONCE
+    assert (failed.status, failed.attributes["error.type"]) == (2, "RuntimeError")
+    assert succeeded.status != 2 and "error.type" not in succeeded.attributes
+    assert (first.attributes["hookd.outcome"], second.attributes["hookd.outcome"]) == (
+        "failed",
+        "processed",
+    )
+    process = first
     column, stored_headers = await stored_context(pg_url, event_id)
     assert column is not None and column.startswith(f"00-{trace_id}-{receive.span_id}-")
     assert "traceparent" not in stored_headers, "the provider's headers are left as they came"

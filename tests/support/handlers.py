@@ -111,3 +111,13 @@ async def echo_failure(event: Event) -> None:
 async def value_error(_: Event) -> None:
     """Always fails the same way: a retrying event's error is predictable."""
     raise ValueError("boom")
+
+
+_failed_once: set[str] = set()
+
+
+async def fails_once(event: Event) -> None:
+    """Fails an event's first run in this process, then succeeds: two attempts."""
+    if event.id not in _failed_once:
+        _failed_once.add(event.id)
+        raise RuntimeError("the first attempt fails")

@@ -37,6 +37,10 @@ with tracing.span("hookd.receive", {"hookd.source": "github"}) as current:
     headers = {}
     tracing.inject(headers)
     assert headers == {} and tracing.traceparent() is None and current is None
+assert tracing.clock() == 0
+assert tracing.claimed("hookd.claim", {"hookd.claim.count": 1}, 0, [("e", "00-x")]) is None
+with tracing.span("hookd.process", parent="00-x", link=None) as current:
+    assert current is None
 print(sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry"))
 """
     done = run_python(code)

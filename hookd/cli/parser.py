@@ -304,7 +304,8 @@ def _add_source_audits(srcsub: argparse._SubParsersAction[argparse.ArgumentParse
         help="read the provider's registration of the endpoint and compare it",
         description="Read each reconciled source's registration with its provider (GitHub: "
         "the hook; Stripe: the webhook endpoint) and compare it with what the source "
-        "expects: active/enabled, its public_url, its expect_events (Stripe also "
+        "expects: active/enabled, its public_url, its expect_events or else the event "
+        "types its handlers' and destinations' types filters take (Stripe also "
         "expect_api_version). Records the result, as each reconcile run does.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(

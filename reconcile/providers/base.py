@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 import httpx
@@ -59,6 +60,86 @@ def shown_url(url: object) -> str:
         return "(not a URL)"
     port = f":{parsed.port}" if parsed.port is not None else ""
     return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}" + ("?…" if parsed.query else "")
+
+
+def needed_types(source: Source) -> tuple[str, ...]:
+    """The event types the source's handlers and destinations take, as their ``types``
+    filters say (globs, in the order written, each once): what its registration must
+    send when ``expect_events`` does not say. A filter without a positive pattern (none
+    at all, or only ``!`` ones) takes every type the provider sends, and a
+    ``[sources.forward]`` every event: neither asks for one in particular."""
+    config = source.config
+    needed: dict[str, None] = {}
+    for taker in (*config.handlers, *config.destinations):
+        for pattern in taker.types:
+            if not pattern.startswith("!"):
+                needed.setdefault(pattern)
+    return tuple(needed)
+
+
+def _glob_tokens(pattern: str) -> list[str]:
+    """A glob as ``fnmatch`` reads it: ``*``, or a one-character pattern (a character,
+    ``?``, or a ``[...]`` set; an unclosed ``[`` is the character itself)."""
+    tokens, i, n = [], 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:
+                tokens.append(pattern[i : j + 1])
+                i = j + 1
+                continue
+            tokens.append("[[]")
+        else:
+            tokens.append(c)
+        i += 1
+    return tokens
+
+
+def glob_extends(pattern: str, prefix: str) -> bool:
+    """Whether ``pattern`` matches some type that begins with ``prefix`` (``prefix``
+    itself included), as ``fnmatchcase`` reads it."""
+    tokens = _glob_tokens(pattern)
+
+    def closure(states: set[int]) -> set[int]:
+        out, todo = set(states), list(states)
+        while todo:
+            i = todo.pop()
+            if i < len(tokens) and tokens[i] == "*" and i + 1 not in out:
+                out.add(i + 1)
+                todo.append(i + 1)
+        return out
+
+    states = closure({0})
+    for c in prefix:
+        moved = set()
+        for i in states:
+            if i < len(tokens):
+                if tokens[i] == "*":
+                    moved.add(i)
+                elif fnmatchcase(c, tokens[i]):
+                    moved.add(i + 1)
+        states = closure(moved)
+        if not states:
+            return False
+    return True
+
+
+def uncovered(
+    needed: Sequence[str], sent: Iterable[object], covers: Callable[[str, str], bool]
+) -> list[str]:
+    """The ``needed`` type globs that no event the registration sends (``sent``; ``*``
+    sends every one) can bring: ``covers(event, glob)`` says whether one can."""
+    events = [e for e in sent if isinstance(e, str)]
+    if "*" in events:
+        return []
+    return [glob for glob in needed if not any(covers(e, glob) for e in events)]
 
 
 def is_2xx(code: object) -> bool:

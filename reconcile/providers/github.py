@@ -10,7 +10,9 @@ Each delivery also says what the receiver answered (``status_code``): every one
 answered with a 2xx is noted for the ack audit, redeliveries included. The hook
 itself (``GET /{hook}``: ``active``, ``events``, ``config.url``, ``last_response``;
 an App's ``GET /app/hook/config``: its ``url``) is the registration the source's
-``public_url`` and ``expect_events`` are compared with.
+``public_url`` and ``expect_events`` are compared with; without ``expect_events``,
+the hook must send the events of the types its handlers' and destinations' ``types``
+filters take (an ``issues.opened`` filter needs the ``issues`` event).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -34,10 +37,13 @@ from reconcile.providers.base import (
     Item,
     ListAdapter,
     Registration,
+    glob_extends,
     is_2xx,
+    needed_types,
     reconciled,
     same_url,
     shown_url,
+    uncovered,
 )
 from store.audit import Acked
 from store.events import NewEvent
@@ -166,11 +172,18 @@ class GitHubAdapter(ListAdapter):
         return hook_registration(self.source, (await self.api.request("GET", self._hook)).json())
 
 
+def sends_type(event: str, glob: str) -> bool:
+    """Whether a hook sending ``event`` brings an event of a type ``glob`` matches: its
+    types are the event's name, or the name, a dot and the action (``issues.opened``)."""
+    return fnmatchcase(event, glob) or glob_extends(glob, f"{event}.")
+
+
 def hook_registration(
     source: Source, hook: Mapping[str, Any], *, app: bool = False
 ) -> Registration:
     """A hook document (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``, or an
-    App's ``{"config": …}``) against the source's ``public_url`` and ``expect_events``."""
+    App's ``{"config": …}``) against the source's ``public_url`` and ``expect_events``
+    (without it, the types its handlers and destinations take)."""
     rc = settings(source)
     config = hook.get("config") or {}
     url = config.get("url")
@@ -187,9 +200,17 @@ def hook_registration(
         }
         if active is not True:
             problems.append("the hook is inactive: GitHub sends it nothing")
-        lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
-        if lacking:
-            problems.append(f"the hook does not send {', '.join(lacking)}")
+        if rc.expect_events:
+            lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
+            if lacking:
+                problems.append(f"the hook does not send {', '.join(lacking)}")
+        else:
+            lacking = uncovered(needed_types(source), events, sends_type)
+            if lacking:
+                problems.append(
+                    f"the hook does not send {', '.join(lacking)}, which the source's "
+                    "handlers or destinations take"
+                )
         code = last.get("code")
         if isinstance(code, int) and not is_2xx(code):
             said = last.get("message") or last.get("status") or ""

@@ -6,7 +6,9 @@ The events API does not say what the receiver answered (an event has a count of
 ``pending_webhooks``, not its attempts), so there is no ack audit. The webhook
 endpoint (``GET /v1/webhook_endpoints/{id}``, or the one of the list whose ``url``
 is the source's ``public_url``) is the registration: its ``status``, ``url``,
-``enabled_events`` and ``api_version``."""
+``enabled_events`` and ``api_version``. Its events are compared with
+``expect_events`` or, without it, with the types the source's handlers' and
+destinations' ``types`` filters take (``invoice.*`` needs an ``invoice.`` event)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 from hookd.providers.stripe import StripeReconcile
@@ -23,9 +26,11 @@ from reconcile.providers.base import (
     Item,
     ListAdapter,
     Registration,
+    needed_types,
     reconciled,
     same_url,
     shown_url,
+    uncovered,
 )
 from store.events import NewEvent
 
@@ -128,7 +133,8 @@ class StripeAdapter(ListAdapter):
 
 def endpoint_registration(source: Source, endpoint: Mapping[str, Any]) -> Registration:
     """A webhook endpoint object (``GET /v1/webhook_endpoints/{id}``) against the
-    source's ``public_url``, ``expect_events`` and ``expect_api_version``."""
+    source's ``public_url``, ``expect_events`` (without it, the types its handlers
+    and destinations take) and ``expect_api_version``."""
     rc = source.config.reconcile
     assert isinstance(rc, StripeReconcile)
     url, status = endpoint.get("url"), endpoint.get("status")
@@ -152,9 +158,17 @@ def endpoint_registration(source: Source, endpoint: Mapping[str, Any]) -> Regist
             f"the endpoint posts to {shown_url(url)}, not to the source's public_url "
             f"{shown_url(expected)}"
         )
-    lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
-    if lacking:
-        problems.append(f"the endpoint does not send {', '.join(lacking)}")
+    if rc.expect_events:
+        lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
+        if lacking:
+            problems.append(f"the endpoint does not send {', '.join(lacking)}")
+    else:
+        lacking = uncovered(needed_types(source), events, fnmatchcase)
+        if lacking:
+            problems.append(
+                f"the endpoint does not send {', '.join(lacking)}, which the source's "
+                "handlers or destinations take"
+            )
     wanted = rc.expect_api_version
     if wanted is not None and version != wanted:
         has = version or "the account's default version"

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.parser import build_parser
+from hookd.cli.reconcile import cmd_sources
 from hookd.metrics import db as db_metrics
 from hookd.settings import Settings
 from hookd.sources import Source, Sources, parse_sources
@@ -332,3 +333,85 @@ async def test_hookd_coverage_refuses_an_unknown_source_and_a_bad_time(
         assert bad.returncode == 2
         assert "Traceback" not in bad.stderr
         assert "since 'last tuesday' is not a time" in last_line(bad.stderr)
+
+
+async def sources_cli(setup: Setup, *args: str) -> tuple[int, str]:
+    """``hookd sources ARGS`` (disable, enable) as an operator runs it, in this process:
+    its exit status and what it printed."""
+    parsed = build_parser().parse_args(["sources", *args])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await cmd_sources(parsed, Settings(database_url=setup.url), setup.sources)
+    return code, out.getvalue()
+
+
+async def test_a_source_disabled_by_hand_leaves_a_not_checked_hole_once_enabled(
+    reconciled: Callable[..., AsyncIterator[Setup]],
+) -> None:
+    """``hookd sources disable`` then ``enable``: the window the source went unchecked is
+    in the ledger as the automatic stop leaves it, and ``hookd coverage`` says so."""
+    now = float(int(time.time()))
+    t0 = now - 4 * DAY  # the first run, on the emulated clock
+    emulator = GitHubEmulator(API_TOKEN, hook=HOOK)
+    emulator.add_events(3, start=t0 - 900, step_s=60)
+    for delivery in emulator.deliveries:
+        delivery["status"], delivery["status_code"] = "failed to connect", 502
+    async with serve_app(emulator.app) as api_url:
+        async for setup in reconciled("github", api_url, "lookback_s = 3600"):
+            setup.clock.at = t0
+            first = await setup.reconciler.run(setup.source)
+            assert (first.status, first.repaired) == ("succeeded", 3)
+            code, said = await sources_cli(setup, "disable", "github", "--reason", "key rotation")
+            assert code == 0 and said.startswith("github: reconciliation disabled by cli"), said
+            setup.clock.at = t0 + 3600
+            off = await setup.reconciler.run(setup.source)
+            assert off.status == "disabled"
+
+            # While off: from the cursor on nothing is checked.
+            code, report = await setup.report("--since", iso(t0 - 1800), "--until", "1h")
+            assert code == 1
+            assert holes(report)[-1][2] == ["not_checked"]
+            assert await setup.code("--since", iso(t0 - 1800), "--until", iso(t0 - 120)) == 0
+
+            assert await sources_cli(setup, "enable", "github") == (
+                0,
+                "github: reconciliation enabled\n",
+            )
+            assert await ledger(setup.engine) == [("repaired", 3), ("not_checked", 0)]
+            async with setup.engine.connect() as conn:
+                start, reason = (
+                    await conn.execute(
+                        sa.text(
+                            "SELECT start_at, reason FROM reconcile_coverage "
+                            "WHERE outcome = 'not_checked'"
+                        )
+                    )
+                ).one()
+            assert start.timestamp() == t0 - 60  # the cursor: where the last good run stopped
+            assert reason == "reconciliation disabled: key rotation"
+
+            # The next run checks what GitHub still keeps (3 days); the rest of the
+            # window stays a hole, not checked and now beyond retention.
+            setup.clock.at = None
+            back = await setup.reconciler.run(setup.source)
+            assert back.status == "succeeded"
+            assert [o for o, _ in await ledger(setup.engine)] == [
+                "repaired",
+                "not_checked",
+                "unrecoverable",
+                "complete",
+            ]
+            code, report = await setup.report("--since", iso(t0 - 1800), "--until", "1h")
+            assert code == 1
+            found = holes(report)
+            assert found[0][0] == iso(t0 - 60)
+            assert all("not_checked" in kinds for _, _, kinds in found), found
+            details = [
+                r.get("detail") or ""
+                for i in report["intervals"]
+                if i["state"] == "hole"
+                for r in i["reasons"]
+            ]
+            assert any("key rotation" in d for d in details), details
+            assert await setup.code("--since", iso(t0 - 1800), "--until", iso(t0 - 120)) == 0
+            assert await setup.code("--since", "2d", "--until", "1h") == 0

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -292,6 +293,40 @@ async def test_the_api_the_cli_and_the_admin_page_show_the_history_to_the_read_t
     as_json = json.loads(hookd(sqlite_url, "events", "show", event_id, "--json").stdout)
     assert [e["via"] for e in as_json["history"] if e["kind"] == "replay"] == ["api", "cli"]
     assert as_json["origin"] == "webhook"
+
+
+async def test_a_replay_from_the_admin_page_is_recorded_via_admin(
+    sources: Sources, sqlite_url: str
+) -> None:
+    from tests.support.asgi import running_app
+
+    headers, body = sample_event("github", SECRETS["github"], 1)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with running_app(sources, sqlite_url, admin_token=ADMIN, sweep_s=0.05) as (_, client):
+        event_id = (await client.post("/hooks/github", content=body, headers=headers)).json()[
+            "event_id"
+        ]
+
+        async def processed() -> dict[str, Any]:
+            res = (await client.get(f"/api/events/{event_id}", headers=admin)).json()
+            return res if res["status"] == "processed" else {}
+
+        await wait_for(processed, timeout_s=10)
+        assert (await client.post("/admin/login", data={"token": ADMIN})).status_code == 303
+        found = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/admin")).text)
+        assert found
+        answer = await client.post(
+            f"/admin/events/{event_id}/replay", data={"csrf": found.group(1)}
+        )
+        assert answer.status_code == 303
+        assert answer.headers["location"].endswith("done=replayed")
+        done = await wait_for(processed, timeout_s=10)
+    assert steps(done["history"]) == [
+        ("attempt", 1, "processed"),
+        ("replay", 1, "processed", "admin", "session:admin"),
+        ("attempt", 1, "processed"),
+    ]
+    assert done["origin"] == "webhook"
 
 
 async def test_handlers_and_hookd_try_get_the_providers_occurred_at(

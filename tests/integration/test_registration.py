@@ -1,12 +1,15 @@
 """The registration check against the emulated GitHub hook and Stripe webhook endpoint:
 each reconcile run and ``hookd sources check`` read the provider's registration and
-compare it with the source's expectations (``public_url``, ``expect_events``); drift is
-reported with its reason on the run, in ``GET /api/sources``, on the admin sources page,
-and as ``hookd_source_registration_ok``."""
+compare it with the source's expectations (``public_url``, ``expect_events`` or else the
+types its handlers and destinations take); drift is reported with its reason on the run,
+in ``GET /api/sources``, on the admin sources page, and as
+``hookd_source_registration_ok``."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import re
@@ -20,9 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
+from hookd.cli.parser import build_parser
+from hookd.cli.reconcile import cmd_sources
+from hookd.settings import Settings
 from hookd.sources import parse_sources
 from tests.support.asgi import running_app
-from tests.support.constants import SECRETS
+from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT
@@ -44,7 +50,16 @@ CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 Emulator = GitHubEmulator | StripeEmulator
 
 
-def sources_toml(provider: str, api_url: str, *, public_url: bool = True, extra: str = "") -> str:
+def sources_toml(
+    provider: str,
+    api_url: str,
+    *,
+    public_url: bool = True,
+    extra: str = "",
+    routing: tuple[str, str] = ("", ""),
+) -> str:
+    """``routing``: the source's keys before ``[sources.reconcile]`` (``handlers``) and
+    the tables after it (``[[sources.destinations]]``)."""
     if provider == "github":
         secret, token, specific = SECRETS["github"], API_TOKEN, f'hook = "{HOOK}"'
     else:
@@ -56,12 +71,14 @@ name = "{provider}"
 provider = "{provider}"
 secrets = ["{secret}"]
 {public}
+{routing[0]}
 
 [sources.reconcile]
 api_url = "{api_url}"
 token = "{token}"
 {specific}
 {extra}
+{routing[1]}
 """
 
 
@@ -115,13 +132,14 @@ class World:
 
 @pytest.fixture
 async def world(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[World]:
-    """``request.param``: the provider, or (provider, emulator, extra config)."""
+    """``request.param``: the provider, or (provider, emulator, extra config[, routing])."""
     param = request.param if isinstance(request.param, tuple) else (request.param,)
     provider = param[0]
     emulator = param[1] if len(param) > 1 else registered_emulator(provider)
     extra = param[2] if len(param) > 2 else ""
+    routing = param[3] if len(param) > 3 else ("", "")
     async with serve_app(emulator.app) as api_url:
-        text = sources_toml(provider, api_url, extra=extra)
+        text = sources_toml(provider, api_url, extra=extra, routing=routing)
         sources = parse_sources(text, Path("registration.toml"), env={})
         async with running_app(
             sources, pg_url, admin_token=TOKEN, sweep_s=0.1, reconcile_schedule=False
@@ -260,6 +278,94 @@ async def test_events_the_source_expects_and_the_hook_does_not_send_are_named(
     assert run["registration"] == {"ok": False, "problems": ["the hook does not send issues"]}
     world.emulator.hook_events = ["*"]
     assert (await world.reconcile())["registration"] == {"ok": True, "problems": []}
+
+
+def destination(name: str, types: str) -> str:
+    """A ``[[sources.destinations]]`` table (nothing listens there: the events the runs
+    store are of other types, so none is sent)."""
+    return f"""
+[[sources.destinations]]
+name = "{name}"
+url = "http://127.0.0.1:9/{name}"
+secret = "{STANDARD_SECRET}"
+types = {types}
+"""
+
+
+# issues.opened (the emulator's deliveries) comes with the hook's "issues" event.
+GITHUB_ROUTING = (
+    'handlers = [{ ref = "tests.support.try_handlers:summarise", types = ["issues.opened"] }]',
+    destination("releases", '["release.*", "!release.deleted"]'),
+)
+NEEDED_BY = "which the source's handlers or destinations take"
+
+
+@pytest.mark.parametrize(
+    "world", [("github", registered_emulator("github"), "", GITHUB_ROUTING)], indirect=True
+)
+async def test_without_expect_events_the_hook_must_send_what_handlers_and_destinations_take(
+    world: World,
+) -> None:
+    assert isinstance(world.emulator, GitHubEmulator)
+    world.emulator.hook_events = ["push", "pull_request"]
+    run = await world.reconcile()
+    assert run["registration"] == {
+        "ok": False,
+        "problems": [f"the hook does not send issues.opened, release.*, {NEEDED_BY}"],
+    }
+    assert await world.metric("hookd_source_registration_ok") == 0
+    world.emulator.hook_events = ["issues", "push"]
+    run = await world.reconcile()
+    assert run["registration"] == {
+        "ok": False,
+        "problems": [f"the hook does not send release.*, {NEEDED_BY}"],
+    }
+    world.emulator.hook_events = ["issues", "release"]
+    assert (await world.reconcile())["registration"] == {"ok": True, "problems": []}
+    assert await world.metric("hookd_source_registration_ok") == 1
+
+
+async def sources_check(pg_url: str, config: str) -> tuple[int, str]:
+    """``hookd sources check stripe`` run in this process (the command costs seconds to
+    start): its exit status and what it printed."""
+    sources = parse_sources(config, Path("hookd.toml"), env={})
+    args = build_parser().parse_args(["sources", "check", "stripe"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await cmd_sources(args, Settings(database_url=pg_url), sources)
+    return code, out.getvalue()
+
+
+async def test_sources_check_names_the_types_a_stripe_endpoint_does_not_send(
+    pg_url: str,
+) -> None:
+    """The endpoint sends invoice.paid and charge.succeeded; the source's destinations
+    take invoice.* and customer.*, its handler charge.refunded. With ``expect_events``
+    set, that list alone is compared."""
+    stripe = registered_emulator("stripe")
+    assert isinstance(stripe, StripeEmulator)
+    stripe.webhook_endpoints[-1]["enabled_events"] = ["invoice.paid", "charge.succeeded"]
+    routing = (
+        'handlers = [{ ref = "tests.support.try_handlers:summarise", '
+        'types = ["charge.refunded"] }]',
+        destination("billing", '["invoice.*", "!invoice.created"]')
+        + destination("crm", '["customer.*"]'),
+    )
+    async with serve_app(stripe.app) as api_url:
+        config = sources_toml("stripe", api_url, routing=routing)
+        assert await sources_check(pg_url, config) == (
+            1,
+            "stripe: registration differs: the endpoint does not send charge.refunded, "
+            f"customer.*, {NEEDED_BY}\n",
+        )
+        stripe.webhook_endpoints[-1]["enabled_events"] = ["*"]
+        assert (await sources_check(pg_url, config))[0] == 0
+        stripe.webhook_endpoints[-1]["enabled_events"] = ["invoice.paid"]
+        assert (await sources_check(pg_url, config))[0] == 1
+        explicit = sources_toml(
+            "stripe", api_url, routing=routing, extra='expect_events = ["invoice.paid"]'
+        )
+        assert (await sources_check(pg_url, explicit))[0] == 0
 
 
 async def test_a_stripe_source_that_does_not_say_which_endpoint_is_not_checked(

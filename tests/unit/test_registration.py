@@ -3,6 +3,8 @@ their APIs show them) and the keys that configure it: pure, no services."""
 
 from __future__ import annotations
 
+import itertools
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -10,28 +12,44 @@ import pytest
 
 from hookd.errors import ConfigError
 from hookd.sources import Source, parse_sources
-from reconcile.providers.base import is_2xx, shown_url
-from reconcile.providers.github import hook_registration
+from reconcile.providers.base import glob_extends, is_2xx, needed_types, shown_url
+from reconcile.providers.github import hook_registration, sends_type
 from reconcile.providers.stripe import endpoint_registration
 
 URL = "https://hookd.example/hooks/src"
 
 
-def source(provider: str, reconcile: str = "", public_url: str | None = URL) -> Source:
+def source(
+    provider: str,
+    reconcile: str = "",
+    public_url: str | None = URL,
+    handlers: str = "",
+    destinations: tuple[str, ...] = (),
+) -> Source:
+    """``handlers``: the key's value as written; ``destinations``: each one's ``types``
+    as written ("" for none)."""
     secret = "whsec_c2VjcmV0" if provider == "stripe" else "s3cret"
     specific = 'hook = "repos/o/r/hooks/1"' if provider == "github" else ""
     public = f'public_url = "{public_url}"' if public_url else ""
+    handled = f"handlers = {handlers}" if handlers else ""
+    sent = "".join(
+        f'\n[[sources.destinations]]\nname = "d{i}"\nurl = "https://d.example/{i}"\n'
+        f'secret = "whsec_c2VjcmV0"\n' + (f"types = {types}\n" if types else "")
+        for i, types in enumerate(destinations)
+    )
     text = f"""
 [[sources]]
 name = "src"
 provider = "{provider}"
 secrets = ["{secret}"]
 {public}
+{handled}
 
 [sources.reconcile]
 token = "t"
 {specific}
 {reconcile}
+{sent}
 """
     found = parse_sources(text, Path("hookd.toml"), env={}).get("src")
     assert found is not None
@@ -92,6 +110,74 @@ def test_expected_events_a_hook_lacks_are_named_and_star_sends_all() -> None:
     everything = hook_registration(github, hook(events=["*"]))
     assert lacking.problems == ("the hook does not send pull_request, release",)
     assert everything.ok
+
+
+HANDLERS = '["m:every", { ref = "m:opened", types = ["issues.opened", "!issues.deleted"] }]'
+NEEDS = " which the source's handlers or destinations take"
+
+
+def test_the_types_its_handlers_and_destinations_take_are_what_it_needs() -> None:
+    """Positive globs, in the order written, each once; negated ones, a handler with no
+    filter, a destination without types and a forward ask for no type in particular."""
+    github = source(
+        "github",
+        handlers=HANDLERS,
+        destinations=('["release", "pull_request.*", "issues.opened"]', '["!push"]', ""),
+    )
+    assert needed_types(github) == ("issues.opened", "release", "pull_request.*")
+    assert needed_types(source("github", handlers='["m:every"]', destinations=("",))) == ()
+
+
+def test_a_hook_must_send_the_events_of_the_types_its_handlers_and_destinations_take() -> None:
+    github = source("github", handlers=HANDLERS, destinations=('["pull_request.*", "rel*"]',))
+    lacking = hook_registration(github, hook(events=["push"]))
+    assert lacking.problems == (
+        "the hook does not send issues.opened, pull_request.*, rel*," + NEEDS,
+    )
+    # issues.opened comes with the issues event; "release" matches rel*.
+    partly = hook_registration(github, hook(events=["issues", "release"]))
+    assert partly.problems == ("the hook does not send pull_request.*," + NEEDS,)
+    assert hook_registration(github, hook(events=["issues", "pull_request", "release"])).ok
+    assert hook_registration(github, hook(events=["*"])).ok
+
+
+def test_expect_events_overrides_what_the_handlers_and_destinations_take() -> None:
+    github = source("github", 'expect_events = ["push"]', handlers=HANDLERS)
+    assert hook_registration(github, hook(events=["push"])).ok
+    stripe = source("stripe", 'expect_events = ["customer.updated"]', destinations=('["x.*"]',))
+    assert endpoint_registration(stripe, endpoint()).ok
+
+
+def test_without_type_filters_nothing_is_needed_beyond_expect_events() -> None:
+    github = source("github", handlers='["m:every"]', destinations=('["!push"]',))
+    assert hook_registration(github, hook(events=["push"])).ok
+    assert endpoint_registration(source("stripe"), endpoint(enabled_events=[])).ok
+
+
+def test_an_endpoint_must_send_the_types_its_handlers_and_destinations_take() -> None:
+    stripe = source(
+        "stripe",
+        handlers='[{ ref = "m:refund", types = ["charge.refunded"] }]',
+        destinations=('["invoice.*", "!invoice.created"]', '["customer.*"]'),
+    )
+    assert endpoint_registration(stripe, endpoint()).problems == (
+        "the endpoint does not send charge.refunded," + NEEDS,
+    )
+    assert endpoint_registration(stripe, endpoint(enabled_events=["*"])).ok
+    without = endpoint_registration(stripe, endpoint(enabled_events=["charge.refunded"]))
+    assert without.problems == ("the endpoint does not send invoice.*, customer.*," + NEEDS,)
+
+
+def test_a_glob_extends_a_prefix_as_fnmatch_would_match_a_longer_type() -> None:
+    """Against brute force over short types: some ``prefix + rest`` matches the glob."""
+    rests = ["".join(r) for n in range(5) for r in itertools.product("ab.[", repeat=n)]
+    for glob in ("*", "a*", "*b", "a.b", "a?", "[ab].*", "[!a]*", "a*b.a", "?.?", "a[.]b", "a[b"):
+        for n in range(4):
+            for prefix in map("".join, itertools.product("ab.[", repeat=n)):
+                found = any(fnmatchcase(prefix + rest, glob) for rest in rests)
+                assert glob_extends(glob, prefix) is found, (glob, prefix)
+    assert sends_type("issues", "issues.opened") and sends_type("issues", "*opened")
+    assert not sends_type("issue", "issues.opened") and not sends_type("push", "pull*")
 
 
 def test_a_last_delivery_answered_with_an_error_is_a_problem_and_unused_is_not() -> None:

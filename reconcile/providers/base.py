@@ -80,7 +80,7 @@ def needed_types(source: Source) -> tuple[str, ...]:
 def _glob_tokens(pattern: str) -> list[str]:
     """A glob as ``fnmatch`` reads it: ``*``, or a one-character pattern (a character,
     ``?``, or a ``[...]`` set; an unclosed ``[`` is the character itself)."""
-    tokens, i, n = [], 0, len(pattern)
+    parts, i, n = [], 0, len(pattern)
     while i < n:
         c = pattern[i]
         if c == "[":
@@ -92,26 +92,26 @@ def _glob_tokens(pattern: str) -> list[str]:
             while j < n and pattern[j] != "]":
                 j += 1
             if j < n:
-                tokens.append(pattern[i : j + 1])
+                parts.append(pattern[i : j + 1])
                 i = j + 1
                 continue
-            tokens.append("[[]")
+            parts.append("[[]")
         else:
-            tokens.append(c)
+            parts.append(c)
         i += 1
-    return tokens
+    return parts
 
 
 def glob_extends(pattern: str, prefix: str) -> bool:
     """Whether ``pattern`` matches some type that begins with ``prefix`` (``prefix``
     itself included), as ``fnmatchcase`` reads it."""
-    tokens = _glob_tokens(pattern)
+    parts = _glob_tokens(pattern)
 
     def closure(states: set[int]) -> set[int]:
         out, todo = set(states), list(states)
         while todo:
             i = todo.pop()
-            if i < len(tokens) and tokens[i] == "*" and i + 1 not in out:
+            if i < len(parts) and parts[i] == "*" and i + 1 not in out:
                 out.add(i + 1)
                 todo.append(i + 1)
         return out
@@ -120,10 +120,10 @@ def glob_extends(pattern: str, prefix: str) -> bool:
     for c in prefix:
         moved = set()
         for i in states:
-            if i < len(tokens):
-                if tokens[i] == "*":
+            if i < len(parts):
+                if parts[i] == "*":
                     moved.add(i)
-                elif fnmatchcase(c, tokens[i]):
+                elif fnmatchcase(c, parts[i]):
                     moved.add(i + 1)
         states = closure(moved)
         if not states:

@@ -687,6 +687,7 @@ def summarize(gen: OpenLoop, samples: list[dict[str, Any]], args: argparse.Names
     answered = sum(statuses.values())
     every_send = sorted(x for w in gen.windows for x in w.from_send)
     every_due = sorted(x for w in gen.windows for x in w.from_due)
+    behind_s = max(0.0, every_due[-1]) if every_due else 0.0
     lat: dict[str, Any] = {}
     for name, span in (("first", first), ("last", last)):
         send = pooled(gen, span, "from_send")
@@ -703,7 +704,10 @@ def summarize(gen: OpenLoop, samples: list[dict[str, Any]], args: argparse.Names
     rss = {key: growth(samples, args, key) for key in samples[0]["rss_mb"]} if samples else {}
     return {
         "rate_asked": round(gen.rate, 1),
-        "rate_achieved": round(answered / args.seconds, 1),
+        # Over the time the sending really took: a generator that fell behind its
+        # schedule (the server at its limit) sent the last request that much later.
+        "rate_achieved": round(answered / (args.seconds + behind_s), 1),
+        "behind_schedule_s": round(behind_s, 2),
         "requests_due": gen.total,
         "requests_sent": gen.sent,
         "answered": answered,

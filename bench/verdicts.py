@@ -234,8 +234,14 @@ def quickstart_targets(sid: str, s: dict[str, Any]) -> list[Target]:
         "RSS -"
         if pct is None
         else f"RSS {pct:+.1f}% ({g['first_mb']:.0f} → {g['last_mb']:.0f} MB)",
-        f"{cfg.get('seconds', 0) / 60:.0f} min at {summary['rate_asked']:,.0f} req/s "
-        f"({cfg.get('fraction', 0):.0%} of the max)",
+        f"{cfg.get('seconds', 0) / 60:.0f} min asked at {summary['rate_asked']:,.0f} req/s "
+        f"({cfg.get('fraction', 0):.0%} of the max), "
+        + (
+            f"sustained {summary['rate_achieved']:,.0f} req/s (the sender "
+            f"{summary['behind_schedule_s']:,.0f} s behind: the server at its limit)"
+            if summary.get("behind_schedule_s")
+            else f"sustained {summary['rate_achieved']:,.0f} req/s"
+        ),
     ]
     met: bool | None = (
         once and bool(b) and b["bounded"] and pct is not None and pct <= S6_RSS_GROWTH_PCT

@@ -133,7 +133,18 @@ def _body_of(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-RESERVED = frozenset({"webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key"})
+# Headers hookd sets on every delivery: a transform's own (in any letter case) are dropped,
+# so that none is sent twice.
+RESERVED = frozenset(
+    {
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "idempotency-key",
+        "x-hookd-event-type",
+        "x-hookd-source",
+    }
+)
 
 
 class Destination:

@@ -245,25 +245,6 @@ async def take_probe(
     return bool(result.rowcount)
 
 
-async def reset_breaker(
-    conn: AsyncConnection, source: str, destination: str, *, now: datetime
-) -> None:
-    """Closed, by hand (resuming a destination); the events it held back unparked."""
-    row = await _breaker_for_update(conn, source, destination, now)
-    if row.state != BreakerState.CLOSED or row.failures:
-        await _write_breaker(
-            conn,
-            row._replace(
-                state=BreakerState.CLOSED,
-                failures=0,
-                probe_owner=None,
-                retry_at=None,
-                updated_at=now,
-            ),
-        )
-        await unpark(conn, source, now)
-
-
 # -- parking ------------------------------------------------------------------------
 
 

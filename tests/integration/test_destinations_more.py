@@ -60,7 +60,14 @@ servers = base.servers
 HERE = __name__
 TOKEN = "destinations-more-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-RESERVED = ("webhook-id", "webhook-timestamp", "webhook-signature", "idempotency-key")
+RESERVED = (
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "idempotency-key",
+    "x-hookd-source",
+    "x-hookd-event-type",
+)
 
 
 def source_toml(destinations: str, extra: str = "") -> str:
@@ -132,6 +139,8 @@ FORGED = {
     "WEBHOOK-SIGNATURE": "v1,Zm9yZ2Vk",
     "idempotency-key": "mine",
     "Idempotency-Key": "mine-too",
+    "x-HOOKD-source": "forged-source",
+    "X-Hookd-Event-Type": "forged.type",
 }
 
 
@@ -219,12 +228,13 @@ async def test_a_transform_shapes_what_is_sent_signed_and_cannot_touch_the_signi
         assert delivery.body == json.dumps(shaped, separators=(",", ":")).encode()
         assert delivery.headers["x-reshaped"] == delivery.event_id
         assert delivery.headers["content-type"] == "application/vnd.reshaped+json"
-        # The signing headers and Idempotency-Key are hookd's, each sent once.
+        # The signing headers, Idempotency-Key and X-Hookd-* are hookd's, each sent once.
         for name in RESERVED:
             assert [k for k, _ in raw].count(name) == 1, (name, raw)
         assert delivery.headers["webhook-id"] == delivery.event_id
         assert delivery.headers["idempotency-key"] == idempotency_key(delivery.event_id, "billing")
         assert delivery.headers["x-hookd-event-type"] == stored.type
+        assert delivery.headers["x-hookd-source"] == stored.source
     # A destination without a transform gets the original body.
     assert {d.event_id: d.body for d in targets["live"].accepted} == {
         i: by_id[i].body for i in event_ids

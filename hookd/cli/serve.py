@@ -133,9 +133,34 @@ def check_listen(host: str, port: int) -> None:
         ) from None
 
 
+def _one_graceful_stop() -> None:
+    """A second Ctrl-C while serve stops does not cut the stop short.
+
+    uvicorn treats it as "force quit": it skips the app's shutdown (the group commit's
+    last batch, the processing in hand) and the event loop is torn down under it, with a
+    traceback. hookd's stop is bounded (HOOKD_COMMIT_TIMEOUT_S, the processors' own
+    SIGTERM), so the second one is answered with a line and the stop goes on; SIGKILL
+    still ends it at once."""
+    from uvicorn.server import Server
+
+    forced = Server.handle_exit
+
+    def handle_exit(server: Server, sig: int, frame: FrameType | None) -> None:
+        if server.should_exit and sig == signal.SIGINT:
+            print(
+                "hookd: already stopping: finishing what is in hand (SIGKILL ends it now)",
+                file=sys.stderr,
+            )
+            return
+        forced(server, sig, frame)
+
+    Server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
+
+
 def run_uvicorn(args: argparse.Namespace) -> None:
     import uvicorn
 
+    _one_graceful_stop()
     uvicorn.run(
         "hookd.runtime.app:app_from_env",
         factory=True,

@@ -72,18 +72,26 @@ class Processors:
         self._thread.start()
 
     def _spawn(self, index: int) -> None:
-        self._procs[index] = subprocess.Popen(  # noqa: S603 - this interpreter, our module
-            [
-                sys.executable,
-                "-m",
-                "hookd.runtime.local",
-                "--index",
-                str(index),
-                "--socket",
-                self.paths[index],
-            ],
-            stdin=subprocess.PIPE,  # its end of file tells the processor serve is gone
-        )
+        # Started with SIGINT blocked (a signal mask survives exec): a Ctrl-C at the
+        # terminal reaches the whole process group, and a processor must not stop, or
+        # die in its imports, before serve has stopped taking events; serve stops it
+        # with SIGTERM (or it sees serve gone on its stdin).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self._procs[index] = subprocess.Popen(  # noqa: S603 - this interpreter, our module
+                [
+                    sys.executable,
+                    "-m",
+                    "hookd.runtime.local",
+                    "--index",
+                    str(index),
+                    "--socket",
+                    self.paths[index],
+                ],
+                stdin=subprocess.PIPE,  # its end of file tells the processor serve is gone
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         self._started[index] = time.monotonic()
 
     def _watch(self) -> None:

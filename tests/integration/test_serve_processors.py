@@ -262,3 +262,69 @@ def test_a_bad_processors_value_is_one_line_and_exit_2(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("hookd: environment: HOOKD_PROCESSORS: "), lines
     assert "auto" in lines[0] and "Traceback" not in result.stderr
+
+
+def launch_with_sigint(
+    port: int, cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """``hookd serve`` in a process group of its own with SIGINT as a terminal leaves it
+    (a test runner's process may ignore it, and an ignored signal stays so across exec)."""
+    launch = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'hookd.cli', 'serve', "
+        f"'--port', '{port}'])"
+    )
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-c", launch],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a terminal's job
+        )
+
+
+async def test_a_second_ctrl_c_lets_serve_stop_gracefully_without_a_traceback(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Ctrl-C twice at a terminal (SIGINT to the whole process group, the second while
+    serve stops): uvicorn would force-quit, skipping the app's shutdown with a traceback,
+    and the processors, hit too, would die and be restarted. Now: one line, a graceful
+    stop, the processors stopped by serve, nothing restarted."""
+    await prepare(sqlite_url)
+    port = free_port()
+    env = {**os.environ, **env_for(tmp_path, sqlite_url, HOOKD_PROCESSORS="1")}
+    log_path = tmp_path / "serve.log"
+    proc = launch_with_sigint(port, ROOT, env, log_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        async def ready() -> bool:
+            try:
+                async with httpx.AsyncClient() as client:
+                    healthy = (await client.get(f"{url}/healthz", timeout=1)).status_code == 200
+            except httpx.HTTPError:
+                return False
+            return healthy and len(processors_of(proc.pid)) == 1
+
+        await wait_for(ready, timeout_s=30, message=log_path.read_text)
+        processors = list(processors_of(proc.pid))
+        statuses = await send(url, github_requests(20, 0), concurrency=4)
+        assert statuses.count(202) == 20
+        await wait_processed(sqlite_url, 20)
+        os.killpg(proc.pid, signal.SIGINT)
+        await asyncio.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        await asyncio.to_thread(proc.wait, timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = log_path.read_text()
+    assert proc.returncode in (0, 130), log
+    assert "Traceback" not in log, log
+    assert "already stopping" in log, log
+    assert "restarting" not in log, log
+    assert "processor stopped" in log, log
+    assert not any(running(pid) for pid in processors)

@@ -145,14 +145,14 @@ def _one_graceful_stop() -> None:
 
     forced = Server.handle_exit
 
-    def handle_exit(server: Server, sig: int, frame: FrameType | None) -> None:
-        if server.should_exit and sig == signal.SIGINT:
+    def handle_exit(server: Server, signum: int, frame: FrameType | None) -> None:
+        if server.should_exit and signum == signal.SIGINT:
             print(
                 "hookd: already stopping: finishing what is in hand (SIGKILL ends it now)",
                 file=sys.stderr,
             )
             return
-        forced(server, sig, frame)
+        forced(server, signum, frame)
 
     Server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
 

@@ -142,6 +142,28 @@ def uncovered(
     return [glob for glob in needed if not any(covers(e, glob) for e in events)]
 
 
+def events_drift(
+    expected: Sequence[str],
+    source: Source,
+    sent: Sequence[object],
+    covers: Callable[[str, str], bool],
+    registration: str,
+) -> str | None:
+    """The drift line when the registration (``registration``: "the hook", "the
+    endpoint") does not send what the source expects: ``expected`` (its
+    ``expect_events``) when set, else the types its handlers and destinations take."""
+    if expected:
+        lacking = [e for e in expected if e not in sent and "*" not in sent]
+        return f"{registration} does not send {', '.join(lacking)}" if lacking else None
+    lacking = uncovered(needed_types(source), sent, covers)
+    if not lacking:
+        return None
+    return (
+        f"{registration} does not send {', '.join(lacking)}, which the source's "
+        "handlers or destinations take"
+    )
+
+
 def is_2xx(code: object) -> bool:
     """A status code (an int, or the digits GitLab logs) of a 2xx answer."""
     if isinstance(code, str) and code.isdigit():

@@ -37,13 +37,12 @@ from reconcile.providers.base import (
     Item,
     ListAdapter,
     Registration,
+    events_drift,
     glob_extends,
     is_2xx,
-    needed_types,
     reconciled,
     same_url,
     shown_url,
-    uncovered,
 )
 from store.audit import Acked
 from store.events import NewEvent
@@ -200,17 +199,9 @@ def hook_registration(
         }
         if active is not True:
             problems.append("the hook is inactive: GitHub sends it nothing")
-        if rc.expect_events:
-            lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
-            if lacking:
-                problems.append(f"the hook does not send {', '.join(lacking)}")
-        else:
-            lacking = uncovered(needed_types(source), events, sends_type)
-            if lacking:
-                problems.append(
-                    f"the hook does not send {', '.join(lacking)}, which the source's "
-                    "handlers or destinations take"
-                )
+        drift = events_drift(rc.expect_events, source, events, sends_type, "the hook")
+        if drift:
+            problems.append(drift)
         code = last.get("code")
         if isinstance(code, int) and not is_2xx(code):
             said = last.get("message") or last.get("status") or ""

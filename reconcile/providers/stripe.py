@@ -26,11 +26,10 @@ from reconcile.providers.base import (
     Item,
     ListAdapter,
     Registration,
-    needed_types,
+    events_drift,
     reconciled,
     same_url,
     shown_url,
-    uncovered,
 )
 from store.events import NewEvent
 
@@ -158,17 +157,9 @@ def endpoint_registration(source: Source, endpoint: Mapping[str, Any]) -> Regist
             f"the endpoint posts to {shown_url(url)}, not to the source's public_url "
             f"{shown_url(expected)}"
         )
-    if rc.expect_events:
-        lacking = [e for e in rc.expect_events if e not in events and "*" not in events]
-        if lacking:
-            problems.append(f"the endpoint does not send {', '.join(lacking)}")
-    else:
-        lacking = uncovered(needed_types(source), events, fnmatchcase)
-        if lacking:
-            problems.append(
-                f"the endpoint does not send {', '.join(lacking)}, which the source's "
-                "handlers or destinations take"
-            )
+    drift = events_drift(rc.expect_events, source, events, fnmatchcase, "the endpoint")
+    if drift:
+        problems.append(drift)
     wanted = rc.expect_api_version
     if wanted is not None and version != wanted:
         has = version or "the account's default version"

@@ -99,14 +99,18 @@ def crm_takes(e: NewEvent) -> bool:
     )
 
 
-def sources_toml(base: str, *, crm_breaker: str = "", extra: str = "") -> str:
-    return f"""
+# The stripe source these tests configure destinations on.
+STRIPE_SOURCE = """
 [[sources]]
 name = "stripe"
 provider = "stripe"
 secrets = ["whsec_test_stripe"]
 max_attempts = 3
+"""
 
+
+def sources_toml(base: str, *, crm_breaker: str = "", extra: str = "") -> str:
+    return f"""{STRIPE_SOURCE}
 [[sources.destinations]]
 name = "billing"
 url = "{base}/billing"

@@ -38,6 +38,7 @@ from store.destinations import WHOLE_SOURCE
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
 from tests.integration import test_destinations as base
 from tests.integration.test_destinations import (
+    STRIPE_SOURCE,
     count_status,
     drain_until,
     live_takes,
@@ -71,13 +72,7 @@ RESERVED = (
 
 
 def source_toml(destinations: str, extra: str = "") -> str:
-    return f"""
-[[sources]]
-name = "stripe"
-provider = "stripe"
-secrets = ["whsec_test_stripe"]
-max_attempts = 3
-{extra}
+    return f"""{STRIPE_SOURCE}{extra}
 {destinations}
 """
 

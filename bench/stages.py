@@ -105,7 +105,7 @@ def measure(tree: Path, repeat: int, number: int) -> dict[str, float]:
     now = datetime.now(UTC).timestamp()
     prepared = []
     for scope, body in scopes:
-        headers = receiver.header_map(scope)
+        headers = receiver.header_map(scope["headers"])
         signed = provider.check_headers(headers, now, 300)
         verified = provider.verify(signed, body, source.keys)
         env = provider.envelope(headers, body, verified)
@@ -136,7 +136,7 @@ def measure(tree: Path, repeat: int, number: int) -> dict[str, float]:
 
     def stage_headers() -> None:
         for scope, _, _, _, _, _ in prepared:
-            provider.check_headers(receiver.header_map(scope), now, 300)
+            provider.check_headers(receiver.header_map(scope["headers"]), now, 300)
 
     def stage_verify() -> None:
         for _, body, _, signed, _, _ in prepared:

@@ -122,9 +122,13 @@ class GroupCommitter:
 
     async def submit(self, event: NewEvent) -> Stored:
         """Resolve once the event (or its twin) is committed; ``StoreUnavailable`` otherwise."""
+        return await self.enqueue(event)
+
+    def enqueue(self, event: NewEvent) -> asyncio.Future[Stored]:
+        """``submit`` without a task: the future resolves as ``submit`` would return."""
         future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((event, future))
-        return await future
+        return future
 
     async def _collect(self) -> list[_Item]:
         batch = [await self._queue.get()]

@@ -22,17 +22,21 @@ import json
 import logging
 from typing import Any
 
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from hookd import tracing
 from hookd.settings import Settings
 from ingest import metrics
-from ingest.receiver import peer
+from ingest.direct import DirectCycle
+from ingest.receiver import Client, HookdApp, Receiver, peer
 
 # The receiver's logger: every refused delivery is a "rejected" line there.
 log = logging.getLogger("hookd.receiver")
 
 HEAD_MAX_BYTES = 64 * 1024
 TICK_S = 0.25
+PREFIX = b"/hooks/"
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 # What a header line holds besides its name and value: ": " and CRLF.
 HEADER_FRAMING = 4
@@ -44,26 +48,50 @@ def head_timeout_s() -> float:
 
 
 class _Watch:
-    """The connections whose head is pending, swept every ``TICK_S`` while there are any."""
+    """The connections whose head is pending and the direct deliveries whose body is
+    (``ingest.direct``), swept every ``TICK_S`` while there are any."""
 
     def __init__(self) -> None:
         self.protocols: set[GuardedHttpToolsProtocol] = set()
+        self.bodies: set[DirectCycle] = set()
         self._task: asyncio.Task[None] | None = None
 
     def add(self, protocol: GuardedHttpToolsProtocol, loop: asyncio.AbstractEventLoop) -> None:
         self.protocols.add(protocol)
+        self._sweeping(loop)
+
+    def add_body(self, cycle: DirectCycle, loop: asyncio.AbstractEventLoop) -> None:
+        self.bodies.add(cycle)
+        self._sweeping(loop)
+
+    def _sweeping(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._sweep(loop), name="hookd-head-deadlines")
 
     async def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self.protocols:
+        while self.protocols or self.bodies:
             await asyncio.sleep(TICK_S)
             now = loop.time()
             for protocol in list(self.protocols):
                 protocol.check_head(now)
+            for cycle in list(self.bodies):
+                cycle.expire(now)
 
 
 _WATCH = _Watch()
+
+
+def _receiver_of(app: Any) -> tuple[Receiver | None, ProxyHeadersMiddleware | None]:
+    """hookd's receiver under uvicorn's middleware, if the app is hookd's; and
+    uvicorn's proxy-headers middleware, if it is among them."""
+    proxy = None
+    while not isinstance(app, HookdApp):
+        if isinstance(app, ProxyHeadersMiddleware):
+            proxy = app
+        app = getattr(app, "app", None)
+        if app is None:
+            return None, proxy
+    return getattr(app, "receiver", None), proxy
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -88,6 +116,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # Set once this connection is to be refused: from then on nothing it sends is
         # parsed or handed to the application.
         self._refusal: tuple[int, str] | None = None
+        self._receiver, self._proxy = _receiver_of(self.app)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -142,7 +171,68 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_due = None
         self._head_bytes = 0
         _WATCH.protocols.discard(self)
-        super().on_headers_complete()
+        cycle = self._direct()
+        if cycle is None:
+            super().on_headers_complete()
+            return
+        existing = self.cycle
+        self.cycle = cycle  # type: ignore[assignment] # it stands in for uvicorn's cycle
+        if existing is None or existing.response_complete:
+            cycle.start()
+        else:  # pipelined: answered in order, as uvicorn queues its own cycles
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+
+    def _direct(self) -> DirectCycle | None:
+        """A ``DirectCycle`` for a delivery the receiver can answer without the ASGI
+        app (``ingest.direct``), or None for the ASGI path."""
+        receiver = self._receiver
+        if receiver is None or self.expect_100_continue or tracing.enabled():
+            return None
+        url = self.url
+        if not url.startswith(PREFIX) or b"%" in url or self.parser.get_method() != b"POST":
+            return None
+        try:
+            name = url.partition(b"?")[0][len(PREFIX) :].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        source = receiver.sources.get(name)
+        if (
+            source is None
+            or source.adapter.challenge is not None
+            or self.limit_concurrency is not None
+            or self.parser.should_upgrade()
+        ):
+            return None
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        return DirectCycle(self, receiver, source, self.headers, keep_alive=keep_alive)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if isinstance(cycle, DirectCycle):
+            cycle.start()  # its turn, after the requests pipelined before it
+        else:
+            super()._start_asgi_task(cycle, app)
+
+    def peer_of(self, headers: list[tuple[bytes, bytes]]) -> Client:
+        """The client as the ASGI path's scope would say it: behind a trusted proxy,
+        the address its ``X-Forwarded-For`` gives (uvicorn's proxy headers). Asked only
+        for a refusal's log line, so deliveries do not pay for it."""
+        proxy = self._proxy
+        if proxy is None or self.client is None or self.client[0] not in proxy.trusted_hosts:
+            return self.client
+        forwarded = [value for name, value in headers if name == b"x-forwarded-for"]
+        if not forwarded:
+            return self.client
+        host, port = proxy.trusted_hosts.get_trusted_client_address(
+            b", ".join(forwarded).decode("latin-1")
+        )
+        return (host, port) if host else self.client
+
+    def watch_body(self, cycle: DirectCycle) -> None:
+        _WATCH.add_body(cycle, self.loop)
+
+    def unwatch_body(self, cycle: DirectCycle) -> None:
+        _WATCH.bodies.discard(cycle)
 
     def on_body(self, body: bytes) -> None:
         if self._refusal is None:

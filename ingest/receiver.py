@@ -16,7 +16,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -28,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from hookd import tracing
 from hookd.errors import PayloadError, SignatureError
-from hookd.providers.base import HeaderMap, QueryMap, Reply
+from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHeaders
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
@@ -44,10 +45,34 @@ NO_CONTENT = 204
 JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
 
-Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+RawHeaders = list[tuple[bytes, bytes]]
+Answer = tuple[int, bytes, RawHeaders]
 # Told (source, dedupe_key) of a webhook answered as a duplicate, for a reconciled
 # source; must not block (it queues: ``reconcile.late``).
 OnDuplicate = Callable[[str, str], None]
+
+
+# The connection's other end, as ASGI's ``scope["client"]`` has it.
+Client = tuple[str, int] | list[Any] | None
+
+
+@dataclass(slots=True)
+class Admitted:
+    """A delivery whose head passed: the source, its headers, what they sign."""
+
+    source: Source
+    headers: HeaderMap
+    signed: SignedHeaders
+    now: float
+    started: float
+
+
+@dataclass(slots=True)
+class Received:
+    """A verified delivery: the event to commit, and the envelope it came from."""
+
+    event: NewEvent
+    envelope: Envelope
 
 
 class BodyTooLarge(Exception):
@@ -68,7 +93,7 @@ def _rejections(source: str, reason: str) -> Counter:
     return metrics.WEBHOOK_REJECTIONS.labels(source, reason)
 
 
-def peer(client: tuple[str, int] | list[Any] | None) -> str | None:
+def peer(client: Client) -> str | None:
     """``host:port`` of the connection's other end (ASGI ``scope["client"]``), for logs."""
     if not client:
         return None
@@ -76,10 +101,10 @@ def peer(client: tuple[str, int] | list[Any] | None) -> str | None:
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
-def header_map(scope: Scope) -> HeaderMap:
+def header_map(raw: Iterable[tuple[bytes, bytes]]) -> HeaderMap:
     """Header names as the ASGI server gives them (lowercase, by the ASGI spec)."""
     headers: dict[str, list[str]] = {}
-    for name, value in scope["headers"]:
+    for name, value in raw:
         key = name.decode("latin-1")
         if key in headers:
             headers[key].append(value.decode("latin-1"))
@@ -184,6 +209,16 @@ def query_map(scope: Scope) -> QueryMap:
         raise PayloadError("malformed_payload", "too many query parameters") from None
 
 
+def framed(status: int, body: bytes, headers: RawHeaders) -> RawHeaders:
+    """An answer's headers with its content type and length (the type first)."""
+    if status == NO_CONTENT:
+        # A 204 carries neither a body nor its length (RFC 9110, 8.6).
+        return [h for h in headers if h[0] != CONTENT_TYPE]
+    if headers and headers[0][0] == CONTENT_TYPE:
+        return [headers[0], (b"content-length", str(len(body)).encode()), *headers[1:]]
+    return [JSON_TYPE, (b"content-length", str(len(body)).encode()), *headers]
+
+
 def stored_answer(event_id: str, status: str) -> bytes:
     # Event ids are ULIDs (Crockford base32): nothing to escape.
     return b'{"event_id":"' + event_id.encode() + b'","status":"' + status.encode() + b'"}'
@@ -199,9 +234,9 @@ class Receiver:
         clock: Callable[[], float] = time.time,
         on_duplicate: OnDuplicate | None = None,
     ) -> None:
-        self._sources = sources
-        self._committer = committer
-        self._body_timeout_s = body_timeout_s
+        self.sources = sources
+        self.committer = committer
+        self.body_timeout_s = body_timeout_s
         self._clock = clock
         self._on_duplicate = on_duplicate
         self.deadlines = Deadlines()
@@ -212,7 +247,7 @@ class Receiver:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         name = scope["path"][len(PREFIX) :]
-        source = self._sources.get(name)
+        source = self.sources.get(name)
         method = scope["method"]
         challenged = source is not None and source.adapter.challenge is not None
         if method != "POST" and not challenged:
@@ -225,118 +260,53 @@ class Receiver:
             with tracing.span("hookd.receive", attributes) as current:
                 status, body, headers = await self._receive(scope, receive, source, started)
                 tracing.annotate(current, {"http.response.status_code": status})
-        if status == NO_CONTENT:
-            # A 204 carries neither a body nor its length (RFC 9110, 8.6).
-            headers = [h for h in headers if h[0] != CONTENT_TYPE]
-        elif headers and headers[0][0] == CONTENT_TYPE:
-            headers = [headers[0], (b"content-length", str(len(body)).encode()), *headers[1:]]
-        else:
-            headers = [JSON_TYPE, (b"content-length", str(len(body)).encode()), *headers]
+        headers = framed(status, body, headers)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    def _stored(self, source: Source, stored: Stored, dedupe_key: str) -> None:
-        """Log a new event; hand a duplicate of a reconciled source's key on (a late
-        delivery when a reconcile run stored it first), without waiting."""
-        outcome = "accepted" if stored.created else "duplicate"
-        tracing.annotate(
-            tracing.here(), {"hookd.event_id": stored.event_id, "hookd.outcome": outcome}
-        )
-        if stored.created:
-            log.info(
-                "accepted",
-                extra={
-                    "event_id": stored.event_id,
-                    "source": source.name,
-                    "dedupe_key": dedupe_key,
-                },
-            )
-        elif self._on_duplicate is not None and source.config.reconcile is not None:
-            self._on_duplicate(source.name, dedupe_key)
+    # The stages of a delivery, shared by the ASGI path (``_receive``) and the direct
+    # one (``ingest.direct``): each returns an ``Answer`` when the request ends there.
 
-    def _reject(self, source: str, reason: str) -> None:
-        _received(source, "rejected").inc()
-        _rejections(source, reason).inc()
-
-    def _refused(self, scope: Scope, source: str, reason: str, detail: str = "") -> None:
-        """Count a refused delivery and log it: one "rejected" line per refusal."""
-        self._reject(source, reason)
-        extra = {"source": source, "reason": reason, "peer": peer(scope.get("client"))}
-        if detail:
-            extra["detail"] = detail
-        log.info("rejected", extra=extra)
-
-    def _challenge(self, scope: Scope, source: Source) -> Answer | None:
-        """The answer to a registration challenge, or None for a delivery to verify."""
-        assert source.adapter.challenge is not None
-        try:
-            query = query_map(scope)
-            reply = source.adapter.challenge(scope["method"], query, source.keys)
-        except SignatureError as exc:
-            self._refused(scope, source.name, exc.reason)
-            return error(401, exc.reason)
-        except PayloadError as exc:
-            self._refused(scope, source.name, exc.reason, exc.detail)
-            return error(400, exc.reason, exc.detail)
-        if reply is not None:
-            log.info("handshake answered", extra={"source": source.name})
-            return reply_answer(reply)
-        if scope["method"] != "POST":
-            return error(405, "method_not_allowed", "", (b"allow", b"POST"))
-        return None
-
-    async def _receive(  # noqa: PLR0911, PLR0912 - one return per documented HTTP outcome
-        self, scope: Scope, receive: Receive, source: Source, started: float
-    ) -> Answer:
-        name = source.name
-        provider = source.adapter
-        if provider.challenge is not None:
-            answered = self._challenge(scope, source)
-            if answered is not None:
-                return answered
-        limit = source.config.max_body_bytes
+    def admit(
+        self, source: Source, headers: HeaderMap, client: Client, started: float
+    ) -> Admitted | Answer:
+        """Before the body: the declared length and the signature headers (timestamp)."""
         now = self._clock()
-        headers = header_map(scope)
         declared = headers.get("content-length")
-        if declared and declared[0].isdigit() and int(declared[0]) > limit:
-            self._refused(scope, name, "body_too_large")
+        if declared and declared[0].isdigit() and int(declared[0]) > source.config.max_body_bytes:
+            self._refused(client, source.name, "body_too_large")
             return error(413, "body_too_large", "", CLOSE)
         try:
-            signed = provider.check_headers(headers, now, source.config.tolerance_s)
+            signed = source.adapter.check_headers(headers, now, source.config.tolerance_s)
         except SignatureError as exc:
-            self._refused(scope, name, exc.reason)
+            self._refused(client, source.name, exc.reason)
             return error(401, exc.reason, "", CLOSE)
-        try:
-            body = await self.deadlines.read(receive, limit, self._body_timeout_s)
-        except BodyTooLarge:
-            self._refused(scope, name, "body_too_large")
-            return error(413, "body_too_large", "", CLOSE)
-        except TimeoutError:
-            self._refused(scope, name, "body_timeout")
-            return error(408, "body_timeout", "", CLOSE)
-        except ClientGone:
-            self._reject(name, "client_disconnected")
-            return 400, b"", []
+        return Admitted(source, headers, signed, now, started)
+
+    def event_of(self, admitted: Admitted, body: bytes, client: Client) -> Received | Answer:
+        """The whole body: verified on its bytes, read into the event to store."""
+        source = admitted.source
+        provider = source.adapter
         try:
             with tracing.span("hookd.verify"):
-                verified = provider.verify(signed, body, source.keys)
+                verified = provider.verify(admitted.signed, body, source.keys)
         except SignatureError as exc:
-            self._refused(scope, name, exc.reason)
+            self._refused(client, source.name, exc.reason)
             return error(401, exc.reason)
         try:
-            env = provider.envelope(headers, body, verified)
+            env = provider.envelope(admitted.headers, body, verified)
         except PayloadError as exc:
-            self._refused(scope, name, exc.reason, exc.detail)
+            self._refused(client, source.name, exc.reason, exc.detail)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
             return reply_answer(env.reply)
         event = NewEvent(
-            source=name,
+            source=source.name,
             provider=source.provider,
             dedupe_key=env.dedupe_key,
             type=env.type,
             origin=EventOrigin.WEBHOOK,
-            received_at=datetime.fromtimestamp(now, UTC),
+            received_at=datetime.fromtimestamp(admitted.now, UTC),
             occurred_at=env.occurred_at,
             verified_with=verified.describe(),
             headers=env.headers,
@@ -346,21 +316,116 @@ class Receiver:
         order = source.config.order
         if order is not None:  # the object it is about, and its version ([sources.order])
             event = order.stamp(event)
+        return Received(event, env)
+
+    def stored(self, admitted: Admitted, received: Received, stored: Stored) -> Answer:
+        """The answer to a committed event (new or a duplicate), counted and logged."""
+        source = admitted.source
+        created = stored.created
+        outcome = "accepted" if created else "duplicate"
+        self._tally.record(source.name, outcome, time.perf_counter() - admitted.started)
+        dedupe_key = received.envelope.dedupe_key
+        if tracing.enabled():
+            tracing.annotate(
+                tracing.here(), {"hookd.event_id": stored.event_id, "hookd.outcome": outcome}
+            )
+        if created:
+            log.info(
+                "accepted",
+                extra={
+                    "event_id": stored.event_id,
+                    "source": source.name,
+                    "dedupe_key": dedupe_key,
+                },
+            )
+        elif self._on_duplicate is not None and source.config.reconcile is not None:
+            # A late delivery when a reconcile run stored it first; queued, not awaited.
+            self._on_duplicate(source.name, dedupe_key)
+        ack = received.envelope.ack
+        if ack is not None:
+            return reply_answer(ack)
+        if created:
+            return source.adapter.accepted_status, stored_answer(stored.event_id, outcome), []
+        return 200, stored_answer(stored.event_id, outcome), []
+
+    def unavailable(self, source: Source, exc: StoreUnavailable) -> Answer:
+        """Not committed: not acknowledged, and the sender is told to come back."""
+        self._reject(source.name, "unavailable")
+        log.warning("store unavailable", extra={"source": source.name, "reason": exc.reason})
+        return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+
+    def disconnected(self, source: Source) -> None:
+        """The client went away before its body was whole: nothing stored, nothing said."""
+        self._reject(source.name, "client_disconnected")
+
+    def _reject(self, source: str, reason: str) -> None:
+        _received(source, "rejected").inc()
+        _rejections(source, reason).inc()
+
+    def _refused(self, client: Client, source: str, reason: str, detail: str = "") -> None:
+        """Count a refused delivery and log it: one "rejected" line per refusal."""
+        self._reject(source, reason)
+        extra = {"source": source, "reason": reason, "peer": peer(client)}
+        if detail:
+            extra["detail"] = detail
+        log.info("rejected", extra=extra)
+
+    def refuse_body(self, source: Source, reason: str, client: Client) -> Answer:
+        """The body passed the source's limit (413) or its deadline (408)."""
+        self._refused(client, source.name, reason)
+        return error(413 if reason == "body_too_large" else 408, reason, "", CLOSE)
+
+    def _challenge(self, scope: Scope, source: Source) -> Answer | None:
+        """The answer to a registration challenge, or None for a delivery to verify."""
+        assert source.adapter.challenge is not None
+        client = scope.get("client")
+        try:
+            query = query_map(scope)
+            reply = source.adapter.challenge(scope["method"], query, source.keys)
+        except SignatureError as exc:
+            self._refused(client, source.name, exc.reason)
+            return error(401, exc.reason)
+        except PayloadError as exc:
+            self._refused(client, source.name, exc.reason, exc.detail)
+            return error(400, exc.reason, exc.detail)
+        if reply is not None:
+            log.info("handshake answered", extra={"source": source.name})
+            return reply_answer(reply)
+        if scope["method"] != "POST":
+            return error(405, "method_not_allowed", "", (b"allow", b"POST"))
+        return None
+
+    async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
+        self, scope: Scope, receive: Receive, source: Source, started: float
+    ) -> Answer:
+        if source.adapter.challenge is not None:
+            answered = self._challenge(scope, source)
+            if answered is not None:
+                return answered
+        client = scope.get("client")
+        admitted = self.admit(source, header_map(scope["headers"]), client, started)
+        if not isinstance(admitted, Admitted):
+            return admitted
+        try:
+            body = await self.deadlines.read(
+                receive, source.config.max_body_bytes, self.body_timeout_s
+            )
+        except BodyTooLarge:
+            return self.refuse_body(source, "body_too_large", client)
+        except TimeoutError:
+            return self.refuse_body(source, "body_timeout", client)
+        except ClientGone:
+            self.disconnected(source)
+            return 400, b"", []
+        received = self.event_of(admitted, body, client)
+        if not isinstance(received, Received):
+            return received
         try:
             with tracing.span("hookd.commit"):  # the wait for the group commit
-                stored = await self._committer.submit(event)
+                stored = await self.committer.submit(received.event)
         except StoreUnavailable as exc:
-            self._reject(name, "unavailable")
-            log.warning("store unavailable", extra={"source": name, "reason": exc.reason})
-            return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
-        outcome = "accepted" if stored.created else "duplicate"
-        self._tally.record(name, outcome, time.perf_counter() - started)
-        self._stored(source, stored, env.dedupe_key)
-        if env.ack is not None:
-            return reply_answer(env.ack)
-        if stored.created:
-            return provider.accepted_status, stored_answer(stored.event_id, "accepted"), []
-        return 200, stored_answer(stored.event_id, "duplicate"), []
+            return self.unavailable(source, exc)
+        return self.stored(admitted, received, stored)
 
 
 class HookdApp(Starlette):

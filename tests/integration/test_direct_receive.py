@@ -237,3 +237,23 @@ async def test_tracing_on_takes_the_asgi_path(
         response = await client.post("/hooks/github", content=body, headers=headers)
     assert response.status_code == 202
     assert starts == []
+
+
+async def test_expect_100_continue_takes_the_asgi_path(
+    sources: Sources, sqlite_url: str, starts: list[str]
+) -> None:
+    """A client that waits for ``100 Continue`` before its body gets it: the ASGI
+    path's receive sends it, so such a delivery is not taken directly."""
+    headers, body = github("expect")
+    async with running_app(sources, sqlite_url, via="http") as (_, client):
+        reader, writer = await rawhttp.connect(str(client.base_url))
+        head = rawhttp.request("/hooks/github", body, {**headers, "Expect": "100-continue"})
+        writer.write(head[: -len(body)])  # the head alone, then wait as curl does
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.write(body)
+        status, _, _ = await asyncio.wait_for(rawhttp.read_response(reader), 5)
+        writer.close()
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    assert status == 202
+    assert starts == []
+    assert await stored_keys(sqlite_url) == ["expect"]

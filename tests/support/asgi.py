@@ -9,20 +9,18 @@ show the two paths answer alike.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 
 from hookd.runtime.app import create_app
 from hookd.settings import Settings
 from hookd.sources import Sources
 from ingest.httpguard import GuardedHttpToolsProtocol
-from tests.support.server import free_port
+from tests.support.http import serve_app
 
 
 @contextlib.asynccontextmanager
@@ -43,30 +41,7 @@ async def running_app(
                 yield app, client
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
+def serving(app: Any) -> contextlib.AbstractAsyncContextManager[str]:
     """``app`` behind uvicorn on 127.0.0.1 with serve's protocol (its lifespan is the
     caller's to run); yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            http=GuardedHttpToolsProtocol,
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            log_config=None,
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    return serve_app(app, http=GuardedHttpToolsProtocol, access_log=False, log_config=None)

@@ -13,10 +13,13 @@ from tests.support.server import free_port
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: Any) -> AsyncIterator[str]:
-    """Serve an ASGI app with uvicorn on 127.0.0.1; yields its base URL."""
+async def serve_app(app: Any, **options: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app with uvicorn on 127.0.0.1; yields its base URL. ``options``
+    are more of ``uvicorn.Config``'s (its lifespan is off: the caller's to run)."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **options
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:

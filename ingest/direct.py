@@ -137,15 +137,19 @@ class DirectCycle:
         # the message's end and when the connection is lost.
         return self
 
-    @property
     def _client(self) -> Client:
         return self._connection.peer_of(self.headers)
 
     def start(self) -> None:
         """This request's turn on its connection: check its head, then read its body."""
-        admitted = self._receiver.admit(
-            self._source, header_map(self.headers), self._client, self._started
-        )
+        try:
+            admitted = self._receiver.admit(
+                self._source, header_map(self.headers), self._client, self._started
+            )
+        except Exception:
+            log.exception("receiver failed", extra={"source": self._source.name})
+            self._answer(error(500, "internal_error", "", CLOSE))
+            return
         if not isinstance(admitted, Admitted):
             self._answer(admitted)
             return

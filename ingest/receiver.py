@@ -54,6 +54,9 @@ OnDuplicate = Callable[[str, str], None]
 
 # The connection's other end, as ASGI's ``scope["client"]`` has it.
 Client = tuple[str, int] | list[Any] | None
+# Asked for it only when a refusal is logged: behind a proxy, working it out means
+# reading the forwarded headers, which a delivery that is accepted never needs.
+ClientOf = Callable[[], Client]
 
 
 @dataclass(slots=True)
@@ -268,7 +271,7 @@ class Receiver:
     # one (``ingest.direct``): each returns an ``Answer`` when the request ends there.
 
     def admit(
-        self, source: Source, headers: HeaderMap, client: Client, started: float
+        self, source: Source, headers: HeaderMap, client: ClientOf, started: float
     ) -> Admitted | Answer:
         """Before the body: the declared length and the signature headers (timestamp)."""
         now = self._clock()
@@ -283,7 +286,7 @@ class Receiver:
             return error(401, exc.reason, "", CLOSE)
         return Admitted(source, headers, signed, now, started)
 
-    def event_of(self, admitted: Admitted, body: bytes, client: Client) -> Received | Answer:
+    def event_of(self, admitted: Admitted, body: bytes, client: ClientOf) -> Received | Answer:
         """The whole body: verified on its bytes, read into the event to store."""
         source = admitted.source
         provider = source.adapter
@@ -362,15 +365,15 @@ class Receiver:
         _received(source, "rejected").inc()
         _rejections(source, reason).inc()
 
-    def _refused(self, client: Client, source: str, reason: str, detail: str = "") -> None:
+    def _refused(self, client: ClientOf, source: str, reason: str, detail: str = "") -> None:
         """Count a refused delivery and log it: one "rejected" line per refusal."""
         self._reject(source, reason)
-        extra = {"source": source, "reason": reason, "peer": peer(client)}
+        extra = {"source": source, "reason": reason, "peer": peer(client())}
         if detail:
             extra["detail"] = detail
         log.info("rejected", extra=extra)
 
-    def refuse_body(self, source: Source, reason: str, client: Client) -> Answer:
+    def refuse_body(self, source: Source, reason: str, client: ClientOf) -> Answer:
         """The body passed the source's limit (413) or its deadline (408)."""
         self._refused(client, source.name, reason)
         return error(413 if reason == "body_too_large" else 408, reason, "", CLOSE)
@@ -378,7 +381,10 @@ class Receiver:
     def _challenge(self, scope: Scope, source: Source) -> Answer | None:
         """The answer to a registration challenge, or None for a delivery to verify."""
         assert source.adapter.challenge is not None
-        client = scope.get("client")
+
+        def client() -> Client:
+            return scope.get("client")
+
         try:
             query = query_map(scope)
             reply = source.adapter.challenge(scope["method"], query, source.keys)
@@ -402,7 +408,10 @@ class Receiver:
             answered = self._challenge(scope, source)
             if answered is not None:
                 return answered
-        client = scope.get("client")
+
+        def client() -> Client:
+            return scope.get("client")
+
         admitted = self.admit(source, header_map(scope["headers"]), client, started)
         if not isinstance(admitted, Admitted):
             return admitted

@@ -257,3 +257,23 @@ async def test_expect_100_continue_takes_the_asgi_path(
     assert status == 202
     assert starts == []
     assert await stored_keys(sqlite_url) == ["expect"]
+
+
+async def test_a_refusal_names_the_peer_a_trusted_proxy_forwarded(
+    sources: Sources, sqlite_url: str, starts: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvicorn's proxy headers (a client at 127.0.0.1 is trusted by default): the
+    rejected line names the forwarded address, as the ASGI path's scope would."""
+    headers, body = github("forwarded")
+    wrong = {**headers, "X-Hub-Signature-256": "sha256=" + "0" * 64}
+    caplog.set_level("INFO", logger="hookd.receiver")
+    async with running_app(sources, sqlite_url, via="http") as (_, client):
+        forwarded = await client.post(
+            "/hooks/github", content=body, headers={**wrong, "X-Forwarded-For": "203.0.113.7"}
+        )
+        direct = await client.post("/hooks/github", content=body, headers=wrong)
+    assert (forwarded.status_code, direct.status_code) == (401, 401)
+    peers = [r.__dict__["peer"] for r in caplog.records if r.getMessage() == "rejected"]
+    assert peers[0] == "203.0.113.7:0"
+    assert peers[1].startswith("127.0.0.1:")
+    assert len(starts) == 2

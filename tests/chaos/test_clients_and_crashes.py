@@ -25,8 +25,10 @@ def failed(figures: dict[str, Any]) -> list[str]:
 
 async def test_oversized_uploads_and_trickling_clients() -> None:
     figures = await slow.run(**slow.QUICK)
-    # The report, whole: the assertion's own repr of the figures would be cut short.
-    assert not failed(figures), (failed(figures), slow.report(figures))
+    # The report, whole, in the captured output a failure shows (an assertion's
+    # message is cut short).
+    print(slow.report(figures))
+    assert not failed(figures), failed(figures)
     assert slow.report(figures)
 
     big = figures["oversized"]

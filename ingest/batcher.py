@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from hookd.errors import HookdError
+from ingest.metrics import COMMIT_SECONDS
 from store.events import NewEvent, Stored
 from store.fastpath import Inserter
 
@@ -161,6 +162,7 @@ class GroupCommitter:
         # A request whose client went away still gets committed: the provider
         # may have seen the bytes leave and will retry; dedupe holds.
         events = [event for event, _ in batch]
+        began = time.perf_counter()
         try:
             async with asyncio.timeout(self._commit_timeout_s):
                 results = await self._inserter.insert(events)
@@ -170,6 +172,7 @@ class GroupCommitter:
                     future.set_exception(StoreUnavailable("shutting_down"))
             raise
         except Exception as exc:  # any database failure means: do not acknowledge
+            COMMIT_SECONDS.labels("failed").observe(time.perf_counter() - began)
             self.failed_in_row += 1
             log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
                 "commit failed",
@@ -183,6 +186,7 @@ class GroupCommitter:
                 if not future.done():
                     future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
             return
+        COMMIT_SECONDS.labels("committed").observe(time.perf_counter() - began)
         self.failed_in_row = 0
         for (_, future), stored in zip(batch, results, strict=True):
             if not future.done():

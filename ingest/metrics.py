@@ -76,6 +76,30 @@ ACK_SECONDS = Histogram(
     ["source"],
     buckets=ACK_BUCKETS,
 )
+# Group commits: what an acknowledgement waits for once its request is read.
+COMMIT_OUTCOMES = ("committed", "failed")
+COMMIT_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.004,
+    0.008,
+    0.016,
+    0.032,
+    0.064,
+    0.128,
+    0.256,
+    0.5,
+    1.0,
+    2.5,
+    10.0,
+)
+COMMIT_SECONDS = Histogram(
+    "hookd_commit_seconds",
+    "Group commits of received events: how long each insert and its commit took.",
+    ["outcome"],
+    buckets=COMMIT_BUCKETS,
+)
 
 
 def initialise(sources: Iterable[str]) -> None:
@@ -89,6 +113,8 @@ def initialise(sources: Iterable[str]) -> None:
             WEBHOOK_REJECTIONS.labels(source, reason)
         ACK_SECONDS.labels(source)
     WEBHOOKS_RECEIVED.labels(UNKNOWN_SOURCE, "rejected")
+    for outcome in COMMIT_OUTCOMES:
+        COMMIT_SECONDS.labels(outcome)
     for reason in UNKNOWN_SOURCE_REASONS:
         WEBHOOK_REJECTIONS.labels(UNKNOWN_SOURCE, reason)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client import REGISTRY
 
 from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
@@ -42,6 +43,12 @@ async def stored_keys(url: str) -> list[str]:
 def github(key: str, size: int = 0) -> tuple[dict[str, str], bytes]:
     body = json.dumps({"action": "opened", "pad": "x" * size}).encode()
     return github_headers(SECRETS["github"], body, "issues", key), body
+
+
+def commits(outcome: str) -> float:
+    """How many group commits ``hookd_commit_seconds`` has counted with this outcome."""
+    value = REGISTRY.get_sample_value("hookd_commit_seconds_count", {"outcome": outcome})
+    return value or 0.0
 
 
 def rejections(reason: str) -> float:
@@ -165,6 +172,7 @@ async def test_a_failed_commit_is_503_and_the_retry_is_stored(
     sources: Sources, sqlite_url: str
 ) -> None:
     headers, body = github("retry-me")
+    failed, committed = commits("failed"), commits("committed")
     async with running_app(sources, sqlite_url, via="http") as (app, client):
         inserter = app.state.committer._inserter
         real = inserter.insert
@@ -181,6 +189,9 @@ async def test_a_failed_commit_is_503_and_the_retry_is_stored(
     assert refused.headers["retry-after"] == "5"
     assert accepted.status_code == 202
     assert await stored_keys(sqlite_url) == ["retry-me"]
+    # Each commit is timed once, under its outcome.
+    assert commits("failed") == failed + 1
+    assert commits("committed") == committed + 1
 
 
 async def test_http_1_0_is_answered_then_closed(sources: Sources, sqlite_url: str) -> None:

@@ -106,6 +106,11 @@ async def test_two_process_server_counts_every_request_once(tmp_path: Path, pg_u
                 value(found, "hookd_ack_seconds_bucket", source="github", le="10.0")
                 == accepted + duplicates
             )
+            # Every stored delivery waited for one group commit, each of one or more of them.
+            commits = value(found, "hookd_commit_seconds_count", outcome="committed")
+            assert 1 <= commits <= accepted + duplicates
+            assert value(found, "hookd_commit_seconds_sum", outcome="committed") > 0
+            assert value(found, "hookd_commit_seconds_count", outcome="failed") == 0
             # The processor process processed them; every receiver's scrape shows it.
             processed = "hookd_events_processed_total"
             assert value(found, processed, source="github", outcome="processed") == accepted

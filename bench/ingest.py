@@ -56,6 +56,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 try:
     import uvloop
 except ImportError:  # pragma: no cover
@@ -72,6 +74,8 @@ provider = "github"
 secrets = ["{SECRET}"]
 """
 TARGETS = ("bare", "sqlite", "postgres")
+# Lets the fixed-rate run read hookd's own ack and commit histograms from /metrics.
+METRICS_TOKEN = "bench-metrics-token"
 # Other processes using more than this (percent of one core) make a run suspect.
 BACKGROUND_WARN_PCT = 20.0
 # A fixed-rate generator that sends 1% of its requests later than this is behind.
@@ -711,6 +715,7 @@ def bench_target(
             HOOKD_CONFIG=str(work / "sources.toml"),
             HOOKD_DATABASE_URL=db.url,
             HOOKD_LOG_LEVEL="WARNING",
+            HOOKD_METRICS_TOKEN=METRICS_TOKEN,
             **dict(args.hookd_env),
         )
         upgrade = subprocess.run(
@@ -767,21 +772,9 @@ def bench_target(
                     f"[{target}] fixed rate {rate:.0f} req/s for {args.fixed_duration:.0f} s",
                     flush=True,
                 )
-                fcpu: dict[str, float] = {}
-                began = time.time()
-                with cpu_meter(server.proc.pid, server.pg_db, fcpu):
-                    fixed = run_fixed_rate(
-                        port=server.port,
-                        requests=build_requests(read_pool(pool_file), server.port),
-                        nonce=nonces.next(),
-                        rate=rate,
-                        duration=args.fixed_duration,
-                        connections=args.fixed_connections,
-                        timeout_s=args.timeout,
-                    )
-                fixed["window"] = (began, time.time())
-                add_per_request_cpu(fcpu, fixed["rate_achieved"])
-                fixed["cpu"] = fcpu
+                histograms_before = scrape_histograms(server.port)
+                fixed = fixed_rate_measured(server, args, pool_file, nonces, rate)
+                fixed["server"] = server_side(histograms_before, scrape_histograms(server.port))
                 result["fixed"] = fixed
                 fl = fixed["latency_ms"]
                 print(
@@ -793,6 +786,10 @@ def bench_target(
     finally:
         result["exit_code"] = stop_server(server)
     result["server_log_problems"] = problem_lines(server.log)[:50]
+    if "fixed" in result:
+        fixed = result["fixed"]
+        print(f"[{target}] the bare app at the same fixed rate, the same generator", flush=True)
+        fixed["bare"] = bare_fixed_rate(args, work, pool_file, nonces, fixed["rate_asked"])
     if db:
         final = db.count()
         verify(result, final - rows_before)
@@ -804,6 +801,106 @@ def bench_target(
         if target == "postgres" and not args.keep:
             psql(args, f"DROP DATABASE IF EXISTS {args.pg_db}")
     return result
+
+
+def bare_fixed_rate(
+    args: argparse.Namespace, work: Path, pool_file: Path, nonces: Nonces, rate: float
+) -> dict[str, Any]:
+    """The bare app at the rate hookd's fixed-rate run asked for: what the generator,
+    loopback and the server's HTTP stack cost at that rate, so the difference is hookd's."""
+    server = start_server("bare", work, clean_env())
+    try:
+        run = fixed_rate_measured(server, args, pool_file, nonces, rate)
+    finally:
+        stop_server(server)
+    keep = ("rate_asked", "rate_achieved", "latency_ms", "latency_from_due_ms", "non_2xx", "cpu")
+    return {k: run[k] for k in keep}
+
+
+def fixed_rate_measured(
+    server: Server, args: argparse.Namespace, pool_file: Path, nonces: Nonces, rate: float
+) -> dict[str, Any]:
+    """One fixed-rate run against ``server``, with its window and the CPU it took."""
+    cpu: dict[str, float] = {}
+    began = time.time()
+    with cpu_meter(server.proc.pid, server.pg_db, cpu):
+        run = run_fixed_rate(
+            port=server.port,
+            requests=build_requests(read_pool(pool_file), server.port),
+            nonce=nonces.next(),
+            rate=rate,
+            duration=args.fixed_duration,
+            connections=args.fixed_connections,
+            timeout_s=args.timeout,
+        )
+    run["window"] = (began, time.time())
+    add_per_request_cpu(cpu, run["rate_achieved"])
+    run["cpu"] = cpu
+    return run
+
+
+Histograms = dict[str, dict[float, float]]
+
+
+def scrape_histograms(port: int) -> Histograms:
+    """hookd's ack and committed-commit histograms, cumulative bucket counts by bound."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+    )
+    out: Histograms = {"ack": {}, "commit": {}}
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return out
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "hookd_ack_seconds_bucket" and sample.labels["source"] == SOURCE:
+                out["ack"][float(sample.labels["le"])] = sample.value
+            elif (
+                sample.name == "hookd_commit_seconds_bucket"
+                and sample.labels["outcome"] == "committed"
+            ):
+                out["commit"][float(sample.labels["le"])] = sample.value
+    return out
+
+
+def histogram_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """As PromQL's histogram_quantile over the increase between two scrapes: linear
+    within the bucket the rank falls in (so no finer than the buckets), NaN if empty."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0.0) for b in bounds]
+    if not counts or counts[-1] <= 0:
+        return float("nan")
+    rank = q * counts[-1]
+    lower, below = 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 0.0)
+        lower, below = bound, count
+    return lower
+
+
+def server_side(before: Histograms, after: Histograms) -> dict[str, Any]:
+    """The fixed-rate run as hookd measured it: time from a request's head to its ack,
+    and the commits it waited for (their duration, and how many there were)."""
+    inf = float("inf")
+
+    def ms(name: str, q: float) -> float:
+        return round(1000 * histogram_quantile(before[name], after[name], q), 2)
+
+    commits = after["commit"].get(inf, 0.0) - before["commit"].get(inf, 0.0)
+    acks = after["ack"].get(inf, 0.0) - before["ack"].get(inf, 0.0)
+    return {
+        "ack_ms": {"p50": ms("ack", 0.5), "p99": ms("ack", 0.99)},
+        "commit_ms": {"p50": ms("commit", 0.5), "p99": ms("commit", 0.99)},
+        "commits": int(commits),
+        "acks": int(acks),
+    }
 
 
 def add_per_request_cpu(cpu: dict[str, float], rps: float) -> None:

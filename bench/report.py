@@ -167,7 +167,7 @@ HOW_TO_RUN = [
     "worker) and `hookd serve` alone (no Redis: it processes too); max req/s (wrk, 64 "
     "connections), then a "
     "fixed rate at 70% of hookd's max | `bench/ingest.py` | `bench/bare_app.py`: reads the "
-    "body, answers 202 |",
+    "body, answers 202 (and is driven at hookd's fixed rate too) |",
     "| S2 | the same on SQLite | `bench/ingest.py` | the same |",
     "| S3 | end to end: receiver + Redis + `hookd worker` (1 and 2) + no-op handler; "
     "events/s processed, then lag at 50% of that | `bench/pipeline.py` | bare app's req/s "

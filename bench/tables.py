@@ -46,6 +46,7 @@ def ingest_tables(s: dict[str, Any]) -> str:
         "| p99 from due ms | non-2xx | server CPU |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    split = []
     for row in rows:
         f = row["fixed"]
         if not f:
@@ -57,6 +58,32 @@ def ingest_tables(s: dict[str, Any]) -> str:
             f"| {n2(lat['max'])} | {n2(f['latency_from_due_ms']['p99'])} | {f['non_2xx']} "
             f"| {f['cpu']['server_cpu_pct']:.0f}% |"
         )
+        bare, server = f.get("bare"), f.get("server")
+        if bare and server:
+            blat, commits = bare["latency_ms"], server["commits"]
+            per = server["acks"] / commits if commits else None
+            split.append(
+                f"| {row['label']} | {n2(lat['p50'])} / {n2(lat['p99'])} "
+                f"| {n2(blat['p50'])} / {n2(blat['p99'])} "
+                f"| {n2(server['ack_ms']['p50'])} / {n2(server['ack_ms']['p99'])} "
+                f"| {n2(server['commit_ms']['p50'])} / {n2(server['commit_ms']['p99'])} "
+                f"| {n0(commits / max(f['seconds'], 1e-9))} | {n2(per)} |"
+            )
+    if split:
+        lines += [
+            "",
+            "Where that latency goes, at the same fixed rate: the bare app driven by the same "
+            "generator just after (the generator, loopback and the HTTP stack), and hookd's own "
+            "`hookd_ack_seconds` (head read to answer) and `hookd_commit_seconds` (each group "
+            "commit) over the run, as PromQL's `histogram_quantile` reads them (linear within "
+            "a bucket, so no finer than the buckets):",
+            "",
+            "| deployment | hookd p50 / p99 ms (client) | bare p50 / p99 ms (client) "
+            "| hookd ack p50 / p99 ms (server) | commit p50 / p99 ms | commits/s "
+            "| events per commit |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *split,
+        ]
     events = [
         f"{row['label']}: "
         + ", ".join(f"{k} {v:,}" for k, v in sorted((row["events"] or {}).items()))

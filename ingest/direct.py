@@ -147,8 +147,7 @@ class DirectCycle:
                 self._source, header_map(self.headers), self._client, self._started
             )
         except Exception:
-            log.exception("receiver failed", extra={"source": self._source.name})
-            self._answer(error(500, "internal_error", "", CLOSE))
+            self._failed()
             return
         if not isinstance(admitted, Admitted):
             self._answer(admitted)
@@ -181,8 +180,7 @@ class DirectCycle:
         try:
             received = self._receiver.event_of(self._admitted, self.body, self._client)
         except Exception:
-            log.exception("receiver failed", extra={"source": self._source.name})
-            self._answer(error(500, "internal_error", "", CLOSE))
+            self._failed()
             return
         if not isinstance(received, Received):
             self._answer(received)
@@ -211,9 +209,14 @@ class DirectCycle:
         except asyncio.CancelledError:
             answer = self._receiver.unavailable(self._source, StoreUnavailable("shutting_down"))
         except Exception:
-            log.exception("receiver failed", extra={"source": self._source.name})
-            answer = error(500, "internal_error", "", CLOSE)
+            self._failed()
+            return
         self._answer(answer)
+
+    def _failed(self) -> None:
+        """A stage raised what none of them should: logged with its traceback, 500."""
+        log.exception("receiver failed", extra={"source": self._source.name})
+        self._answer(error(500, "internal_error", "", CLOSE))
 
     def _answer(self, answer: Answer) -> None:
         """Write the whole answer at once, as uvicorn's ``send`` would have."""

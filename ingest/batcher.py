@@ -65,6 +65,9 @@ class GroupCommitter:
         self._tasks: list[asyncio.Task[None]] = []
         self.failed_in_row = 0
         self._probe: asyncio.Task[None] | None = None
+        # The loop the committers run on: asyncio.get_running_loop() costs a getpid()
+        # system call on Python 3.11, once per request where enqueue would ask for it.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def failing(self) -> bool:
@@ -102,6 +105,7 @@ class GroupCommitter:
         self.failed_in_row = 0
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"hookd-committer-{i}")
             for i in range(self._committers)
@@ -120,6 +124,7 @@ class GroupCommitter:
                 await task
         self._tasks = []
         self._probe = None
+        self._loop = None
 
     async def submit(self, event: NewEvent) -> Stored:
         """Resolve once the event (or its twin) is committed; ``StoreUnavailable`` otherwise."""
@@ -127,7 +132,8 @@ class GroupCommitter:
 
     def enqueue(self, event: NewEvent) -> asyncio.Future[Stored]:
         """``submit`` without a task: the future resolves as ``submit`` would return."""
-        future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
+        loop = self._loop or asyncio.get_running_loop()
+        future: asyncio.Future[Stored] = loop.create_future()
         self._queue.put_nowait((event, future))
         return future
 

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z, iso_z_or_none
 from store.crypto import BodyCipher
-from store.ids import new_id
+from store.ids import new_ids
 from store.models import EVENT_KEYS, EVENTS
 from store.rows import EVENT_COLUMNS, EVENT_COLUMNS_NO_BODY, EventRow
 from store.status import DONE_STATUSES, EventStatus
@@ -166,13 +166,15 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
     first_of: dict[tuple[str, str], int] = {}
     rows: list[NewRow] = []
     ids: list[str] = []
+    # One id per event, minted at once (a repeat of a key in the batch leaves its unused).
+    fresh = new_ids(len(events))
     for i, ev in enumerate(events):
         key = (ev.source, ev.dedupe_key)
         if key in first_of:
             ids.append(ids[first_of[key]])
             continue
         first_of[key] = i
-        event_id = new_id()
+        event_id = fresh[i]
         ids.append(event_id)
         body, encrypted = cipher.seal(ev.body)
         rows.append(

@@ -15,6 +15,16 @@ def new_id(now_ms: int | None = None) -> str:
     return _encode_parts(ms, int.from_bytes(os.urandom(10), "big"))
 
 
+def new_ids(n: int, now_ms: int | None = None) -> list[str]:
+    """``n`` ids minted together, as ``new_id`` mints each: one read of the system's
+    randomness for all of them instead of one system call per id."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rand = os.urandom(10 * n)
+    return [
+        _encode_parts(ms, int.from_bytes(rand[i : i + 10], "big")) for i in range(0, 10 * n, 10)
+    ]
+
+
 def is_id(value: str) -> bool:
     return len(value) == 26 and all(c in _ALPHABET for c in value)
 

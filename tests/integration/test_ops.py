@@ -127,9 +127,7 @@ async def test_replay_dead_takes_the_dead_of_one_source_only(engine: AsyncEngine
     assert sorted(done.replayed) == sorted([dead_a, dead_b])
     assert done.unknown == []
     assert wakes.calls == 1
-    statuses = {
-        e["id"]: e["status"] for e in (await events.page(EventQuery(limit=10))).events
-    }
+    statuses = {e["id"]: e["status"] for e in (await events.page(EventQuery(limit=10))).events}
     assert statuses == {dead_a: "pending", dead_b: "pending", alive: "pending", other: "dead"}
     again = await events.replay_dead("github")
     assert again.replayed == []

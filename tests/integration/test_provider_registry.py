@@ -152,8 +152,7 @@ def test_config_errors_for_the_fifth_provider_are_the_usual_one_liners(fifth: No
 def test_without_registration_there_is_no_fifth_provider() -> None:
     *first, last = (repr(name) for name in PROVIDERS)
     assert error_of(source_toml("")) == (
-        "hookd.toml: source 'f5': key 'provider': "
-        f"Input should be {', '.join(first)} or {last}"
+        f"hookd.toml: source 'f5': key 'provider': Input should be {', '.join(first)} or {last}"
     )
 
 

@@ -25,7 +25,7 @@ from store import events as store_events
 from store import prune as store_prune
 from store.crypto import BodyCipher
 from store.events import NewEvent, get_event, get_tombstone, insert_events
-from store.ids import new_id
+from store.ids import new_id, new_ids
 from store.models import EVENTS
 from tests.integration.test_prune import (
     STRIPE_KEY,
@@ -77,7 +77,7 @@ async def store_at(
             for k in keys
         ]
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(store_events, "new_id", lambda: new_id(ms))
+            patch.setattr(store_events, "new_ids", lambda n: new_ids(n, ms))
             async with engine.begin() as conn:
                 ids = [s.event_id for s in await insert_events(conn, events, PLAIN)]
                 if status != "pending":

@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     # Without Redis: how many processor processes `hookd serve` runs beside its receiver
     # (0: processing in the receiver's own event loop); ``auto``: 1 on 2+ cores, else 0.
     processors: int | Literal["auto"] = "auto"
+    # On SQLite, where the receiver's insert runs: ``process``, a writer process of its
+    # own (off the receiver's interpreter); ``thread``, a thread of the receiver;
+    # ``auto``, process on 2+ cores, else thread.
+    sqlite_writer: Literal["auto", "process", "thread"] = "auto"
     # A reconciliation run's lease on its source, renewed every page; and whether
     # this process keeps the schedule (off when cron runs `hookd reconcile`).
     reconcile_lease_s: float = Field(default=60.0, gt=0, le=3_600)
@@ -116,6 +120,21 @@ class Settings(BaseSettings):
         if self.processors == "auto":
             return 1 if (os.cpu_count() or 1) >= 2 else 0
         return self.processors
+
+    @field_validator("sqlite_writer", mode="before")
+    @classmethod
+    def _sqlite_writer(cls, value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in ("auto", "process", "thread"):
+            shown = text if len(text) <= 40 else text[:40] + "…"
+            raise ValueError(f"{shown!r} is not a SQLite writer; use auto, process or thread")
+        return text
+
+    def sqlite_writer_process(self) -> bool:
+        """Whether a SQLite receiver inserts through a writer process of its own."""
+        if self.sqlite_writer == "auto":
+            return (os.cpu_count() or 1) >= 2
+        return self.sqlite_writer == "process"
 
     @field_validator("redis_url")
     @classmethod

@@ -21,13 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from hookd.errors import ConfigError
-
-SQLITE_PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
-    "PRAGMA synchronous=FULL",
-    "PRAGMA busy_timeout=5000",
-    "PRAGMA foreign_keys=ON",
-)
+from store.sqlite_write import SQLITE_PRAGMAS
 
 
 def check_url(url: str) -> sa.URL:

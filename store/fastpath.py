@@ -14,10 +14,9 @@ fraction of the CPU:
   committed while the statement ran is not visible to that statement's snapshot:
   only then a second statement looks it up (ON CONFLICT waited for that commit, so
   the row is visible to it).
-- SQLite: in one ``BEGIN IMMEDIATE`` transaction, a multi-row ``INSERT INTO
-  event_keys … RETURNING``, the ``events`` rows of the new keys, and the lookup of
-  the others, on a connection owned by one thread, with the same pragmas as the
-  engine (WAL, ``synchronous=FULL``).
+- SQLite: ``store.sqlite_write``'s one transaction per batch, run either on a thread
+  of this process (``SqliteInserter``) or in a writer process of its own
+  (``store.sqlite_writer``), which takes its CPU off the receiver's interpreter.
 
 Each also has ``probe``: one write through that same path, committed, that leaves no
 row (``hookd.web.health`` uses it to tell when a database that refused commits takes
@@ -27,52 +26,32 @@ them again).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import pickle
 import sqlite3
+import sys
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 import orjson
 import sqlalchemy as sa
 
+from store import sqlite_write
 from store.crypto import BodyCipher
-from store.db import SQLITE_PRAGMAS, check_url
+from store.db import check_url
 from store.events import KEY_RACE_TRIES, Batch, NewEvent, NewRow, Stored, prepare
 from store.ids import new_id
-from store.status import EventOrigin, EventStatus
-
-COLUMNS = (
-    "id",
-    "source",
-    "provider",
-    "dedupe_key",
-    "type",
-    "origin",
-    "received_at",
-    "occurred_at",
-    "verified_with",
-    "headers",
-    "body",
-    "body_encrypted",
-    "status",
-    "attempts",
-    "next_attempt_at",
-    "created_at",
-    "updated_at",
-    "traceparent",
+from store.sqlite_write import (
+    OBJECT_COLUMNS,
+    SqliteWriter,
+    with_objects,
 )
-
-KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
-# Written only by a batch that holds an event of a source with [sources.order]; every
-# other batch's statements are the ones without them, unchanged.
-OBJECT_COLUMNS = ("object_key", "object_version", "payload_hash")
-
-# SQLite allows 32,766 parameters per statement; a larger batch is split into
-# statements of this many rows inside one transaction.
-SQLITE_ROWS = 32_766 // len(COLUMNS)
-SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
+from store.status import EventOrigin, EventStatus
 
 # The whole batch travels as one JSON text parameter and PostgreSQL unpacks it:
 # encoding a dozen typed arrays element by element cost the receiver's event
@@ -144,6 +123,11 @@ JOIN unnest($1::text[], $2::text[]) AS k(source, dedupe_key)
 # or digit), and the row is deleted in the transaction that inserted it.
 PROBE_SOURCE = "_probe"
 
+log = logging.getLogger("hookd.store")
+
+# How long a closing writer process may take to answer what it holds before it is killed.
+CLOSE_TIMEOUT_S = 15.0
+
 
 def probe_event() -> NewEvent:
     now = datetime.now(UTC)
@@ -162,6 +146,10 @@ def probe_event() -> NewEvent:
 
 
 class Inserter(Protocol):
+    async def start(self) -> None:
+        """Open what the first insert would otherwise wait for (may do nothing)."""
+        ...
+
     async def insert(self, events: Sequence[NewEvent]) -> list[Stored]: ...
 
     async def probe(self) -> None:
@@ -182,6 +170,9 @@ class PgInserter:
         self._timeout_s = timeout_s
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        return None  # the pool opens on the first insert, as a database may be down now
 
     async def _get_pool(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -258,7 +249,7 @@ async def _pg_insert(
     existing: dict[tuple[str, str], str] = {}
     todo = batch.rows
     for _ in range(KEY_RACE_TRIES):
-        objects = _with_objects(todo)
+        objects = with_objects(todo)
         insert = PG_INSERT_OBJECTS if objects else PG_INSERT
         payload, bodies = _pg_payload(todo, objects=objects)
         for r in await conn.fetch(insert, payload, now, bodies):
@@ -280,11 +271,6 @@ async def _pg_insert(
         if not todo:
             return created, existing
     raise RuntimeError("event keys kept vanishing between insert and lookup")
-
-
-def _with_objects(rows: list[NewRow]) -> bool:
-    """Whether a row of the batch names an object ([sources.order])."""
-    return any(row["object_key"] is not None for row in rows)
 
 
 def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> tuple[str, list[bytes]]:
@@ -332,168 +318,189 @@ async def _no_reset(_: asyncpg.Connection) -> None:
     return None
 
 
-def _sqlite_time(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def _sqlite_params(
-    rows: list[NewRow], *, objects: bool = False
-) -> list[str | int | float | bytes | None]:
-    """The rows' values, flat, in ``COLUMNS`` order (then ``OBJECT_COLUMNS``'s)."""
-    params: list[str | int | float | bytes | None] = []
-    for r in rows:
-        params += (
-            r["id"],
-            r["source"],
-            r["provider"],
-            r["dedupe_key"],
-            r["type"],
-            r["origin"],
-            _sqlite_time(r["received_at"]),
-            _sqlite_time(r["occurred_at"]),
-            r["verified_with"],
-            orjson.dumps(r["headers"]).decode(),
-            r["body"],
-            int(r["body_encrypted"]),
-            r["status"],
-            r["attempts"],
-            _sqlite_time(r["next_attempt_at"]),
-            _sqlite_time(r["created_at"]),
-            _sqlite_time(r["updated_at"]),
-            r["traceparent"],
-        )
-        if objects:
-            params += (r["object_key"], r["object_version"], r["payload_hash"])
-    return params
-
-
-def _sqlite_key_params(rows: list[NewRow]) -> list[str | None]:
-    """The rows' keys, flat, in ``KEY_COLUMNS`` order."""
-    params: list[str | None] = []
-    for r in rows:
-        params += (r["source"], r["dedupe_key"], r["id"], _sqlite_time(r["received_at"]))
-    return params
-
-
 class SqliteInserter:
-    """One connection, used only by one thread; batches run one at a time."""
+    """``SqliteWriter`` on a thread of this process: one connection, one batch at a time."""
 
     def __init__(self, path: str, cipher: BodyCipher) -> None:
-        self._path = path
         self._cipher = cipher
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hookd-sqlite")
-        self._conn: sqlite3.Connection | None = None
-        self._statements: dict[tuple[str, int, int], str] = {}
+        self._writer = SqliteWriter(path)
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is None:
-            conn = sqlite3.connect(self._path, timeout=5, isolation_level=None)
-            for pragma in SQLITE_PRAGMAS:
-                conn.execute(pragma)
-            self._conn = conn
-        return self._conn
-
-    def _statement(self, table: str, columns: Sequence[str], n: int) -> str:
-        """A multi-row insert of ``n`` rows; into event_keys, the new keys returned."""
-        sql = self._statements.get((table, len(columns), n))
-        if sql is None:
-            one = "(" + ",".join("?" * len(columns)) + ")"
-            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES {','.join([one] * n)}"  # noqa: S608 - constants and placeholders only
-            if table == "event_keys":
-                sql += " ON CONFLICT (source, dedupe_key) DO NOTHING RETURNING event_id"
-            self._statements[(table, len(columns), n)] = sql
-        return sql
-
-    def _insert(
-        self, conn: sqlite3.Connection, rows: list[NewRow]
-    ) -> tuple[set[str], dict[tuple[str, str], str]]:
-        """The batch's keys, then the rows of the new ones, then the ids of the others;
-        inside the caller's transaction."""
-        created: set[str] = set()
-        key_params = _sqlite_key_params(rows)
-        width = len(KEY_COLUMNS)
-        step = SQLITE_KEY_ROWS * width
-        for i in range(0, len(key_params), step):
-            chunk = key_params[i : i + step]
-            sql = self._statement("event_keys", KEY_COLUMNS, len(chunk) // width)
-            created.update(row[0] for row in conn.execute(sql, chunk).fetchall())
-        new = [r for r in rows if r["id"] in created]
-        objects = _with_objects(new)
-        columns = COLUMNS + OBJECT_COLUMNS if objects else COLUMNS
-        row_params = _sqlite_params(new, objects=objects)
-        width = len(columns)
-        step = (32_766 // width) * width
-        for i in range(0, len(row_params), step):
-            part = row_params[i : i + step]
-            conn.execute(self._statement("events", columns, len(part) // width), part)
-        existing: dict[tuple[str, str], str] = {}
-        for r in rows:
-            if r["id"] in created:
-                continue
-            found = conn.execute(
-                "SELECT event_id FROM event_keys WHERE source = ? AND dedupe_key = ?",
-                (r["source"], r["dedupe_key"]),
-            ).fetchone()
-            if found is not None:
-                existing[(r["source"], r["dedupe_key"])] = found[0]
-        return created, existing
-
-    def _write(self, rows: list[NewRow]) -> tuple[set[str], dict[tuple[str, str], str]]:
-        conn = self._connect()
-        try:
-            # One transaction: under SQLite's single writer nothing can change a key
-            # between its insert and its lookup.
-            conn.execute("BEGIN IMMEDIATE")
-            created, existing = self._insert(conn, rows)
-            conn.execute("COMMIT")
-        except sqlite3.Error:
-            self._discard()  # closing rolls back an open transaction
-            raise
-        return created, existing
-
-    def _probe(self, rows: list[NewRow]) -> None:
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            self._insert(conn, rows)
-            conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
-            conn.execute(
-                "DELETE FROM event_keys WHERE source = ? AND dedupe_key = ?",
-                (rows[0]["source"], rows[0]["dedupe_key"]),
-            )
-            conn.execute("COMMIT")
-        except sqlite3.Error:
-            self._discard()  # closing rolls back an open transaction
-            raise
-
-    def _discard(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+    async def start(self) -> None:
+        return None
 
     async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
         batch = prepare(events, self._cipher)
         loop = asyncio.get_running_loop()
-        created, existing = await loop.run_in_executor(self._executor, self._write, batch.rows)
+        created, existing = await loop.run_in_executor(
+            self._executor, self._writer.write, batch.rows
+        )
         return batch.resolve(created, existing)
 
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._probe, batch.rows)
+        await loop.run_in_executor(self._executor, self._writer.probe, batch.rows)
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._discard)
+        await loop.run_in_executor(self._executor, self._writer.discard)
         self._executor.shutdown(wait=True)
 
 
-def inserter_for(url: str, cipher: BodyCipher, *, committers: int, timeout_s: float) -> Inserter:
+class WriterGone(ConnectionError):
+    """The SQLite writer process ended before answering: the batch's outcome is unknown
+    to the receiver, which must not acknowledge it (a committed row is a duplicate to
+    the provider's retry)."""
+
+
+class _WriterProcess:
+    """One writer process, and the futures of the requests it has not answered, in order."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pending: deque[asyncio.Future[tuple[Any, Any]]] = deque()
+        self.alive = True
+        self.closing = False
+        self.reader: asyncio.Task[None] | None = None
+
+    async def read(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        try:
+            while True:
+                head = await stdout.readexactly(sqlite_write.FRAME.size)
+                data = await stdout.readexactly(sqlite_write.FRAME.unpack(head)[0])
+                status, first, second = pickle.loads(data)  # noqa: S301 - our own child's pipe
+                future = self.pending.popleft()
+                if future.done():
+                    continue  # its commit timed out here; the writer finished it anyway
+                if status == "ok":
+                    future.set_result((first, second))
+                else:
+                    future.set_exception(_sqlite_error(first, second))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.fail("the SQLite writer process ended")
+        code = await self.proc.wait()
+        if not self.closing:
+            log.warning("sqlite writer process exited", extra={"returncode": code})
+
+    def fail(self, why: str) -> None:
+        self.alive = False
+        pending, self.pending = self.pending, deque()
+        for future in pending:
+            if not future.done():
+                future.set_exception(WriterGone(why))
+
+
+def _sqlite_error(name: str, message: str) -> Exception:
+    """The writer's SQLite error, as the thread's would have raised it."""
+    kind = getattr(sqlite3, name, None)
+    if isinstance(kind, type) and issubclass(kind, sqlite3.Error):
+        return kind(message)
+    return sqlite3.Error(f"{name}: {message}")
+
+
+class SqliteProcessInserter:
+    """``SqliteWriter`` in a process of its own (``python -m store.sqlite_write``).
+
+    The insert's CPU (building the parameters, SQLite's own work, the GIL hand-offs of
+    a thread) leaves the receiver's interpreter: the receiver pickles the prepared rows
+    onto a pipe and reads the answer, sent after the commit. Requests are pipelined and
+    answered in order. If the process dies, every request it had not answered fails
+    (no acknowledgement; the provider's retry is deduplicated if the row did commit)
+    and the next insert starts a new one. It ends when this closes its stdin, or when
+    this process dies and the pipe with it.
+    """
+
+    def __init__(self, path: str, cipher: BodyCipher) -> None:
+        self._path = path
+        self._cipher = cipher
+        self._writer: _WriterProcess | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self._process()
+
+    async def _process(self) -> _WriterProcess:
+        writer = self._writer
+        if writer is not None and writer.alive:
+            return writer
+        async with self._lock:
+            if self._writer is None or not self._writer.alive:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "store.sqlite_write",
+                    self._path,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                )
+                writer = _WriterProcess(proc)
+                writer.reader = asyncio.create_task(writer.read(), name="hookd-sqlite-writer")
+                self._writer = writer
+                log.info("sqlite writer process started", extra={"pid": proc.pid})
+            return self._writer
+
+    async def _call(self, op: str, rows: list[NewRow]) -> tuple[Any, Any]:
+        writer = await self._process()
+        if not writer.alive:
+            raise WriterGone("the SQLite writer process ended")
+        stdin = writer.proc.stdin
+        assert stdin is not None
+        data = pickle.dumps((op, rows), protocol=pickle.HIGHEST_PROTOCOL)
+        future: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
+        writer.pending.append(future)
+        stdin.write(sqlite_write.FRAME.pack(len(data)) + data)
+        # A writer that died meanwhile fails the future; the pipe's error says no more.
+        with contextlib.suppress(ConnectionError):
+            await stdin.drain()
+        return await future
+
+    async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
+        batch = prepare(events, self._cipher)
+        created, existing = await self._call(sqlite_write.INSERT, batch.rows)
+        return batch.resolve(created, existing)
+
+    async def probe(self) -> None:
+        batch = prepare([probe_event()], self._cipher)
+        await self._call(sqlite_write.PROBE, batch.rows)
+
+    async def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        writer.closing = True
+        stdin = writer.proc.stdin
+        assert stdin is not None
+        stdin.close()  # it answers what it has, then ends
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await writer.proc.wait()
+        except TimeoutError:
+            writer.proc.kill()
+        if writer.reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer.reader
+
+
+def inserter_for(
+    url: str,
+    cipher: BodyCipher,
+    *,
+    committers: int,
+    timeout_s: float,
+    sqlite_process: bool = False,
+) -> Inserter:
+    """The receiver's inserter for ``url``; on SQLite, in a writer process of its own when
+    ``sqlite_process`` (an in-memory database stays on a thread: a process would not
+    share it)."""
     parsed = check_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return SqliteInserter(parsed.database or ":memory:", cipher)
+        path = parsed.database or ":memory:"
+        if sqlite_process and path != ":memory:":
+            return SqliteProcessInserter(path, cipher)
+        return SqliteInserter(path, cipher)
     return PgInserter(parsed, cipher, size=committers, timeout_s=timeout_s)

@@ -76,6 +76,7 @@ from store.models import (
     RECONCILE_RUNS,
     RECONCILE_STATE,
 )
+from store.sqlite_write import SQLITE_PRAGMAS
 from store.status import DONE_RUN_STATUSES, EventStatus
 
 log = logging.getLogger("hookd.prune")
@@ -676,7 +677,7 @@ async def incremental_vacuum(engine: AsyncEngine, stop: asyncio.Event | None = N
 def _vacuum_file(path: str, stop: asyncio.Event | None) -> int:
     conn = sqlite3.connect(path, timeout=5, isolation_level=None)
     try:
-        for pragma in db.SQLITE_PRAGMAS:
+        for pragma in SQLITE_PRAGMAS:
             conn.execute(pragma)
         if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:  # 2: INCREMENTAL
             return 0

@@ -72,6 +72,7 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         cipher,
         committers=committers,
         timeout_s=settings.commit_timeout_s,
+        sqlite_process=settings.sqlite_writer_process(),
     )
     committer = GroupCommitter(
         inserter,
@@ -107,6 +108,7 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await inserter.start()
         await committer.start()
         await late_notes.start()
         receiver.deadlines.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from store import db, fastpath
+from store import db, fastpath, sqlite_write
 from store.crypto import BodyCipher
 from store.events import get_event, insert_events
 from store.models import EVENTS
@@ -20,8 +21,24 @@ pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
 
 
+# Set by ``db_url``: SQLite's insert on a thread of this process, or in a writer process.
+SQLITE_PROCESS = False
+
+
+@pytest.fixture(params=["sqlite-thread", "sqlite-process", "postgres"])
+def db_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(sys.modules[__name__], "SQLITE_PROCESS", request.param == "sqlite-process")
+    url: str = request.getfixturevalue("pg_url" if request.param == "postgres" else "sqlite_url")
+    return url
+
+
 def inserter(url: str, cipher: BodyCipher = PLAIN) -> fastpath.Inserter:
-    return fastpath.inserter_for(url, cipher, committers=4, timeout_s=5)
+    made = fastpath.inserter_for(
+        url, cipher, committers=4, timeout_s=5, sqlite_process=SQLITE_PROCESS
+    )
+    expected = fastpath.SqliteProcessInserter if SQLITE_PROCESS else type(made)
+    assert isinstance(made, expected)
+    return made
 
 
 async def count(url: str) -> int:
@@ -114,7 +131,7 @@ async def test_encrypted_bodies_are_sealed(db_url: str) -> None:
 
 async def test_batches_larger_than_one_sqlite_statement(db_url: str) -> None:
     fast = inserter(db_url)
-    n = fastpath.SQLITE_ROWS * 2 + 7
+    n = sqlite_write.SQLITE_ROWS * 2 + 7
     try:
         out = await fast.insert([new_event(f"big-{i}") for i in range(n)] + [new_event("big-0")])
         assert sum(s.created for s in out) == n

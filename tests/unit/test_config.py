@@ -312,6 +312,25 @@ def test_bad_log_level_names_the_variable_and_the_levels(monkeypatch: pytest.Mon
     assert Settings.from_env().log_level == "DEBUG"
 
 
+def test_sqlite_writer_takes_three_words_and_auto_follows_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOOKD_SQLITE_WRITER", "fork")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    assert str(info.value) == (
+        "environment: HOOKD_SQLITE_WRITER: 'fork' is not a SQLite writer; "
+        "use auto, process or thread"
+    )
+    for value, expected in (("Process", True), (" thread ", False)):
+        monkeypatch.setenv("HOOKD_SQLITE_WRITER", value)
+        assert Settings.from_env().sqlite_writer_process() is expected
+    monkeypatch.setenv("HOOKD_SQLITE_WRITER", "auto")
+    for cores, expected in ((1, False), (2, True), (None, False)):
+        monkeypatch.setattr("hookd.settings.os.cpu_count", lambda cores=cores: cores)
+        assert Settings.from_env().sqlite_writer_process() is expected
+
+
 @pytest.mark.parametrize("url", ["notaurl", "redis://:hunter2@h:port/0", "http://:hunter2@h/"])
 def test_bad_redis_url_names_the_variable_without_quoting_it(
     monkeypatch: pytest.MonkeyPatch, url: str

@@ -1,0 +1,281 @@
+"""The SQLite insert of the receiver's hot path, synchronous, on stdlib and orjson only.
+
+``store.fastpath.SqliteInserter`` runs it on a thread of the receiver's process;
+``store.sqlite_writer`` runs it in a process of its own, which imports this module and
+nothing heavier (it starts in a few tens of milliseconds). In one ``BEGIN IMMEDIATE``
+transaction: a multi-row ``INSERT INTO event_keys … RETURNING``, the ``events`` rows of
+the new keys, and the lookup of the others, with the same pragmas as the engine (WAL,
+``synchronous=FULL``).
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import sqlite3
+import struct
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import orjson
+
+if TYPE_CHECKING:
+    from store.events import NewRow
+
+# Every SQLite connection hookd opens (the engine's, this writer's, prune's) sets these.
+SQLITE_PRAGMAS = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=FULL",
+    "PRAGMA busy_timeout=5000",
+    "PRAGMA foreign_keys=ON",
+)
+
+COLUMNS = (
+    "id",
+    "source",
+    "provider",
+    "dedupe_key",
+    "type",
+    "origin",
+    "received_at",
+    "occurred_at",
+    "verified_with",
+    "headers",
+    "body",
+    "body_encrypted",
+    "status",
+    "attempts",
+    "next_attempt_at",
+    "created_at",
+    "updated_at",
+    "traceparent",
+)
+
+KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
+# Written only by a batch that holds an event of a source with [sources.order]; every
+# other batch's statements are the ones without them, unchanged.
+OBJECT_COLUMNS = ("object_key", "object_version", "payload_hash")
+
+# SQLite allows 32,766 parameters per statement; a larger batch is split into
+# statements of this many rows inside one transaction.
+SQLITE_ROWS = 32_766 // len(COLUMNS)
+SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
+
+
+def with_objects(rows: list[NewRow]) -> bool:
+    """Whether a row of the batch names an object ([sources.order])."""
+    return any(row["object_key"] is not None for row in rows)
+
+
+def sqlite_time(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def sqlite_params(
+    rows: list[NewRow], *, objects: bool = False
+) -> list[str | int | float | bytes | None]:
+    """The rows' values, flat, in ``COLUMNS`` order (then ``OBJECT_COLUMNS``'s)."""
+    params: list[str | int | float | bytes | None] = []
+    for r in rows:
+        params += (
+            r["id"],
+            r["source"],
+            r["provider"],
+            r["dedupe_key"],
+            r["type"],
+            r["origin"],
+            sqlite_time(r["received_at"]),
+            sqlite_time(r["occurred_at"]),
+            r["verified_with"],
+            orjson.dumps(r["headers"]).decode(),
+            r["body"],
+            int(r["body_encrypted"]),
+            r["status"],
+            r["attempts"],
+            sqlite_time(r["next_attempt_at"]),
+            sqlite_time(r["created_at"]),
+            sqlite_time(r["updated_at"]),
+            r["traceparent"],
+        )
+        if objects:
+            params += (r["object_key"], r["object_version"], r["payload_hash"])
+    return params
+
+
+def sqlite_key_params(rows: list[NewRow]) -> list[str | None]:
+    """The rows' keys, flat, in ``KEY_COLUMNS`` order."""
+    params: list[str | None] = []
+    for r in rows:
+        params += (r["source"], r["dedupe_key"], r["id"], sqlite_time(r["received_at"]))
+    return params
+
+
+class SqliteWriter:
+    """One connection, used by one thread at a time; batches run one at a time."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._conn: sqlite3.Connection | None = None
+        self._statements: dict[tuple[str, int, int], str] = {}
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(self._path, timeout=5, isolation_level=None)
+            for pragma in SQLITE_PRAGMAS:
+                conn.execute(pragma)
+            self._conn = conn
+        return self._conn
+
+    def _statement(self, table: str, columns: Sequence[str], n: int) -> str:
+        """A multi-row insert of ``n`` rows; into event_keys, the new keys returned."""
+        sql = self._statements.get((table, len(columns), n))
+        if sql is None:
+            one = "(" + ",".join("?" * len(columns)) + ")"
+            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES {','.join([one] * n)}"  # noqa: S608 - constants and placeholders only
+            if table == "event_keys":
+                sql += " ON CONFLICT (source, dedupe_key) DO NOTHING RETURNING event_id"
+            self._statements[(table, len(columns), n)] = sql
+        return sql
+
+    def _insert_rows(
+        self, conn: sqlite3.Connection, rows: list[NewRow]
+    ) -> tuple[set[str], dict[tuple[str, str], str]]:
+        """The batch's keys, then the rows of the new ones, then the ids of the others;
+        inside the caller's transaction."""
+        created: set[str] = set()
+        key_params = sqlite_key_params(rows)
+        width = len(KEY_COLUMNS)
+        step = SQLITE_KEY_ROWS * width
+        for i in range(0, len(key_params), step):
+            chunk = key_params[i : i + step]
+            sql = self._statement("event_keys", KEY_COLUMNS, len(chunk) // width)
+            created.update(row[0] for row in conn.execute(sql, chunk).fetchall())
+        new = [r for r in rows if r["id"] in created]
+        objects = with_objects(new)
+        columns = COLUMNS + OBJECT_COLUMNS if objects else COLUMNS
+        row_params = sqlite_params(new, objects=objects)
+        width = len(columns)
+        step = (32_766 // width) * width
+        for i in range(0, len(row_params), step):
+            part = row_params[i : i + step]
+            conn.execute(self._statement("events", columns, len(part) // width), part)
+        existing: dict[tuple[str, str], str] = {}
+        for r in rows:
+            if r["id"] in created:
+                continue
+            found = conn.execute(
+                "SELECT event_id FROM event_keys WHERE source = ? AND dedupe_key = ?",
+                (r["source"], r["dedupe_key"]),
+            ).fetchone()
+            if found is not None:
+                existing[(r["source"], r["dedupe_key"])] = found[0]
+        return created, existing
+
+    def write(self, rows: list[NewRow]) -> tuple[set[str], dict[tuple[str, str], str]]:
+        conn = self._connect()
+        try:
+            # One transaction: under SQLite's single writer nothing can change a key
+            # between its insert and its lookup.
+            conn.execute("BEGIN IMMEDIATE")
+            created, existing = self._insert_rows(conn, rows)
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            self.discard()  # closing rolls back an open transaction
+            raise
+        return created, existing
+
+    def probe(self, rows: list[NewRow]) -> None:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self._insert_rows(conn, rows)
+            conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
+            conn.execute(
+                "DELETE FROM event_keys WHERE source = ? AND dedupe_key = ?",
+                (rows[0]["source"], rows[0]["dedupe_key"]),
+            )
+            conn.execute("COMMIT")
+        except sqlite3.Error:
+            self.discard()  # closing rolls back an open transaction
+            raise
+
+    def discard(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+# The writer process (``python -m store.sqlite_write PATH``, started by
+# ``store.fastpath.SqliteProcessInserter``) reads requests on stdin and answers each on
+# stdout, in order, after its commit. A frame is a 4-byte big-endian length, then a
+# pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe"; the answer
+# ``("ok", created, existing)`` or ``("error", sqlite3 exception name, message)``. Both
+# ends are this package, over a pipe no one else holds.
+FRAME = struct.Struct("!I")
+INSERT = "insert"
+PROBE = "probe"
+
+Reply = tuple[str, Any, Any]
+
+
+def answer(writer: SqliteWriter, op: str, rows: list[NewRow]) -> Reply:
+    """One request's answer; a SQLite error is an answer too (the batch fails, the
+    writer stays)."""
+    try:
+        if op == INSERT:
+            created, existing = writer.write(rows)
+        else:
+            writer.probe(rows)
+            created, existing = set(), {}
+    except sqlite3.Error as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", created, existing)
+
+
+def _read(stream: BinaryIO, n: int) -> bytes | None:
+    data = stream.read(n)
+    return data if len(data) == n else None
+
+
+def serve(path: str, requests: BinaryIO, answers: BinaryIO) -> None:
+    """Answer requests until ``requests`` ends (the receiver closed it, or died)."""
+    writer = SqliteWriter(path)
+    try:
+        while (head := _read(requests, FRAME.size)) is not None:
+            data = _read(requests, FRAME.unpack(head)[0])
+            if data is None:
+                break  # cut off mid-request: nothing of it was written
+            op, rows = pickle.loads(data)  # noqa: S301 - our own pipe, from our own parent
+            reply = pickle.dumps(answer(writer, op, rows), protocol=pickle.HIGHEST_PROTOCOL)
+            answers.write(FRAME.pack(len(reply)) + reply)
+            answers.flush()
+    finally:
+        writer.discard()
+
+
+def main(argv: Sequence[str]) -> int:
+    # The receiver decides when this process ends, by closing its stdin: a Ctrl-C
+    # sent to the whole process group, or a SIGTERM sent to the whole cgroup, must
+    # not cut a transaction short before the receiver has had its answer.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if len(argv) != 2:
+        print("usage: python -m store.sqlite_write PATH (started by hookd)", file=sys.stderr)
+        return 2
+    answers = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames goes to the pipe
+    try:
+        serve(argv[1], sys.stdin.buffer, answers)
+    except BrokenPipeError:
+        return 0  # the receiver went away mid-answer: it will not read it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

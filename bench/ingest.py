@@ -266,13 +266,29 @@ def problem_lines(path: Path) -> list[str]:
 
 
 def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process (0 if it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """User + system CPU seconds of a process and of its live descendants (0 if it is
+    gone): hookd's SQLite writer process and `hookd serve`'s processor processes work
+    for the server under test, and count as its CPU, not as another process's."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        parents[int(entry.name)] = int(fields[1])
+        used[int(entry.name)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    total = 0.0
+    for one, seconds in used.items():
+        ancestor = one
+        while ancestor > 1 and ancestor != pid:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == pid:
+            total += seconds
+    return total
 
 
 POSTGRES_AUX = ("checkpointer", "background writer", "walwriter", "autovacuum launcher")

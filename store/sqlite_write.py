@@ -15,7 +15,6 @@ import signal
 import sqlite3
 import struct
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -32,11 +31,6 @@ SQLITE_PRAGMAS = (
     "PRAGMA busy_timeout=5000",
     "PRAGMA foreign_keys=ON",
 )
-# The insert's wait for the write lock: as long as busy_timeout above, polled from
-# 0.1 ms, doubling, to 1 ms between tries.
-BUSY_TIMEOUT_S = 5.0
-BUSY_FIRST_WAIT_S = 0.0001
-BUSY_MAX_WAIT_S = 0.001
 
 COLUMNS = (
     "id",
@@ -133,34 +127,8 @@ class SqliteWriter:
             conn = sqlite3.connect(self._path, timeout=5, isolation_level=None)
             for pragma in SQLITE_PRAGMAS:
                 conn.execute(pragma)
-            # Waiting for the write lock is ``_begin``'s, below; once this connection
-            # holds it (WAL mode), its inserts and its commit wait for no one.
-            conn.execute("PRAGMA busy_timeout=0")
             self._conn = conn
         return self._conn
-
-    def _begin(self, conn: sqlite3.Connection) -> None:
-        """``BEGIN IMMEDIATE``, polling for the write lock every millisecond at most,
-        for up to ``BUSY_TIMEOUT_S``.
-
-        SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 … up to 100 ms between
-        its tries: a lock another process (``hookd serve``'s processor, the API) frees
-        just after a try is taken that much later, while every request of the batch
-        waits and the CPU idles. Measured with a processor beside the receiver on two
-        cores (docs/benchmarks.md, S2), that sleep was the receiver's bound.
-        """
-        delay = BUSY_FIRST_WAIT_S
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
-                    raise
-            else:
-                return
-            time.sleep(delay)
-            delay = min(delay * 2, BUSY_MAX_WAIT_S)
 
     def _statement(self, table: str, columns: Sequence[str], n: int) -> str:
         """A multi-row insert of ``n`` rows; into event_keys, the new keys returned."""
@@ -212,7 +180,7 @@ class SqliteWriter:
         try:
             # One transaction: under SQLite's single writer nothing can change a key
             # between its insert and its lookup.
-            self._begin(conn)
+            conn.execute("BEGIN IMMEDIATE")
             created, existing = self._insert_rows(conn, rows)
             conn.execute("COMMIT")
         except sqlite3.Error:
@@ -223,7 +191,7 @@ class SqliteWriter:
     def probe(self, rows: list[NewRow]) -> None:
         conn = self._connect()
         try:
-            self._begin(conn)
+            conn.execute("BEGIN IMMEDIATE")
             self._insert_rows(conn, rows)
             conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
             conn.execute(

@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -24,9 +23,8 @@ import pytest
 
 from chaos import harness
 from chaos.harness import HookdServer
-from store import fastpath, sqlite_write
+from store import fastpath
 from store.crypto import BodyCipher
-from store.events import prepare
 from tests.support.data import new_event, scalar
 
 pytestmark = pytest.mark.anyio
@@ -232,36 +230,3 @@ async def test_kill_9_of_the_writer_mid_burst_loses_no_acknowledged_event(
         assert all(r.status in (200, 202) for r in retried)
         assert await scalar(sqlite_url, "SELECT count(*) FROM events") == count
         assert "sqlite writer process exited" in server.log()
-
-
-def test_the_insert_waits_for_another_writers_lock_then_gives_up_at_the_busy_timeout(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The writer polls for the write lock instead of SQLite's sleeping busy handler:
-    it still waits for a lock held (a processor's transaction), and still fails, with
-    SQLite's own error, one held past the busy timeout."""
-    path = sqlite_url.split("///", 1)[1]
-    writer = sqlite_write.SqliteWriter(path)
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
-        rows = prepare([new_event("waited")], PLAIN).rows
-        other.execute("BEGIN IMMEDIATE")
-        release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
-        started = time.monotonic()
-        release.start()
-        created, _ = writer.write(rows)
-        assert time.monotonic() - started >= 0.3
-        assert created == {rows[0]["id"]}
-
-        monkeypatch.setattr(sqlite_write, "BUSY_TIMEOUT_S", 0.2)
-        other.execute("BEGIN IMMEDIATE")
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            writer.write(prepare([new_event("refused")], PLAIN).rows)
-        other.execute("ROLLBACK")
-        # Nothing of the refused batch was written, and the writer goes on.
-        writer.write(prepare([new_event("after")], PLAIN).rows)
-        keys = {r[0] for r in other.execute("SELECT dedupe_key FROM event_keys")}
-        assert keys == {"waited", "after"}
-    finally:
-        writer.discard()
-        other.close()

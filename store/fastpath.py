@@ -16,7 +16,8 @@ fraction of the CPU:
   the row is visible to it).
 - SQLite: ``store.sqlite_write``'s one transaction per batch, run either on a thread
   of this process (``SqliteInserter``) or in a writer process of its own
-  (``store.sqlite_writer``), which takes its CPU off the receiver's interpreter.
+  (``SqliteProcessInserter``: ``python -m store.sqlite_write``), which takes its CPU
+  off the receiver's interpreter.
 
 Each also has ``probe``: one write through that same path, committed, that leaves no
 row (``hookd.web.health`` uses it to tell when a database that refused commits takes

@@ -600,7 +600,7 @@ class Database:
 
 def sqlite_db(work: Path) -> Database:
     path = work / "hookd.db"
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-turn"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
     def count() -> int:

@@ -1028,7 +1028,7 @@ def start_quickstart(
     """The Quickstart default: ``hookd serve`` alone on a SQLite file in the run folder,
     no Redis, no worker, hookd's default settings otherwise."""
     path = work / "hookd.db"
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-turn"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     args.sqlite_path = path
     env = hookd_env(args, work, HOOKD_DATABASE_URL=f"sqlite+aiosqlite:///{path}")

@@ -28,7 +28,7 @@ from hookd.ordering import document
 from hookd.sources import Source, Sources
 from processing.destinations import DEFERRED, FAILED, SKIPPED, Outcome, Router
 from processing.filters import Document
-from store import claims, destinations, history, objects
+from store import claims, db, destinations, history, objects
 from store.crypto import BodyCipher
 from store.destinations import Blocker
 from store.ids import worker_id
@@ -219,6 +219,7 @@ class Processor:
         self._handler_timeout_s = handler_timeout_s
         self._retry = retry or RetryPolicy()
         self._batch_size = batch_size
+        self._turn = db.write_turn(engine)
         self._semaphore = asyncio.Semaphore(concurrency)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
@@ -252,7 +253,7 @@ class Processor:
         now = datetime.now(UTC)
         claim_started = tracing.clock()  # 0 when tracing is off
         taken: list[EventRow] = []
-        async with self._engine.begin() as conn:
+        async with self._turn(), self._engine.begin() as conn:
             # Expired leases first, by their own statement, so that takeovers are counted.
             if self._expired_check_due():
                 taken = await claims.claim_expired(
@@ -350,7 +351,7 @@ class Processor:
             if result.error is not None:
                 failed.append((row, result, self._retry_at(row, result, now)))
         succeeded = [r.id for r, res in zip(rows, results, strict=True) if res.ok]
-        async with self._engine.begin() as conn:
+        async with self._turn(), self._engine.begin() as conn:
             await claims.record_handlers(
                 conn, [(event_id, name) for event_id, names in done.items() for name in names], now
             )
@@ -447,7 +448,7 @@ class Processor:
         self, event_ids: list[str], done: dict[str, list[str]], attempts: dict[str, int]
     ) -> None:
         try:
-            async with self._engine.begin() as conn:
+            async with self._turn(), self._engine.begin() as conn:
                 now = datetime.now(UTC)
                 await claims.record_handlers(
                     conn, [(e, name) for e, names in done.items() for name in names], now

@@ -6,11 +6,13 @@ durability setting than its safe default; group commit pays for the fsync.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -21,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from hookd.errors import ConfigError
-from store.sqlite_write import SQLITE_PRAGMAS
+from store.sqlite_write import SQLITE_PRAGMAS, open_turn
 
 
 def check_url(url: str) -> sa.URL:
@@ -264,6 +266,43 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
             },
         },
     )
+
+
+@contextlib.asynccontextmanager
+async def _no_turn() -> AsyncIterator[None]:
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_turn(path: str) -> AsyncIterator[None]:
+    fd = open_turn(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:
+                # The thread still takes the turn: closing its descriptor once it has
+                # lets it go again.
+                waiting.add_done_callback(lambda _, taken=fd: os.close(taken))
+                fd = -1
+                raise
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # and with it the turn
+
+
+def write_turn(engine: AsyncEngine) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
+    """What to hold around a busy writer's transaction (``async with turn():``): on a
+    SQLite file, the turn the receiver's writer also takes (``sqlite_write.turn_path``);
+    elsewhere nothing."""
+    path = sqlite_path(engine.url.render_as_string(hide_password=False))
+    if path is None:
+        return _no_turn
+    return lambda: _sqlite_turn(path)
 
 
 async def ping(engine: AsyncEngine) -> None:

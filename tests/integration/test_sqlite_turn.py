@@ -1,0 +1,199 @@
+"""The turn that orders hookd's busy SQLite writers (``sqlite_write.turn_path``).
+
+The receiver's writer and the processor hold an exclusive ``flock`` on a file beside the
+database around each transaction, so that a waiter is woken when the holder lets go
+instead of sleeping in SQLite's busy handler. These tests hold the turn from another
+process (real processes, real signals) and show who waits, and that no way of letting go,
+``kill -9`` included, leaves it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from store import db, fastpath, sqlite_write
+from store.crypto import BodyCipher
+from store.models import EVENTS
+from tests.support.data import new_event
+
+pytestmark = pytest.mark.anyio
+
+# Takes the turn, says so, and keeps it until its stdin closes (or it is killed).
+HOLDER = """
+import fcntl, sys
+from store import sqlite_write
+fd = sqlite_write.open_turn(sys.argv[1])
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def db_path(url: str) -> str:
+    path = db.sqlite_path(url)
+    assert path is not None
+    return path
+
+
+@contextlib.contextmanager
+def held_elsewhere(path: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Another process holding the turn of the database at ``path``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"held\n"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def turn_is_free(path: str) -> bool:
+    fd = sqlite_write.open_turn(path)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
+async def test_the_processor_side_waits_for_the_holder_and_goes_on_when_it_lets_go(
+    sqlite_url: str,
+) -> None:
+    path = db_path(sqlite_url)
+    engine = db.create_engine(sqlite_url)
+    turn = db.write_turn(engine)
+    try:
+        with held_elsewhere(path) as holder:
+            entered = asyncio.Event()
+
+            async def write() -> None:
+                async with turn(), engine.begin() as conn:
+                    entered.set()
+                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+
+            task = asyncio.create_task(write())
+            await asyncio.sleep(0.3)
+            assert not entered.is_set(), "took the turn while another process held it"
+            assert holder.stdin is not None
+            holder.stdin.close()  # lets go
+            await asyncio.wait_for(task, 10)
+        assert turn_is_free(path)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_holder_killed_with_sigkill_frees_the_turn(sqlite_url: str) -> None:
+    path = db_path(sqlite_url)
+    engine = db.create_engine(sqlite_url)
+    turn = db.write_turn(engine)
+    try:
+        with held_elsewhere(path) as holder:
+            entered, leave = asyncio.Event(), asyncio.Event()
+
+            async def hold() -> None:
+                async with turn():
+                    entered.set()
+                    await leave.wait()
+
+            task = asyncio.create_task(hold())
+            await asyncio.sleep(0.2)
+            assert not entered.is_set()
+            os.kill(holder.pid, signal.SIGKILL)
+            await asyncio.wait_for(entered.wait(), 10)
+            assert not turn_is_free(path)  # ours now
+            leave.set()
+            await task
+        assert turn_is_free(path)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_cancelled_wait_does_not_keep_the_turn(sqlite_url: str) -> None:
+    """Cancelled while its thread waits: the turn, once the thread has it, is let go."""
+    path = db_path(sqlite_url)
+    engine = db.create_engine(sqlite_url)
+    turn = db.write_turn(engine)
+    try:
+        with held_elsewhere(path) as holder:
+
+            async def hold() -> None:
+                async with turn():
+                    raise AssertionError("entered while another process held the turn")
+
+            task = asyncio.create_task(hold())
+            await asyncio.sleep(0.2)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(10)
+        for _ in range(100):  # the waiting thread takes it, then its descriptor closes
+            if turn_is_free(path):
+                break
+            await asyncio.sleep(0.05)
+        assert turn_is_free(path)
+        async with turn():  # and it is ours to take again
+            pass
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+async def test_the_receivers_insert_waits_for_the_turn(sqlite_url: str, process: bool) -> None:
+    path = db_path(sqlite_url)
+    ins = fastpath.inserter_for(
+        sqlite_url, BodyCipher(""), committers=1, timeout_s=30, sqlite_process=process
+    )
+    await ins.start()
+    engine = db.create_engine(sqlite_url)
+    try:
+        with held_elsewhere(path) as holder:
+            insert = asyncio.create_task(ins.insert([new_event("waits")]))
+            await asyncio.sleep(0.5)
+            assert not insert.done(), "inserted while another process held the turn"
+            assert holder.stdin is not None
+            holder.stdin.close()
+            [stored] = await asyncio.wait_for(insert, 10)
+        assert stored.created
+        async with engine.connect() as conn:
+            count = await conn.scalar(sa.select(sa.func.count()).select_from(EVENTS))
+        assert count == 1
+    finally:
+        await ins.close()
+        await engine.dispose()
+
+
+async def test_postgresql_has_no_turn(pg_url: str) -> None:
+    engine = db.create_engine(pg_url)
+    try:
+        async with db.write_turn(engine)():
+            pass
+        assert db.sqlite_path(pg_url) is None
+    finally:
+        await engine.dispose()
+
+
+def test_the_turn_file_sits_beside_the_database(tmp_path: Path) -> None:
+    assert sqlite_write.turn_path(str(tmp_path / "hookd.db")) == str(tmp_path / "hookd.db-turn")

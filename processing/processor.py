@@ -219,7 +219,7 @@ class Processor:
         self._handler_timeout_s = handler_timeout_s
         self._retry = retry or RetryPolicy()
         self._batch_size = batch_size
-        self._turn = db.write_turn(engine)
+        self._transaction = db.transaction(engine)
         self._semaphore = asyncio.Semaphore(concurrency)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
@@ -253,7 +253,7 @@ class Processor:
         now = datetime.now(UTC)
         claim_started = tracing.clock()  # 0 when tracing is off
         taken: list[EventRow] = []
-        async with self._turn(), self._engine.begin() as conn:
+        async with self._transaction() as conn:
             # Expired leases first, by their own statement, so that takeovers are counted.
             if self._expired_check_due():
                 taken = await claims.claim_expired(
@@ -351,7 +351,7 @@ class Processor:
             if result.error is not None:
                 failed.append((row, result, self._retry_at(row, result, now)))
         succeeded = [r.id for r, res in zip(rows, results, strict=True) if res.ok]
-        async with self._turn(), self._engine.begin() as conn:
+        async with self._transaction() as conn:
             await claims.record_handlers(
                 conn, [(event_id, name) for event_id, names in done.items() for name in names], now
             )
@@ -448,7 +448,7 @@ class Processor:
         self, event_ids: list[str], done: dict[str, list[str]], attempts: dict[str, int]
     ) -> None:
         try:
-            async with self._turn(), self._engine.begin() as conn:
+            async with self._transaction() as conn:
                 now = datetime.now(UTC)
                 await claims.record_handlers(
                     conn, [(e, name) for e, names in done.items() for name in names], now

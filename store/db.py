@@ -19,8 +19,9 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_only
 
 from hookd.errors import ConfigError
 from store.sqlite_write import SQLITE_PRAGMAS, open_turn
@@ -268,41 +269,83 @@ def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5
     )
 
 
-@contextlib.asynccontextmanager
-async def _no_turn() -> AsyncIterator[None]:
-    yield
+TURN_KEY = "hookd.turn"
 
 
-@contextlib.asynccontextmanager
-async def _sqlite_turn(path: str) -> AsyncIterator[None]:
-    fd = open_turn(path)
-    try:
+class _Turn:
+    """One transaction's claim on the SQLite turn (``sqlite_write.turn_path``)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd = -1
+
+    async def take(self) -> None:
+        if self._fd >= 0:
+            return
+        fd = open_turn(self._path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             waiting = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
             try:
                 await asyncio.shield(waiting)
-            except asyncio.CancelledError:
-                # The thread still takes the turn: closing its descriptor once it has
-                # lets it go again.
-                waiting.add_done_callback(lambda _, taken=fd: os.close(taken))
-                fd = -1
+            except BaseException:
+                # Cancelled while the thread waits: it still takes the turn, and closing
+                # its descriptor once it has lets it go again.
+                waiting.add_done_callback(lambda _: os.close(fd))
                 raise
-        yield
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def let_go(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # and with it the flock
+            self._fd = -1
+
+
+def _take_turn_first(
+    conn: sa.Connection, _cursor: Any, _statement: str, _params: Any, _context: Any, _many: bool
+) -> None:
+    """Before a statement of a turn-taking transaction (``transaction``): the turn, if
+    this transaction does not hold it yet. Event hooks run in SQLAlchemy's greenlet, so
+    the wait is awaited as the driver's own calls are."""
+    turn = conn.info.get(TURN_KEY)
+    if turn is not None:
+        await_only(turn.take())
+
+
+@contextlib.asynccontextmanager
+async def _turn_transaction(engine: AsyncEngine, path: str) -> AsyncIterator[AsyncConnection]:
+    turn = _Turn(path)
+    try:
+        async with engine.begin() as conn:
+            info = (await conn.get_raw_connection()).info
+            info[TURN_KEY] = turn
+            try:
+                yield conn
+            finally:
+                # Committed or rolled back after this; the turn is let go after that.
+                info.pop(TURN_KEY, None)
     finally:
-        if fd >= 0:
-            os.close(fd)  # and with it the turn
+        turn.let_go()
 
 
-def write_turn(engine: AsyncEngine) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
-    """What to hold around a busy writer's transaction (``async with turn():``): on a
-    SQLite file, the turn the receiver's writer also takes (``sqlite_write.turn_path``);
-    elsewhere nothing."""
+def transaction(
+    engine: AsyncEngine,
+) -> Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]]:
+    """``engine.begin()`` for a busy writer (``async with transaction() as conn:``). On a
+    SQLite file it holds the turn the receiver's writer also takes
+    (``sqlite_write.turn_path``) from its first statement to after its commit: what it
+    does before that statement (building the first statement, compiling it) waits for
+    no one and keeps no one waiting. Elsewhere it is ``engine.begin()``."""
     path = sqlite_path(engine.url.render_as_string(hide_password=False))
     if path is None:
-        return _no_turn
-    return lambda: _sqlite_turn(path)
+        return engine.begin
+    if not sa.event.contains(engine.sync_engine, "before_cursor_execute", _take_turn_first):
+        sa.event.listen(engine.sync_engine, "before_cursor_execute", _take_turn_first)
+    return lambda: _turn_transaction(engine, path)
 
 
 async def ping(engine: AsyncEngine) -> None:

@@ -77,28 +77,60 @@ def turn_is_free(path: str) -> bool:
         os.close(fd)
 
 
-async def test_the_processor_side_waits_for_the_holder_and_goes_on_when_it_lets_go(
+async def test_the_processor_side_waits_at_its_first_statement_and_goes_on_when_let_go(
     sqlite_url: str,
 ) -> None:
+    """Its transaction starts without the turn (what it builds first keeps no one
+    waiting); its first statement waits for it; its commit comes before it is let go."""
     path = db_path(sqlite_url)
     engine = db.create_engine(sqlite_url)
-    turn = db.write_turn(engine)
+    transaction = db.transaction(engine)
     try:
         with held_elsewhere(path) as holder:
-            entered = asyncio.Event()
+            began, wrote = asyncio.Event(), asyncio.Event()
 
             async def write() -> None:
-                async with turn(), engine.begin() as conn:
-                    entered.set()
+                async with transaction() as conn:
+                    began.set()
                     await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                    wrote.set()
+                    await conn.execute(sa.text("INSERT INTO scratch VALUES (1)"))
+                    assert not turn_is_free(path)  # held to the commit
 
             task = asyncio.create_task(write())
+            await asyncio.wait_for(began.wait(), 10)
             await asyncio.sleep(0.3)
-            assert not entered.is_set(), "took the turn while another process held it"
+            assert not wrote.is_set(), "wrote while another process held the turn"
             assert holder.stdin is not None
             holder.stdin.close()  # lets go
             await asyncio.wait_for(task, 10)
         assert turn_is_free(path)
+        async with engine.connect() as conn:
+            assert await conn.scalar(sa.text("SELECT x FROM scratch")) == 1
+        async with transaction() as conn:  # a transaction without a statement: no turn
+            assert turn_is_free(path)
+    finally:
+        await engine.dispose()
+
+
+async def test_a_failed_transaction_lets_go_of_the_turn(sqlite_url: str) -> None:
+    path = db_path(sqlite_url)
+    engine = db.create_engine(sqlite_url)
+    transaction = db.transaction(engine)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+
+        async def fail() -> None:
+            async with transaction() as conn:
+                await conn.execute(sa.text("INSERT INTO scratch VALUES (1)"))
+                await conn.execute(sa.text("INSERT INTO no_such_table VALUES (1)"))
+
+        with pytest.raises(sa.exc.OperationalError):
+            await fail()
+        assert turn_is_free(path)
+        async with engine.connect() as conn:  # rolled back
+            assert await conn.scalar(sa.text("SELECT count(*) FROM scratch")) == 0
     finally:
         await engine.dispose()
 
@@ -106,21 +138,22 @@ async def test_the_processor_side_waits_for_the_holder_and_goes_on_when_it_lets_
 async def test_a_holder_killed_with_sigkill_frees_the_turn(sqlite_url: str) -> None:
     path = db_path(sqlite_url)
     engine = db.create_engine(sqlite_url)
-    turn = db.write_turn(engine)
+    transaction = db.transaction(engine)
     try:
         with held_elsewhere(path) as holder:
-            entered, leave = asyncio.Event(), asyncio.Event()
+            wrote, leave = asyncio.Event(), asyncio.Event()
 
             async def hold() -> None:
-                async with turn():
-                    entered.set()
+                async with transaction() as conn:
+                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                    wrote.set()
                     await leave.wait()
 
             task = asyncio.create_task(hold())
-            await asyncio.sleep(0.2)
-            assert not entered.is_set()
+            await asyncio.sleep(0.3)
+            assert not wrote.is_set()
             os.kill(holder.pid, signal.SIGKILL)
-            await asyncio.wait_for(entered.wait(), 10)
+            await asyncio.wait_for(wrote.wait(), 10)
             assert not turn_is_free(path)  # ours now
             leave.set()
             await task
@@ -133,16 +166,17 @@ async def test_a_cancelled_wait_does_not_keep_the_turn(sqlite_url: str) -> None:
     """Cancelled while its thread waits: the turn, once the thread has it, is let go."""
     path = db_path(sqlite_url)
     engine = db.create_engine(sqlite_url)
-    turn = db.write_turn(engine)
+    transaction = db.transaction(engine)
     try:
         with held_elsewhere(path) as holder:
 
-            async def hold() -> None:
-                async with turn():
-                    raise AssertionError("entered while another process held the turn")
+            async def write() -> None:
+                async with transaction() as conn:
+                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                    raise AssertionError("wrote while another process held the turn")
 
-            task = asyncio.create_task(hold())
-            await asyncio.sleep(0.2)
+            task = asyncio.create_task(write())
+            await asyncio.sleep(0.3)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -154,8 +188,8 @@ async def test_a_cancelled_wait_does_not_keep_the_turn(sqlite_url: str) -> None:
                 break
             await asyncio.sleep(0.05)
         assert turn_is_free(path)
-        async with turn():  # and it is ours to take again
-            pass
+        async with transaction() as conn:  # and it is ours to take again
+            await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
     finally:
         await engine.dispose()
 
@@ -188,8 +222,7 @@ async def test_the_receivers_insert_waits_for_the_turn(sqlite_url: str, process:
 async def test_postgresql_has_no_turn(pg_url: str) -> None:
     engine = db.create_engine(pg_url)
     try:
-        async with db.write_turn(engine)():
-            pass
+        assert db.transaction(engine) == engine.begin
         assert db.sqlite_path(pg_url) is None
     finally:
         await engine.dispose()

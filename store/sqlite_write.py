@@ -129,7 +129,16 @@ def turn_path(db_path: str) -> str:
 
 
 def open_turn(db_path: str) -> int:
-    return os.open(turn_path(db_path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """The turn file's descriptor. A file that cannot be opened fails the transaction as
+    SQLite's own errors do (``sqlite3.OperationalError``), with what to do."""
+    path = turn_path(db_path)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise sqlite3.OperationalError(
+            f"cannot open {path} ({exc.strerror or exc}), the lock file hookd keeps beside "
+            "the database: let hookd's user create and write files in that folder"
+        ) from exc
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -230,3 +231,25 @@ async def test_postgresql_has_no_turn(pg_url: str) -> None:
 
 def test_the_turn_file_sits_beside_the_database(tmp_path: Path) -> None:
     assert sqlite_write.turn_path(str(tmp_path / "hookd.db")) == str(tmp_path / "hookd.db-turn")
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+async def test_a_turn_file_that_cannot_be_opened_fails_the_batch_as_sqlite_would(
+    sqlite_url: str, process: bool
+) -> None:
+    """A folder in its place: the batch fails with SQLite's error class, which the
+    receiver answers 503 (nothing acknowledged); once it can be opened, inserts go on."""
+    path = db_path(sqlite_url)
+    os.mkdir(sqlite_write.turn_path(path))
+    ins = fastpath.inserter_for(
+        sqlite_url, BodyCipher(""), committers=1, timeout_s=30, sqlite_process=process
+    )
+    await ins.start()
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="-turn"):
+            await ins.insert([new_event("refused")])
+        os.rmdir(sqlite_write.turn_path(path))
+        [stored] = await ins.insert([new_event("refused")])
+        assert stored.created
+    finally:
+        await ins.close()

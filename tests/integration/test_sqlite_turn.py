@@ -17,11 +17,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import db, fastpath, sqlite_write
 from store.crypto import BodyCipher
@@ -78,121 +80,118 @@ def turn_is_free(path: str) -> bool:
         os.close(fd)
 
 
+@dataclass
+class TurnDb:
+    path: str
+    engine: AsyncEngine
+    transaction: Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]]
+
+
+@pytest.fixture
+async def turn_db(sqlite_url: str) -> AsyncIterator[TurnDb]:
+    """A migrated SQLite file, an engine on it, and its turn-taking transactions."""
+    engine = db.create_engine(sqlite_url)
+    try:
+        yield TurnDb(db_path(sqlite_url), engine, db.transaction(engine))
+    finally:
+        await engine.dispose()
+
+
 async def test_the_processor_side_waits_at_its_first_statement_and_goes_on_when_let_go(
-    sqlite_url: str,
+    turn_db: TurnDb,
 ) -> None:
     """Its transaction starts without the turn (what it builds first keeps no one
     waiting); its first statement waits for it; its commit comes before it is let go."""
-    path = db_path(sqlite_url)
-    engine = db.create_engine(sqlite_url)
-    transaction = db.transaction(engine)
-    try:
-        with held_elsewhere(path) as holder:
-            began, wrote = asyncio.Event(), asyncio.Event()
+    path, engine, transaction = turn_db.path, turn_db.engine, turn_db.transaction
+    with held_elsewhere(path) as holder:
+        began, wrote = asyncio.Event(), asyncio.Event()
 
-            async def write() -> None:
-                async with transaction() as conn:
-                    began.set()
-                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
-                    wrote.set()
-                    await conn.execute(sa.text("INSERT INTO scratch VALUES (1)"))
-                    assert not turn_is_free(path)  # held to the commit
-
-            task = asyncio.create_task(write())
-            await asyncio.wait_for(began.wait(), 10)
-            await asyncio.sleep(0.3)
-            assert not wrote.is_set(), "wrote while another process held the turn"
-            assert holder.stdin is not None
-            holder.stdin.close()  # lets go
-            await asyncio.wait_for(task, 10)
-        assert turn_is_free(path)
-        async with engine.connect() as conn:
-            assert await conn.scalar(sa.text("SELECT x FROM scratch")) == 1
-        async with transaction() as conn:  # a transaction without a statement: no turn
-            assert turn_is_free(path)
-    finally:
-        await engine.dispose()
-
-
-async def test_a_failed_transaction_lets_go_of_the_turn(sqlite_url: str) -> None:
-    path = db_path(sqlite_url)
-    engine = db.create_engine(sqlite_url)
-    transaction = db.transaction(engine)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
-
-        async def fail() -> None:
+        async def write() -> None:
             async with transaction() as conn:
+                began.set()
+                await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                wrote.set()
                 await conn.execute(sa.text("INSERT INTO scratch VALUES (1)"))
-                await conn.execute(sa.text("INSERT INTO no_such_table VALUES (1)"))
+                assert not turn_is_free(path)  # held to the commit
 
-        with pytest.raises(sa.exc.OperationalError):
-            await fail()
+        task = asyncio.create_task(write())
+        await asyncio.wait_for(began.wait(), 10)
+        await asyncio.sleep(0.3)
+        assert not wrote.is_set(), "wrote while another process held the turn"
+        assert holder.stdin is not None
+        holder.stdin.close()  # lets go
+        await asyncio.wait_for(task, 10)
+    assert turn_is_free(path)
+    async with engine.connect() as conn:
+        assert await conn.scalar(sa.text("SELECT x FROM scratch")) == 1
+    async with transaction() as conn:  # a transaction without a statement: no turn
         assert turn_is_free(path)
-        async with engine.connect() as conn:  # rolled back
-            assert await conn.scalar(sa.text("SELECT count(*) FROM scratch")) == 0
-    finally:
-        await engine.dispose()
 
 
-async def test_a_holder_killed_with_sigkill_frees_the_turn(sqlite_url: str) -> None:
-    path = db_path(sqlite_url)
-    engine = db.create_engine(sqlite_url)
-    transaction = db.transaction(engine)
-    try:
-        with held_elsewhere(path) as holder:
-            wrote, leave = asyncio.Event(), asyncio.Event()
+async def test_a_failed_transaction_lets_go_of_the_turn(turn_db: TurnDb) -> None:
+    path, engine, transaction = turn_db.path, turn_db.engine, turn_db.transaction
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
 
-            async def hold() -> None:
-                async with transaction() as conn:
-                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
-                    wrote.set()
-                    await leave.wait()
+    async def fail() -> None:
+        async with transaction() as conn:
+            await conn.execute(sa.text("INSERT INTO scratch VALUES (1)"))
+            await conn.execute(sa.text("INSERT INTO no_such_table VALUES (1)"))
 
-            task = asyncio.create_task(hold())
-            await asyncio.sleep(0.3)
-            assert not wrote.is_set()
-            os.kill(holder.pid, signal.SIGKILL)
-            await asyncio.wait_for(wrote.wait(), 10)
-            assert not turn_is_free(path)  # ours now
-            leave.set()
-            await task
-        assert turn_is_free(path)
-    finally:
-        await engine.dispose()
+    with pytest.raises(sa.exc.OperationalError):
+        await fail()
+    assert turn_is_free(path)
+    async with engine.connect() as conn:  # rolled back
+        assert await conn.scalar(sa.text("SELECT count(*) FROM scratch")) == 0
 
 
-async def test_a_cancelled_wait_does_not_keep_the_turn(sqlite_url: str) -> None:
+async def test_a_holder_killed_with_sigkill_frees_the_turn(turn_db: TurnDb) -> None:
+    path, transaction = turn_db.path, turn_db.transaction
+    with held_elsewhere(path) as holder:
+        wrote, leave = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with transaction() as conn:
+                await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                wrote.set()
+                await leave.wait()
+
+        task = asyncio.create_task(hold())
+        await asyncio.sleep(0.3)
+        assert not wrote.is_set()
+        os.kill(holder.pid, signal.SIGKILL)
+        await asyncio.wait_for(wrote.wait(), 10)
+        assert not turn_is_free(path)  # ours now
+        leave.set()
+        await task
+    assert turn_is_free(path)
+
+
+async def test_a_cancelled_wait_does_not_keep_the_turn(turn_db: TurnDb) -> None:
     """Cancelled while its thread waits: the turn, once the thread has it, is let go."""
-    path = db_path(sqlite_url)
-    engine = db.create_engine(sqlite_url)
-    transaction = db.transaction(engine)
-    try:
-        with held_elsewhere(path) as holder:
+    path, transaction = turn_db.path, turn_db.transaction
+    with held_elsewhere(path) as holder:
 
-            async def write() -> None:
-                async with transaction() as conn:
-                    await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
-                    raise AssertionError("wrote while another process held the turn")
+        async def write() -> None:
+            async with transaction() as conn:
+                await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
+                raise AssertionError("wrote while another process held the turn")
 
-            task = asyncio.create_task(write())
-            await asyncio.sleep(0.3)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert holder.stdin is not None
-            holder.stdin.close()
-            holder.wait(10)
-        for _ in range(100):  # the waiting thread takes it, then its descriptor closes
-            if turn_is_free(path):
-                break
-            await asyncio.sleep(0.05)
-        assert turn_is_free(path)
-        async with transaction() as conn:  # and it is ours to take again
-            await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
-    finally:
-        await engine.dispose()
+        task = asyncio.create_task(write())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+    for _ in range(100):  # the waiting thread takes it, then its descriptor closes
+        if turn_is_free(path):
+            break
+        await asyncio.sleep(0.05)
+    assert turn_is_free(path)
+    async with transaction() as conn:  # and it is ours to take again
+        await conn.execute(sa.text("CREATE TABLE scratch (x INTEGER)"))
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])

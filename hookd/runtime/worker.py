@@ -345,6 +345,19 @@ async def run(settings: Settings, sources: Sources) -> None:
     events = EventOps(runtime.engine, wake)
     operations = OperationSchedule(operations_of(settings, runtime.engine, sources, events))
     await operations.start()
+
+    async def stop_schedules() -> None:
+        # As soon as the signal comes, beside arq's close rather than after it: a
+        # close that waits on Redis (5 s per call when it is away) must not spend the
+        # orchestrator's grace period before the run records its interruption.
+        await stop.wait()
+        if scheduler is not None:
+            # At once, as a shutdown always did: a run in progress records its interruption.
+            await scheduler.stop(grace_s=0)
+        await pruning.stop()
+        await operations.stop()
+
+    schedules = asyncio.create_task(stop_schedules(), name="hookd-stop-schedules")
     try:
         await supervise(runtime, stop)
     finally:
@@ -352,11 +365,7 @@ async def run(settings: Settings, sources: Sources) -> None:
         # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
         runtime.processor.stopping = True
         await runtime.drains.stop()
-        if scheduler is not None:
-            # At once, as a shutdown always did: a run in progress records its interruption.
-            await scheduler.stop(grace_s=0)
-        await pruning.stop()
-        await operations.stop()
+        await schedules
         # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -86,6 +86,7 @@ class HookdProcess:
         self.proc.wait(timeout=10)
 
     def stop(self) -> None:
+        """SIGTERM the process group; SIGKILL it when it has not exited 15 s later."""
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -94,6 +95,10 @@ class HookdProcess:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+
+    def exited_by_itself(self) -> bool:
+        """The process has exited, and not by SIGKILL (``kill9``, or ``stop`` giving up)."""
+        return self.proc is not None and self.proc.returncode not in (None, -signal.SIGKILL)
 
 
 class HookdServer(HookdProcess):

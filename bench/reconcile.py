@@ -85,6 +85,12 @@ def emulator_for(provider: str, events: int) -> Emulator:
     else:
         emulator = SlackEmulator(TOKEN)
     emulator.add_events(events, start=time.time() - 2 * 3600, step_s=0.5)
+    if isinstance(emulator, GitHubEmulator):
+        # Missing: hookd never acknowledged them, and GitHub's record says so. A 2xx
+        # there would make each a delivery acknowledged but not stored, which the
+        # reconciler's audit records and logs as the incident it would be.
+        for delivery in emulator.deliveries:
+            delivery["status"], delivery["status_code"] = "Invalid HTTP Response: 502", 502
     return emulator
 
 

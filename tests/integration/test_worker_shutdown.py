@@ -116,6 +116,6 @@ async def test_the_interruption_is_recorded_without_waiting_for_redis(
             finally:
                 os.kill(redis.proc.pid, signal.SIGCONT)
             # How long the exit takes after the pause is not this test's point: under
-            # CI's load it once took more than stop()'s 15 s (see the issue's notes).
+            # CI's load it once took more than stop()'s 15 s, where it is about 2 s here.
             await asyncio.to_thread(worker.stop)
     assert await scalar(pg_url, "SELECT count(*) FROM reconcile_runs WHERE status = 'running'") == 0

@@ -11,6 +11,15 @@ connection being accepted, or from the first byte of a later request on a kept-a
 connection): else ``408`` and close, or a plain close if not a byte came. A head past
 ``HEAD_MAX_BYTES`` gets ``431`` and close, whether it came in one read or many. As for
 bodies, one sweep per process checks every connection's deadline (no timer per request).
+
+A process that stalls (an overloaded machine, a paused VM, a long pause of the loop)
+must not drop what arrived during the stall. Timers fire before the loop reads its
+sockets, so on waking, a deadline checked against the clock alone would close a
+connection whose request is already in its buffer, and the client, whose request was
+sent in time, sees a reset: a delivery lost to a provider that does not retry. So a
+sweep refuses only what was already past its deadline at the previous sweep (the loop
+has read its sockets since), and uvicorn's keep-alive close waits one more turn of
+the loop in the same way (``KEEP_ALIVE_GRACE_S``).
 Both refusals answer ``{"error": reason}`` and log a "rejected" line, like the receiver's.
 """
 
@@ -36,6 +45,9 @@ log = logging.getLogger("hookd.receiver")
 
 HEAD_MAX_BYTES = 64 * 1024
 TICK_S = 0.25
+# After the keep-alive timeout fires, how long the close waits for a request that
+# arrived meanwhile and is not read yet (see the module's docstring).
+KEEP_ALIVE_GRACE_S = 0.1
 PREFIX = b"/hooks/"
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 # What a header line holds besides its name and value: ": " and CRLF.
@@ -69,13 +81,16 @@ class _Watch:
             self._task = loop.create_task(self._sweep(loop), name="hookd-head-deadlines")
 
     async def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
         while self.protocols or self.bodies:
             await asyncio.sleep(TICK_S)
-            now = loop.time()
+            # Deadlines that had passed at the previous sweep: the loop has read its
+            # sockets since, so what is still pending did not come (a stall is no refusal).
+            previous, now = now, loop.time()
             for protocol in list(self.protocols):
-                protocol.check_head(now)
+                protocol.check_head(previous)
             for cycle in list(self.bodies):
-                cycle.expire(now)
+                cycle.expire(previous)
 
 
 _WATCH = _Watch()
@@ -117,6 +132,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # parsed or handed to the application.
         self._refusal: tuple[int, str] | None = None
         self._receiver, self._proxy = _receiver_of(self.app)
+        self._keep_alive_graced = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -243,9 +259,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self._keep_alive_graced = False  # uvicorn arms the keep-alive timeout anew
         super().on_response_complete()
         if self._refusal is not None:
             self._refuse_when_free()
+
+    def timeout_keep_alive_handler(self) -> None:
+        """uvicorn's close of an idle kept-alive connection, one turn of the loop
+        later: a request that came during a stall is read first (``data_received``
+        cancels the timer), and answered instead of reset."""
+        if self._keep_alive_graced:
+            super().timeout_keep_alive_handler()
+            return
+        self._keep_alive_graced = True
+        self.timeout_keep_alive_task = self.loop.call_later(
+            KEEP_ALIVE_GRACE_S, self.timeout_keep_alive_handler
+        )
 
     def _count(self, size: int) -> bool:
         """Add parsed head bytes; False (and a refusal due) once past the limit."""

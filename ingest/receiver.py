@@ -123,6 +123,11 @@ class Deadlines:
     here a request registers its task, and one sweep every ``tick_s`` cancels
     the tasks still reading past their deadline (so a deadline fires up to
     ``tick_s`` late). uvicorn has no body-read timeout; this is the slow-loris guard.
+
+    A deadline counts as passed once it had passed at the previous sweep, so the
+    loop has read its sockets in between: after a stall of the process (an overloaded
+    machine, a paused VM) the sweep may run before the loop reads the body that came
+    meanwhile, and would refuse a body that is there. It costs one tick more.
     """
 
     def __init__(self, tick_s: float = 0.25) -> None:
@@ -144,11 +149,12 @@ class Deadlines:
 
     async def _sweep(self) -> None:
         loop = asyncio.get_running_loop()
+        now = loop.time()
         while True:
             await asyncio.sleep(self._tick_s)
-            now = loop.time()
+            previous, now = now, loop.time()
             for task, due in list(self._due.items()):
-                if due <= now and task not in self._expired:
+                if due <= previous and task not in self._expired:
                     self._expired.add(task)
                     task.cancel()
 

@@ -96,6 +96,14 @@ class HookdProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """Stop; when the block failed, its log goes to stderr, which pytest shows with
+        the failure (the process's side of it, e.g. why a connection was dropped)."""
+        self.stop()
+        if kind is not None:
+            print(f"--- {self.args[0]} log ({self.log_path.name}) ---", file=sys.stderr)
+            print(self.log(), file=sys.stderr)
+
     def exited_by_itself(self) -> bool:
         """The process has exited, and not by SIGKILL (``kill9``, or ``stop`` giving up)."""
         return self.proc is not None and self.proc.returncode not in (None, -signal.SIGKILL)
@@ -128,9 +136,6 @@ class HookdServer(HookdProcess):
 
     def __enter__(self) -> HookdServer:
         return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
 
 class HookdWorker(HookdProcess):
@@ -170,9 +175,6 @@ class HookdWorker(HookdProcess):
 
     def __enter__(self) -> HookdWorker:
         return self.start()
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
 
 
 class RedisServer:

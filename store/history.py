@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z, iso_z_or_none
-from store.models import EVENT_HISTORY
+from store.models import EVENT_HISTORY, utc_binder
 
 # The longest error summary kept per attempt (the column's length).
 ERROR_CHARS = 500
@@ -116,13 +116,41 @@ ATTEMPTS_PG = sa.text(
 )
 
 
+# SQLite: the rows as the driver takes them, in one executemany, without SQLAlchemy's
+# per-row parameter processing (a dict and two datetime conversions per row), which was
+# most of this statement's time in the write lock.
+ATTEMPTS_SQLITE = (
+    "INSERT INTO event_history (event_id, kind, at, finished_at, attempt, worker, handler, "
+    "outcome, error, error_type, duration_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) -> None:
     """Add the attempts of a batch, in one statement, in the caller's transaction."""
     if not attempts:
         return
     rows = [_attempt_row(a) for a in attempts]
     if conn.dialect.name != "postgresql":
-        await conn.execute(sa.insert(EVENT_HISTORY), rows)
+        bind = utc_binder(conn.dialect)
+        await conn.exec_driver_sql(
+            ATTEMPTS_SQLITE,
+            [
+                (
+                    r["event_id"],
+                    r["kind"],
+                    bind(r["at"]),
+                    bind(r["finished_at"]),
+                    r["attempt"],
+                    r["worker"],
+                    r["handler"],
+                    r["outcome"],
+                    r["error"],
+                    r["error_type"],
+                    r["duration_s"],
+                )
+                for r in rows
+            ],
+        )
         return
     columns = {
         "e": "event_id",

@@ -3,6 +3,7 @@ migrations, because errors are translated by constraint name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +53,24 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         assert isinstance(value, datetime)
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utc_binder(dialect: sa.Dialect) -> Callable[[datetime | None], Any]:
+    """What a ``UTCDateTime`` column hands ``dialect``'s driver for a value: for the
+    statements given to the driver as they are (``exec_driver_sql``), which skip
+    SQLAlchemy's per-row parameter processing; each value is converted once."""
+    process = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    seen: dict[datetime, Any] = {}
+
+    def bind(value: datetime | None) -> Any:
+        if value is None:
+            return None
+        bound = seen.get(value)
+        if bound is None:
+            bound = seen[value] = process(value) if process is not None else value
+        return bound
+
+    return bind
 
 
 def _utc(nullable: bool = False) -> Any:

@@ -3,7 +3,8 @@ values, under the same names, as a plain ``SELECT`` of the table's columns."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -96,3 +97,110 @@ async def test_reconcile_rows_hold_every_column_as_stored(db_url: str) -> None:
         ]
     finally:
         await engine.dispose()
+
+
+async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) -> None:
+    """The ledger's and the history's batch inserts hand the driver their parameters as
+    they are (on SQLite): the stored values, timestamps to the character (whole seconds,
+    another zone), are those SQLAlchemy's own insert of the same rows stores."""
+    from store import history
+    from store.models import EVENT_HISTORY, HANDLER_RUNS
+
+    at = datetime(2026, 12, 1, 23, 2, 9, tzinfo=UTC)  # no microseconds
+    finished = datetime(2026, 12, 2, 1, 2, 9, 123456, tzinfo=timezone(timedelta(hours=2)))
+    engine = db.create_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            mine, theirs = await insert_events(conn, [new_event("a"), new_event("b")], PLAIN)
+            await claims.record_handlers(conn, [(mine.event_id, "h")], finished)
+            await conn.execute(
+                sa.insert(HANDLER_RUNS),
+                {"event_id": theirs.event_id, "handler": "h", "finished_at": finished},
+            )
+            attempt = history.Attempt(
+                event_id=mine.event_id,
+                attempt=2,
+                worker="w",
+                at=at,
+                outcome="retry",
+                finished_at=finished,
+                duration_s=0.5,
+                handler="h",
+                error="e",
+                error_type="E",
+            )
+            await history.record_attempts(conn, [attempt])
+            row = history._attempt_row(attempt) | {"event_id": theirs.event_id}
+            await conn.execute(sa.insert(EVENT_HISTORY), row)
+
+        def as_text(table: sa.Table, *skip: str) -> sa.Select[Any]:
+            columns = [sa.cast(c, sa.Text) for c in table.c if c.name not in skip]
+            return sa.select(*columns).order_by(table.c.event_id)
+
+        async with engine.connect() as conn:
+            ledger = (await conn.execute(as_text(HANDLER_RUNS, "event_id"))).all()
+            attempts = (await conn.execute(as_text(EVENT_HISTORY, "id", "event_id"))).all()
+    finally:
+        await engine.dispose()
+    assert ledger[0] == ledger[1]
+    assert attempts[0] == attempts[1]
+    assert "09" in str(attempts[0])  # the timestamps are there, not NULL
+
+
+async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: str) -> None:
+    """On SQLite the statement is written out for the driver: it sets what the
+    statement built for PostgreSQL sets, and only where the owner still holds the
+    lease."""
+    from store.models import EVENTS
+
+    now = datetime(2026, 12, 1, 23, 2, 9, tzinfo=UTC)
+    engine = db.create_engine(db_url)
+    try:
+        async with engine.begin() as conn:
+            events = [new_event(k) for k in ("mine", "theirs", "other")]
+            stored = await insert_events(conn, events, PLAIN)
+            ids = [s.event_id for s in stored]
+            claimed = await claims.claim_due(conn, "w", 60, 10, now + timedelta(hours=1))
+            assert {r.id for r in claimed} == set(ids)
+            # As a retried event would be: its last failure recorded.
+            await conn.execute(
+                sa.update(EVENTS)
+                .where(EVENTS.c.id.in_(ids))
+                .values(last_error="x", last_error_handler="h", last_error_type="E")
+            )
+            await conn.execute(
+                sa.update(EVENTS).where(EVENTS.c.id == ids[2]).values(lease_owner="someone")
+            )
+            done = await claims.mark_processed(conn, [ids[0], ids[2]], "w", now)
+            # What it must set, written out, on the second event.
+            await conn.execute(
+                sa.update(EVENTS)
+                .where(EVENTS.c.id == ids[1])
+                .values(
+                    status=EventStatus.PROCESSED,
+                    processed_at=now,
+                    last_error=None,
+                    last_error_handler=None,
+                    last_error_type=None,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            )
+        async with engine.connect() as conn:
+            rows = {
+                r.id: r
+                for r in await conn.execute(
+                    sa.select(*[sa.cast(c, sa.Text).label(c.name) for c in EVENTS.c])
+                )
+            }
+    finally:
+        await engine.dispose()
+    assert done == {ids[0]}, "the event held by another owner is fenced off"
+    varies = {"id", "dedupe_key", "body", "received_at", "next_attempt_at", "created_at"}
+
+    def same(row: Any) -> dict[str, Any]:
+        return {k: v for k, v in row._mapping.items() if k not in varies}
+
+    assert same(rows[ids[0]]) == same(rows[ids[1]])
+    assert rows[ids[0]].status == "processed" and rows[ids[2]].status == "processing"

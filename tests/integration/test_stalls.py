@@ -107,38 +107,26 @@ async def test_a_request_that_came_during_a_stall_past_the_keep_alive_is_answere
     assert sorted(await stored_keys(sqlite_url)) == ["ka-1", "ka-2"]
 
 
-async def test_a_body_that_came_during_a_stall_past_its_deadline_is_stored(
-    sources: Sources, sqlite_url: str
+@pytest.mark.parametrize("cut", ["head", "body"])
+async def test_a_request_finished_during_a_stall_past_its_deadline_is_read(
+    cut: str, sources: Sources, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    headers, body = github("body")
-    message = rawhttp.request("/hooks/github", body, headers)
-    async with receiver(sources, sqlite_url) as url:
-        reader, writer = await rawhttp.connect(url)
-        writer.write(message[:-10])  # the head and most of the body: now reading
-        await asyncio.sleep(TIMEOUT_S / 5)
-        await stall(writer, message[-10:])
-        status, _, answer_body = await answer(reader)
-        writer.close()
-    assert (status, json.loads(answer_body)["status"]) == (202, "accepted")
-    assert await stored_keys(sqlite_url) == ["body"]
-
-
-async def test_a_head_that_came_during_a_stall_past_its_deadline_is_read(
-    sources: Sources, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    """Its head (or its body) arrives in part, then the rest as everything stops for
+    longer than the head's (or the body's) deadline."""
     monkeypatch.setattr(httpguard, "head_timeout_s", lambda: TIMEOUT_S)
-    headers, body = github("head")
+    headers, body = github(cut)
     message = rawhttp.request("/hooks/github", body, headers)
-    head_end = message.index(b"\r\n\r\n")
+    # "head": the head not yet complete; "body": the head and most of the body.
+    at = message.index(b"\r\n\r\n") - 5 if cut == "head" else len(message) - 10
     async with receiver(sources, sqlite_url) as url:
         reader, writer = await rawhttp.connect(url)
-        writer.write(message[: head_end - 5])  # the head, not yet complete
+        writer.write(message[:at])
         await asyncio.sleep(TIMEOUT_S / 5)
-        await stall(writer, message[head_end - 5 :])
+        await stall(writer, message[at:])
         status, _, answer_body = await answer(reader)
         writer.close()
     assert (status, json.loads(answer_body)["status"]) == (202, "accepted")
-    assert await stored_keys(sqlite_url) == ["head"]
+    assert await stored_keys(sqlite_url) == [cut]
 
 
 async def test_a_timeout_still_refuses_what_never_comes(

@@ -42,6 +42,7 @@ from hookd.event import Event, idempotency_key
 from hookd.providers.standard import standard_headers
 from hookd.routing import FORWARD, DestinationConfig
 from hookd.sources import Source, Sources
+from processing.deadlines import DeadlineExceeded, off_loop, within
 from processing.filters import Document, Selector
 from processing.limits import Limits, Unavailable, Wait
 from store import destinations as state
@@ -147,6 +148,10 @@ RESERVED = frozenset(
 )
 
 
+# A delivery's whole exchange may take its timeout_s plus this before it is cut off.
+EXCHANGE_SLACK_S = 0.1
+
+
 class Destination:
     """One destination of one source: what to send, signed, and where."""
 
@@ -171,9 +176,20 @@ class Destination:
         makes of it. A transform's failure is the transform's, not the destination's."""
         if self._transform is None:
             return event.body, {}
-        result = self._transform(event)
-        if inspect.isawaitable(result):
-            result = await result
+        # Under the destination's timeout, counted from outside: a transform that hangs
+        # ends the attempt at its limit; a blocking one runs in a thread, never on the
+        # event loop that every other event's work shares.
+        timeout_s = self.config.timeout_s
+        transform = self._transform
+        try:
+            if inspect.iscoroutinefunction(transform):
+                result = await within(transform(event), timeout_s, what="transform")
+            else:
+                result = await within(off_loop(transform, event), timeout_s, what="transform")
+                if inspect.isawaitable(result):
+                    result = await within(result, timeout_s, what="transform")
+        except DeadlineExceeded:
+            raise DeadlineExceeded(timeout_s, "the transform") from None
         if not (isinstance(result, tuple) and len(result) == 2):
             raise PermanentError("transform_invalid", "a transform returns (body, headers)")
         body, headers = result
@@ -205,8 +221,16 @@ class Destination:
         attributes = {"hookd.event_id": event.id, "hookd.destination": self.name}
         with tracing.span("hookd.deliver", attributes) as current:
             tracing.inject(headers)  # W3C traceparent, when tracing is on
-            response = await self._client.post(
-                self.config.url, content=body, headers=headers, timeout=self.config.timeout_s
+            # httpx's timeout bounds each connect, write and read; ``within`` bounds the
+            # exchange as a whole, so a peer that trickles its answer ends at timeout_s
+            # (plus a little slack, so that a single slow phase is still named by httpx).
+            timeout_s = self.config.timeout_s
+            response = await within(
+                self._client.post(
+                    self.config.url, content=body, headers=headers, timeout=timeout_s
+                ),
+                timeout_s + EXCHANGE_SLACK_S,
+                what="delivery",
             )
             tracing.annotate(current, {"http.response.status_code": response.status_code})
         if response.status_code >= 500 or response.status_code == 429:
@@ -468,7 +492,9 @@ class Router:
         kind = type(exc).__name__
         permanent = isinstance(exc, PermanentError)
         text = str(exc)
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, httpx.TimeoutException | DeadlineExceeded) and not (
+            isinstance(exc, DeadlineExceeded) and exc.what
+        ):
             text = f"did not answer within {d.config.timeout_s:g}s"
         summary = f"{d.name}: {text}" if permanent else f"{d.name}: {kind}: {text}".rstrip(": ")
         return Outcome(

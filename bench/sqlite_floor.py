@@ -166,7 +166,9 @@ async def process(path: Path, batch: int) -> list[Transaction]:
             now = datetime.now(UTC)
             current, first = [], []
             async with transaction() as conn:
-                rows = await claims.claim_due(conn, OWNER, 120.0, batch, now, expired=False)
+                rows = await claims.claim_due(
+                    conn, OWNER, 120.0, batch, now, shares=claims.alone(["github"], batch)
+                )
             ended = time.perf_counter()
             if not rows:
                 break

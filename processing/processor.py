@@ -7,12 +7,16 @@ The same ``Processor`` runs inside ``hookd serve`` (no Redis) and inside
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import functools
 import logging
 import math
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
@@ -21,11 +25,12 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd import tracing
-from hookd.backoff import full_jitter
+from hookd.backoff import capped, full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler, idempotency_key
 from hookd.ordering import document
 from hookd.sources import Source, Sources
+from processing.deadlines import DeadlineExceeded, within
 from processing.destinations import DEFERRED, FAILED, SKIPPED, Outcome, Router
 from processing.filters import Document
 from store import claims, db, destinations, history, objects
@@ -39,6 +44,26 @@ log = logging.getLogger("hookd.processing")
 
 # A crashed worker's claims are taken over at most this long after their lease ends.
 EXPIRED_CHECK_S = 2.0
+# Events of a source no longer configured are looked for this often (to go dead).
+ORPHANS_CHECK_S = 60.0
+# While events run, due ones are looked for at least this often besides every wake-up
+# (a retry come due, an event a receiver elsewhere stored while Redis was away).
+CLAIM_POLL_S = 1.0
+# The outcome window: the first finished event opens it; it is written, with every
+# event that finished meanwhile, OUTCOME_WINDOW_S later or at OUTCOME_BATCH outcomes.
+# A few milliseconds: a crash repeats at most the effects of the events that finished
+# inside one window (plus its commit), while a busy processor still writes dozens of
+# outcomes per transaction, as the batches did.
+OUTCOME_WINDOW_S = 0.005
+OUTCOME_BATCH = 128
+# At shutdown, a window that cannot be written is tried this often, then left to the
+# leases (the events run again, past their ledger).
+OUTCOME_TRIES_STOPPING = 3
+# Leases held are renewed this many times per lease: a healthy attempt longer than its
+# lease is never taken over; a dead worker's events are, one lease after its last beat.
+HEARTBEATS_PER_LEASE = 3
+# A drain cancelled at shutdown gives what runs this long to end before it gives back.
+CANCEL_WAIT_S = 1.0
 
 # The dead letter's reason for a body no configured key opens. Retrying cannot help
 # (the keys are this process's configuration); the key back in the set and a replay can.
@@ -192,7 +217,43 @@ class RetryPolicy:
         return full_jitter(rng, self.base_s, min(max(attempt - 1, 0), 60), self.cap_s)
 
 
+@dataclass(slots=True, eq=False)
+class _Held:
+    """An event this processor holds the lease of: read ahead, running, or finished
+    with its outcome waiting for the next window."""
+
+    row: EventRow
+    finished: frozenset[str]  # the ledger when it was claimed: handlers not to run again
+    lease_end: float  # monotonic: when its lease, as last renewed, runs out
+    claim: Any = None  # the claim's span (tracing on), linked from the attempt's span
+    done: list[str] = field(default_factory=list)  # finished in this attempt, for the ledger
+    task: asyncio.Task[None] | None = None
+
+
+def source_cap(concurrency: int) -> int:
+    """The most slots one source may fill: a quarter of them stay for the others, so a
+    source that floods, or whose handlers are slow, never holds every slot."""
+    return concurrency - concurrency // 4 if concurrency >= 4 else concurrency
+
+
+def read_ahead(concurrency: int, batch_size: int) -> int:
+    """Events claimed ahead of a free slot: a slot that frees starts the next event at
+    once, without waiting for a claim. A small part of the slots, and never more than
+    one claim may take."""
+    return max(1, min(batch_size, concurrency // 2))
+
+
 class Processor:
+    """Keeps up to ``concurrency`` events in flight, each on its own clock.
+
+    A slot freed by one event is filled at once, from the events read ahead or by a
+    claim; each event's outcome is written within ``OUTCOME_WINDOW_S`` of its end,
+    together with the others that ended in that window; the leases of the events held
+    are renewed while they are, so only a stopped worker's are taken over. The same
+    ``Processor`` runs in ``hookd serve`` (no Redis) and in ``hookd worker``; what
+    differs is only what wakes it up (``processing.wakeups``).
+    """
+
     def __init__(
         self,
         engine: AsyncEngine,
@@ -218,9 +279,13 @@ class Processor:
         self._lease_s = lease_s
         self._handler_timeout_s = handler_timeout_s
         self._retry = retry or RetryPolicy()
+        # The most one claim takes; a drain takes what its free slots need.
         self._batch_size = batch_size
+        self._concurrency = concurrency
+        self._cap = source_cap(concurrency)
+        self._read_ahead = read_ahead(concurrency, batch_size)
+        self._beat_every_s = lease_s / HEARTBEATS_PER_LEASE
         self._transaction = db.transaction(engine)
-        self._semaphore = asyncio.Semaphore(concurrency)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
         # [sources.order]: the sources whose events of an object are claimed one at a
@@ -233,62 +298,290 @@ class Processor:
         )
         self._fetch = fetch
         initialise_metrics(s.name for s in sources)
-        # Set on shutdown: finish the batch in hand, claim no more.
+        # Set on shutdown: claim no more, give back what was read ahead.
         self.stopping = False
         self._expired_checked_at = -math.inf
-        # When a drain last ended here, and how many are running (see ``idle_s``).
+        self._orphans_checked_at = -math.inf
+        # When a drain last ended here, and whether one runs (see ``idle_s``).
         self._drained_at = time.monotonic()
-        self._draining = 0
+        self._pumping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        # What this processor holds: every event by id; those read ahead, per source,
+        # in claim order; how many run, per source; the finished ones waiting for their
+        # outcome window, and the task that writes them.
+        self._held: dict[str, _Held] = {}
+        self._ready: dict[str, deque[_Held]] = {}
+        self._running: collections.Counter[str] = collections.Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._finished: list[tuple[_Held, _Result]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._window_full = asyncio.Event()
+        # Set by an event's end, a wake-up or a shutdown: the drain looks again.
+        self._nudge = asyncio.Event()
+        self._woken = False
+        # A cancelled drain is writing what finished: a write that fails is not retried long.
+        self._abandoning = False
+        # The last claim left a source at its limit: an outcome written frees room.
+        self._limited = False
+
+    # -- what the wake-ups and the shutdown call -------------------------------------
+
+    def wake(self) -> None:
+        """Look for due events now (a commit happened), even while events run."""
+        self._woken = True
+        self._nudge.set()
+
+    def stop_claiming(self) -> None:
+        """Shutting down: claim no more; what was read ahead is given back at once, and
+        a drain ends when what runs has finished."""
+        self.stopping = True
+        self._nudge.set()
+
+    @property
+    def pumping(self) -> bool:
+        """Whether a drain runs in this process."""
+        return self._pumping
+
+    def idle_s(self) -> float:
+        """Seconds since a drain last ended in this process (0 while one runs)."""
+        return 0.0 if self._pumping else time.monotonic() - self._drained_at
+
+    async def run_once(self) -> int:
+        """One claim of up to ``batch_size`` due events, each run as slots allow and its
+        outcome written: the number claimed (or, none claimed, superseded)."""
+        if self._pumping:
+            raise RuntimeError("run_once while a drain runs in this processor")
+        return await self._pump(math.inf, claims_left=1)
+
+    async def drain(self, max_s: float = 30.0) -> int:
+        """Process until nothing is due and nothing runs: the number claimed.
+
+        Slots are refilled as events end; wake-ups (``wake``) are looked at while events
+        run. After ``max_s``, or once ``stopping``, nothing more is claimed, what was
+        read ahead is given back and what runs finishes. While a drain runs here,
+        another call only wakes it and waits for it to end."""
+        if self._pumping:
+            self.wake()
+            await self._idle.wait()
+            return 0
+        return await self._pump(time.monotonic() + max_s, claims_left=math.inf)
+
+    # -- the drain -------------------------------------------------------------------
+
+    async def _pump(self, deadline: float, *, claims_left: float) -> int:
+        self._pumping = True
+        self._idle.clear()
+        once = claims_left == 1
+        total = 0
+        exhausted = False
+        poll_at = -math.inf
+        beat_at = time.monotonic() + self._beat_every_s
+        try:
+            while True:
+                # Cleared first: an event's end, a window written or a wake-up from here
+                # on ends the wait below at once.
+                self._nudge.clear()
+                now = time.monotonic()
+                claiming = not self.stopping and now < deadline and claims_left > 0
+                claimed = False
+                if claiming:
+                    want = self._batch_size if once else self._want()
+                    if want > 0 and (not exhausted or self._woken or now >= poll_at):
+                        self._woken = False
+                        counted, exhausted = await self._claim(want, fair=not once)
+                        claimed = True
+                        total += counted
+                        claims_left -= 1
+                        # All that was due: no claim until a wake-up or the poll.
+                        poll_at = time.monotonic() + CLAIM_POLL_S
+                        claiming = claims_left > 0
+                elif self._ready and (self.stopping or now >= deadline):
+                    await self._release(self._take_ready())
+                self._start_ready()
+                if not self._tasks:
+                    if not claiming or (exhausted and not self._woken):
+                        break
+                    if claimed:
+                        continue
+                    # Nothing runs and nothing could be claimed (what is held waits for its
+                    # outcome window): wait for that window, a wake-up or the poll.
+                if time.monotonic() >= beat_at:
+                    await self._heartbeat()
+                    beat_at = time.monotonic() + self._beat_every_s
+                now = time.monotonic()
+                wake_at = min(beat_at, poll_at if claiming and poll_at > now else math.inf)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, wake_at - time.monotonic())):
+                        await self._nudge.wait()
+            await self._write_outcomes()
+        except asyncio.CancelledError:
+            # Shut down past its grace: stop what runs, record what finished, and hand
+            # the rest back now instead of leaving it to wait out its lease.
+            await asyncio.shield(self._abandon())
+            raise
+        finally:
+            self._pumping = False
+            self._drained_at = time.monotonic()
+            self._idle.set()
+        return total
+
+    def _want(self) -> int:
+        """How many events to claim now: the free slots that what is read ahead cannot
+        fill (its source may be at its cap), plus the read-ahead's gap; nothing while
+        every slot is busy."""
+        free = self._concurrency - len(self._tasks)
+        if free <= 0:
+            return 0
+        startable = sum(
+            min(len(queue), max(0, self._cap - self._running[source]))
+            for source, queue in self._ready.items()
+        )
+        ready = sum(len(queue) for queue in self._ready.values())
+        want = max(0, free - startable) + max(0, self._read_ahead - ready)
+        # No more than the sources have room for (each its cap plus the read-ahead).
+        held = collections.Counter(h.row.source for h in self._held.values())
+        limit = self._cap + self._read_ahead
+        return min(want, sum(max(0, limit - held[s.name]) for s in self._sources))
+
+    def _start_ready(self) -> None:
+        """Fill free slots from what is read ahead: the source running fewest first,
+        none past its cap. One whose lease may have run out (the database was away
+        past its renewal) is dropped: whoever takes it over runs it."""
+        while len(self._tasks) < self._concurrency:
+            best: str | None = None
+            for source, queue in self._ready.items():
+                running = self._running[source]
+                if (
+                    queue
+                    and running < self._cap
+                    and (best is None or running < self._running[best])
+                ):
+                    best = source
+            if best is None:
+                return
+            queue = self._ready[best]
+            held = queue.popleft()
+            if not queue:
+                del self._ready[best]
+            if time.monotonic() > held.lease_end - self._beat_every_s:
+                self._held.pop(held.row.id, None)
+                log.warning("read-ahead lease ran out", extra={"event_id": held.row.id})
+                continue
+            self._running[best] += 1
+            task = asyncio.create_task(self._run_held(held), name="hookd-event")
+            held.task = task
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._ended, held))
+
+    def _ended(self, held: _Held, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._running[held.row.source] -= 1
+        if not task.cancelled() and (exc := task.exception()) is not None:  # a bug
+            log.error(
+                "event task failed", extra={"event_id": held.row.id, "error": type(exc).__name__}
+            )
+        self._nudge.set()
+
+    async def _run_held(self, held: _Held) -> None:
+        result = await self._guarded(held.row, set(held.finished), held.done, held.claim)
+        self._finished.append((held, result))
+        if len(self._finished) >= OUTCOME_BATCH:
+            self._window_full.set()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._outcome_window(), name="hookd-outcomes")
+
+    # -- claims ----------------------------------------------------------------------
 
     def _expired_check_due(self) -> bool:
-        """Look for expired leases at most every EXPIRED_CHECK_S (see ``claim_due``)."""
+        """Look for expired leases at most every EXPIRED_CHECK_S (``claim_expired``)."""
         now = time.monotonic()
         if now - self._expired_checked_at < EXPIRED_CHECK_S:
             return False
         self._expired_checked_at = now
         return True
 
-    async def run_once(self) -> int:
-        """Claim one batch of due events and process them; the number claimed."""
+    def _orphans_check_due(self) -> bool:
+        """Look for events of sources no longer configured every ORPHANS_CHECK_S."""
+        now = time.monotonic()
+        if now - self._orphans_checked_at < ORPHANS_CHECK_S:
+            return False
+        self._orphans_checked_at = now
+        return True
+
+    async def _claim(self, want: int, *, fair: bool) -> tuple[int, bool]:
+        """Claim up to ``want`` events into the read-ahead: takeovers, events of objects,
+        then the others shared between sources (``fair``: no source past its cap plus
+        the read-ahead). The count a drain adds up (claimed, or none claimed,
+        superseded), and whether that was all that is due (fewer than the sources had
+        room for)."""
         now = datetime.now(UTC)
         claim_started = tracing.clock()  # 0 when tracing is off
         taken: list[EventRow] = []
+        superseded: list[objects.Superseded] = []
+        held = collections.Counter(h.row.source for h in self._held.values())
+        limit = self._cap + self._read_ahead if fair else want
+        full = frozenset(s for s, n in held.items() if n >= limit) if fair else frozenset()
         async with self._transaction() as conn:
             # Expired leases first, by their own statement, so that takeovers are counted.
             if self._expired_check_due():
-                taken = await claims.claim_expired(
-                    conn, self.owner, self._lease_s, self._batch_size, now
-                )
+                taken = await claims.claim_expired(conn, self.owner, self._lease_s, want, now)
             rows = taken
             # Events of objects ([sources.order]) first: one per object, at most.
-            superseded: list[objects.Superseded] = []
-            if self._ordered and len(rows) < self._batch_size:
+            if self._ordered and len(rows) < want:
                 got = await objects.claim(
                     conn,
                     self.owner,
                     self._lease_s,
-                    self._batch_size - len(rows),
+                    want - len(rows),
                     now,
                     supersede=self._supersede,
+                    exclude=full,
                 )
                 rows, superseded = rows + got.rows, got.superseded
                 await history.record_attempts(
                     conn, _superseded_history(superseded, self.owner, now)
                 )
-            if len(rows) < self._batch_size:
+            if len(rows) < want:
+                shares = [
+                    claims.Share(s.name, held[s.name], limit - held[s.name]) for s in self._sources
+                ]
                 rows = rows + await claims.claim_due(
+                    conn, self.owner, self._lease_s, want - len(rows), now, shares=shares
+                )
+            if len(rows) < want and self._orphans_check_due():
+                # Events of a source no longer configured: claimed to go dead, not left.
+                rows = rows + await claims.claim_orphans(
                     conn,
                     self.owner,
                     self._lease_s,
-                    self._batch_size - len(rows),
+                    want - len(rows),
                     now,
-                    expired=False,
+                    known=[s.name for s in self._sources],
                 )
             # The attempts of the taken-over claims ended without an outcome.
             await history.record_attempts(conn, _abandoned(taken, now))
         _count_superseded(superseded)
         if not rows:
-            return len(superseded)  # not nothing: a drain goes on
+            self._limited = bool(full)
+            return len(superseded), not full
+        await self._hold(rows, taken, superseded, claim_started)
+        # All that is due was claimed unless the claim was full, or a source gave as
+        # many as it had room for (it may have more).
+        per_source = collections.Counter(r.source for r in rows)
+        full_up = any(per_source[s.name] >= limit - held[s.name] for s in self._sources)
+        # A source at its limit takes more once outcomes are written (``_outcome_window``).
+        self._limited = full_up
+        return len(rows), not (len(rows) >= want or full_up)
+
+    async def _hold(
+        self,
+        rows: list[EventRow],
+        taken: list[EventRow],
+        superseded: list[objects.Superseded],
+        claim_started: int,
+    ) -> None:
+        """Counted, traced, their ledger read: ``rows`` join the read-ahead."""
         for row in rows:
             _claims(row.source).inc()
         for row in taken:
@@ -310,41 +603,157 @@ class Processor:
             if claim_started
             else None
         )
-        started = time.perf_counter()
-        if self._router is not None:
-            await self._router.refresh(self._engine)
-        async with self._engine.connect() as conn:
-            ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
-        # Handlers that finish in this pass, per event; written with the outcome.
-        done: dict[str, list[str]] = {r.id: [] for r in rows}
+        lease_end = time.monotonic() + self._lease_s
         try:
-            results = await asyncio.gather(
-                *(
-                    self._guarded(row, ledger.get(row.id, set()), done[row.id], claim)
-                    for row in rows
-                )
-            )
-        except asyncio.CancelledError:
-            # Shutting down: record what finished and hand the claims back now
-            # instead of leaving them to wait out their lease.
-            attempts = {r.id: r.attempts for r in rows}
-            await asyncio.shield(self._release([r.id for r in rows], done, attempts))
+            if self._router is not None:
+                await self._router.refresh(self._engine)
+            async with self._engine.connect() as conn:
+                ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
+        except BaseException:
+            # Claimed but not readable (or cancelled meanwhile): given back now.
+            given = [_Held(row, frozenset(), lease_end) for row in rows]
+            await asyncio.shield(self._release(given))
             raise
-        await self._settle(rows, results, done, started)
-        return len(rows)
+        for row in rows:
+            held = _Held(row, frozenset(ledger.get(row.id, ())), lease_end, claim)
+            self._held[row.id] = held
+            self._ready.setdefault(row.source, deque()).append(held)
 
-    async def _settle(
-        self,
-        rows: list[EventRow],
-        results: list[_Result],
-        done: dict[str, list[str]],
-        started: float,
-    ) -> None:
-        """One transaction for the batch: ledger rows, then each event's outcome.
+    # -- leases ----------------------------------------------------------------------
 
-        A crash before it commits means the leases expire and the batch runs
-        again; effects stay single through the handlers' idempotency keys.
-        """
+    async def _heartbeat(self) -> None:
+        """Renew the lease of every event held here. One taken over meanwhile (the
+        database was away past a lease) is not started if it was only read ahead."""
+        ids = list(self._held)
+        if not ids:
+            return
+        started = time.monotonic()
+        try:
+            async with self._transaction() as conn:
+                kept = await claims.renew(conn, ids, self.owner, self._lease_s, datetime.now(UTC))
+        except Exception as exc:  # the database is away: the next beat tries again
+            log.warning("lease renewal failed", extra={"error": type(exc).__name__})
+            return
+        for event_id in ids:
+            held = self._held.get(event_id)
+            if held is None:
+                continue
+            if event_id in kept:
+                held.lease_end = started + self._lease_s
+            elif held.task is None:
+                self._unready(held)
+            else:
+                log.warning("lease lost before completion", extra={"event_id": event_id})
+
+    def _unready(self, held: _Held) -> None:
+        queue = self._ready.get(held.row.source)
+        if queue is not None and held in queue:
+            queue.remove(held)
+            if not queue:
+                del self._ready[held.row.source]
+        self._held.pop(held.row.id, None)
+
+    def _take_ready(self) -> list[_Held]:
+        """Everything read ahead, out of the read-ahead (to be given back)."""
+        given = [held for queue in self._ready.values() for held in queue]
+        self._ready.clear()
+        return given
+
+    async def _abandon(self) -> None:
+        """A drain cancelled (a shutdown past its grace): cancel what runs, write the
+        outcomes of what finished, give back the rest with the handlers it finished."""
+        self._abandoning = True
+        running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=CANCEL_WAIT_S)
+        try:
+            with contextlib.suppress(Exception):
+                await self._write_outcomes()
+        finally:
+            self._abandoning = False
+        self._ready.clear()
+        left = [h for h in self._held.values() if h.task is None or h.task.done()]
+        await self._release(left)
+
+    async def _release(self, given: list[_Held]) -> None:
+        """Give ``given`` back, due at once, recording the handlers each finished; the
+        attempt is given back too (``claims.release``)."""
+        for held in given:
+            self._held.pop(held.row.id, None)
+        if not given:
+            return
+        try:
+            async with self._transaction() as conn:
+                now = datetime.now(UTC)
+                await claims.record_handlers(
+                    conn, [(h.row.id, name) for h in given for name in h.done], now
+                )
+                ids = [h.row.id for h in given]
+                back = await claims.release(conn, ids, self.owner, now)
+                await history.record_attempts(
+                    conn, self._released({h.row.id: h.row.attempts for h in given}, back, now)
+                )
+        except Exception as exc:  # the lease expiry recovers them anyway
+            log.warning("could not release claims", extra={"error": type(exc).__name__})
+
+    # -- outcomes --------------------------------------------------------------------
+
+    async def _outcome_window(self) -> None:
+        """Write finished events' outcomes: one transaction per window, which opens with
+        the first outcome and closes OUTCOME_WINDOW_S later or at OUTCOME_BATCH."""
+        failures = 0
+        while self._finished:
+            if len(self._finished) < OUTCOME_BATCH and not (self.stopping or self._abandoning):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(OUTCOME_WINDOW_S):
+                        await self._window_full.wait()
+            self._window_full.clear()
+            batch = self._finished[:OUTCOME_BATCH]
+            del self._finished[: len(batch)]
+            try:
+                await self._settle(batch)
+            except Exception as exc:  # the database is away: keep them, try again
+                failures += 1
+                log.warning(
+                    "outcomes not written", extra={"error": type(exc).__name__, "count": len(batch)}
+                )
+                self._finished[:0] = batch
+                if (self.stopping or self._abandoning) and failures >= OUTCOME_TRIES_STOPPING:
+                    # Left to their leases: taken over, and run again past the ledger.
+                    for held, _ in self._finished:
+                        self._held.pop(held.row.id, None)
+                    self._finished.clear()
+                    return
+                await asyncio.sleep(capped(0.05, failures, 2.0))
+                continue
+            failures = 0
+            for held, _ in batch:
+                self._held.pop(held.row.id, None)
+            if self._limited:  # those sources have room again: claim for them
+                self._limited = False
+                self.wake()
+            self._nudge.set()
+
+    async def _write_outcomes(self) -> None:
+        """Until every finished event's outcome is written (or given up at shutdown)."""
+        while self._finished or (self._writer is not None and not self._writer.done()):
+            if self._writer is None or self._writer.done():
+                self._writer = asyncio.create_task(self._outcome_window(), name="hookd-outcomes")
+            self._window_full.set()
+            await asyncio.shield(self._writer)
+
+    async def _settle(self, batch: list[tuple[_Held, _Result]]) -> None:
+        """One transaction for a window's outcomes: ledger rows, then each event's
+        outcome, fenced on the lease (one taken over meanwhile records ``lease_lost``).
+
+        A crash before it commits means those leases expire and those events run
+        again, past the handlers in the ledger; effects stay single through the
+        handlers' idempotency keys."""
+        rows = [held.row for held, _ in batch]
+        results = [result for _, result in batch]
+        done = {held.row.id: held.done for held, _ in batch}
         now = datetime.now(UTC)
         failed: list[tuple[EventRow, _Result, datetime | None]] = []
         for row, result in zip(rows, results, strict=True):
@@ -380,7 +789,6 @@ class Processor:
             await history.record_attempts(
                 conn, self._attempts(rows, results, owned, retry_at_of, now)
             )
-        elapsed = time.perf_counter() - started
         for row, result in zip(rows, results, strict=True):
             if row.id not in owned:
                 if result.ok or result.error is not None:
@@ -388,7 +796,8 @@ class Processor:
                 continue
             if result.ok:
                 _processed(row.source, EventStatus.PROCESSED).inc()
-                _processing_seconds(row.source).observe(elapsed)
+                _processing_seconds(row.source).observe(result.duration_s or 0.0)
+
         for row, result, retry_at in failed:
             outcome = EventStatus.DEAD if retry_at is None else RETRY
             if row.id in owned:
@@ -444,20 +853,6 @@ class Processor:
             limit = max(limit, self._router.attempt_limit(source.name))
         return limit
 
-    async def _release(
-        self, event_ids: list[str], done: dict[str, list[str]], attempts: dict[str, int]
-    ) -> None:
-        try:
-            async with self._transaction() as conn:
-                now = datetime.now(UTC)
-                await claims.record_handlers(
-                    conn, [(e, name) for e, names in done.items() for name in names], now
-                )
-                given_back = await claims.release(conn, event_ids, self.owner, now)
-                await history.record_attempts(conn, self._released(attempts, given_back, now))
-        except Exception as exc:  # the lease expiry recovers them anyway
-            log.warning("could not release claims", extra={"error": type(exc).__name__})
-
     # -- history (``store.history``): one record per attempt, written with its outcome --
 
     def _attempts(
@@ -509,47 +904,26 @@ class Processor:
             for event_id in sorted(given_back)
         ]
 
-    async def drain(self, max_s: float = 30.0) -> int:
-        """Process until nothing is due (or ``max_s`` passed): the number processed."""
-        deadline = time.monotonic() + max_s
-        total = 0
-        self._draining += 1
-        try:
-            while time.monotonic() < deadline and not self.stopping:
-                count = await self.run_once()
-                total += count
-                if count == 0:
-                    break
-        finally:
-            self._draining -= 1
-            self._drained_at = time.monotonic()
-        return total
-
-    def idle_s(self) -> float:
-        """Seconds since a drain last ended in this process (0 while one runs)."""
-        return 0.0 if self._draining else time.monotonic() - self._drained_at
-
     async def _guarded(
         self, row: EventRow, finished: set[str], done: list[str], claim: Any = None
     ) -> _Result:
-        async with self._semaphore:
-            # When the attempt started and how long it took, for its history.
-            started_at, clock = datetime.now(UTC), time.perf_counter()
-            # One span per attempt, in the trace the receiver started (its stored context),
-            # linked to its claim's span (``claim``: None when tracing is off).
-            attributes: dict[str, str | int] = {
-                "hookd.event_id": row.id,
-                "hookd.source": row.source,
-                "hookd.attempt": row.attempts,
-            }
-            with tracing.span(
-                "hookd.process", attributes, parent=row.traceparent, link=claim
-            ) as current:
-                result = await self._attempt(row, finished, done)
-                tracing.annotate(current, {"hookd.outcome": _span_outcome(result)})
-                if result.error_type is not None:
-                    tracing.failed(current, result.error_type)
-            return replace(result, started_at=started_at, duration_s=time.perf_counter() - clock)
+        # When the attempt started and how long it took, for its history.
+        started_at, clock = datetime.now(UTC), time.perf_counter()
+        # One span per attempt, in the trace the receiver started (its stored context),
+        # linked to its claim's span (``claim``: None when tracing is off).
+        attributes: dict[str, str | int] = {
+            "hookd.event_id": row.id,
+            "hookd.source": row.source,
+            "hookd.attempt": row.attempts,
+        }
+        with tracing.span(
+            "hookd.process", attributes, parent=row.traceparent, link=claim
+        ) as current:
+            result = await self._attempt(row, finished, done)
+            tracing.annotate(current, {"hookd.outcome": _span_outcome(result)})
+            if result.error_type is not None:
+                tracing.failed(current, result.error_type)
+        return replace(result, started_at=started_at, duration_s=time.perf_counter() - clock)
 
     async def _attempt(self, row: EventRow, finished: set[str], done: list[str]) -> _Result:
         """``_process``, any exception in it made a failed attempt."""
@@ -599,8 +973,11 @@ class Processor:
         event = event_of(row, body)
         if self._fetch is not None and source.config.order and source.config.order.fetch:
             try:
-                async with asyncio.timeout(self._handler_timeout_s):
-                    fetched = await self._fetch(source, document(body, row.headers))
+                fetched = await within(
+                    self._fetch(source, document(body, row.headers)),
+                    self._handler_timeout_s,
+                    what="object fetch",
+                )
                 event = replace(event, object=fetched)
             except Exception as exc:  # the provider's API: retried like a handler's failure
                 kind = type(exc).__name__
@@ -630,14 +1007,16 @@ class Processor:
             if router is not None and not router.handler_selects(row.source, name, event, document):
                 skipped.append(name)
                 continue
-            deadline = asyncio.timeout(self._handler_timeout_s)
             try:
                 with tracing.span("hookd.handler", {"hookd.handler": name}) as current:
                     try:
-                        async with deadline:
-                            await handler(
-                                replace(event, idempotency_key=idempotency_key(row.id, name))
-                            )
+                        # Its deadline is kept from outside: a handler that swallows the
+                        # cancellation still ends the attempt at HOOKD_HANDLER_TIMEOUT_S.
+                        await within(
+                            handler(replace(event, idempotency_key=idempotency_key(row.id, name))),
+                            self._handler_timeout_s,
+                            what=f"handler {name}",
+                        )
                     except Exception as exc:
                         tracing.failed(current, type(exc).__name__)
                         raise
@@ -645,7 +1024,8 @@ class Processor:
                 kind = type(exc).__name__
                 permanent = isinstance(exc, PermanentError)
                 text = str(exc)
-                if deadline.expired():
+                if isinstance(exc, DeadlineExceeded):
+                    kind = "TimeoutError"
                     text = f"did not finish within {self._handler_timeout_s:g}s"
                 if permanent:  # its reason code says what it is
                     summary = f"{name}: {text}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import time
 from collections.abc import Sequence
@@ -35,6 +36,10 @@ WAKES_PER_S = 10
 
 
 class InProcessConsumer:
+    """Drains whenever woken, and every ``sweep_s`` for a wake-up that was lost. A
+    wake-up during a drain reaches the drain itself (``Processor.wake``): it claims
+    for its free slots while slow events run."""
+
     def __init__(self, processor: Processor, sweep_s: float = 1.0) -> None:
         self._processor = processor
         self._sweep_s = sweep_s
@@ -43,21 +48,23 @@ class InProcessConsumer:
         self._task: asyncio.Task[None] | None = None
 
     async def on_commit(self, _ids: Sequence[str]) -> None:
-        self._wake.set()
+        self.wake()
 
     def wake(self) -> None:
-        """Drain now (or again once the drain in hand is done)."""
+        """Look now: in the drain that runs, or in a new one."""
         self._wake.set()
+        self._processor.wake()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="hookd-consumer")
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        """Let the batch in hand finish (cancelling mid-query strands connections), then stop."""
+        """Claim no more and let what runs finish within ``grace_s``; then cancel it
+        (cancelled, each event hands its claim back with what it finished)."""
         if self._task is None:
             return
         self._stopping = True
-        self._processor.stopping = True
+        self._processor.stop_claiming()
         self._wake.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._task), grace_s)
@@ -81,9 +88,9 @@ class InProcessConsumer:
                 # is on: the parent of the claims it makes.
                 if woken and tracing.enabled():
                     with tracing.span("hookd.wake", {"hookd.wake.via": "local"}):
-                        await self._processor.drain()
+                        await self._processor.drain(math.inf)
                 else:
-                    await self._processor.drain()
+                    await self._processor.drain(math.inf)
                 failures = 0
             except Exception as exc:  # the database is away: back off, then look again
                 failures += 1
@@ -150,50 +157,49 @@ class LocalWaker:
 
 
 class Drains:
-    """Drains of the processor that wake-ups start and this process owns.
+    """The drain of the processor that wake-ups start and this process owns.
 
-    An arq job that asks for processing starts one here (``kick``) and returns: the
+    An arq job that asks for processing starts it here (``kick``) and returns: the
     drain runs however long its handlers take, outside arq's job timeout, and arq's
-    jobs stay short. At most ``parallel`` drains run at once; a wake-up while all of
-    them run is remembered, and one of them drains again when it is done. ``stop``
-    cancels them: each hands back the claims of its batch in hand.
+    jobs stay short. A wake-up while it runs reaches it (``Processor.wake``): it claims
+    for the slots that free up. ``stop`` cancels it: each event in flight hands its
+    claim back with what it finished.
     """
 
-    def __init__(self, processor: Processor, parallel: int = 4) -> None:
+    def __init__(self, processor: Processor) -> None:
         self._processor = processor
-        self._parallel = parallel
-        self._tasks: set[asyncio.Task[int]] = set()
+        self._task: asyncio.Task[int] | None = None
         self._again = False
 
     def kick(self) -> None:
-        if len(self._tasks) >= self._parallel:
+        if self._task is not None and not self._task.done():
             self._again = True
+            self._processor.wake()
             return
-        task = asyncio.create_task(self._run(), name="hookd-drain")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._task = asyncio.create_task(self._run(), name="hookd-drain")
 
     @property
     def running(self) -> int:
-        return len(self._tasks)
+        return int(self._task is not None and not self._task.done())
 
     async def _run(self) -> int:
         total = 0
         while True:
             self._again = False
             try:
-                total += await self._processor.drain()
+                total += await self._processor.drain(math.inf)
             except Exception as exc:  # the database is away: the next wake-up or sweep retries
                 log.warning("drain failed", extra={"error": type(exc).__name__})
                 return total
-            if not self._again:
+            if not self._again or self._processor.stopping:
                 return total
 
     async def stop(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class ArqWaker:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +37,21 @@ def one_of(
     return column.in_(list(values))
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """One source's part in a claim: how many of its events the claimer holds already
+    (running or read ahead) and the most it may take now."""
+
+    source: str
+    held: int
+    room: int
+
+
+def alone(sources: Sequence[str], room: int) -> list[Share]:
+    """Shares for a claimer that holds nothing: each source may give up to ``room``."""
+    return [Share(source, 0, room) for source in sources]
+
+
 async def claim_due(
     conn: AsyncConnection,
     owner: str,
@@ -43,61 +59,79 @@ async def claim_due(
     limit: int,
     now: datetime,
     *,
-    expired: bool = True,
+    shares: Sequence[Share],
 ) -> list[EventRow]:
-    """Take up to ``limit`` due events (or expired leases) for ``owner``; attempts += 1.
+    """Take up to ``limit`` due events of no object for ``owner``; attempts += 1.
 
-    Two picks, each read in index order and cut at ``limit``: runnable events by
-    due time (partial index ``ix_events_runnable``) and expired leases
-    (``ix_events_lease``). One ``OR`` over both would read and sort every
-    runnable row on each claim, which grows with the backlog.
-
-    ``expired=False`` skips the second pick. Callers look for expired leases
-    only every few seconds: until vacuum runs, the index holds an entry for
-    the dead "processing" version of every event processed more than a lease
-    ago, and walking those on every claim is what loads a busy database.
+    Fair between sources: each source of ``shares`` with room has its own pick, read in
+    due order from its part of ``ix_events_runnable`` (``source, next_attempt_at``) and
+    cut at its room, so a backlog of one source is never walked to reach another's
+    events. Of all the picks, ``limit`` are taken by level: a source's k-th event ranks
+    ``held + k``, so the source that holds fewest gets the next one, ties to the event
+    due first. Expired leases are ``claim_expired``'s.
     """
-    runnable = (
+    arms = []
+    for index, share in enumerate(s for s in shares if s.room > 0):
+        pick = (
+            sa.select(EVENTS.c.id, EVENTS.c.next_attempt_at)
+            .where(
+                EVENTS.c.source == share.source,
+                EVENTS.c.status.in_(RUNNABLE_STATUSES),
+                EVENTS.c.next_attempt_at <= now,
+                # Events of an object are store.objects.claim's (not in ix_events_runnable).
+                EVENTS.c.object_key.is_(None),
+                _not_paused(),
+            )
+            .order_by(EVENTS.c.next_attempt_at)
+            .limit(min(share.room, limit))
+        )
+        if conn.dialect.name == "postgresql":
+            pick = pick.with_for_update(skip_locked=True)
+        arm = pick.cte(f"s{index}")
+        rank = sa.literal(share.held) + sa.func.row_number().over(order_by=arm.c.next_attempt_at)
+        arms.append(sa.select(arm.c.id, arm.c.next_attempt_at, rank.label("rank")))
+    if not arms or limit <= 0:
+        return []
+    picked = (arms[0] if len(arms) == 1 else sa.union_all(*arms)).subquery("picked")
+    chosen = sa.select(picked.c.id).order_by(picked.c.rank, picked.c.next_attempt_at).limit(limit)
+    return await _take(conn, chosen, owner, lease_s, now)
+
+
+async def claim_orphans(
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    known: Sequence[str],
+) -> list[EventRow]:
+    """Take up to ``limit`` due events of sources not in ``known`` (no longer
+    configured): a processor records them dead with that reason rather than leave
+    them pending for ever. Rare, and looked for rarely: the pick walks the runnable
+    events of every other source."""
+    pick = (
         sa.select(EVENTS.c.id)
         .where(
+            EVENTS.c.source.not_in(list(known)),
             EVENTS.c.status.in_(RUNNABLE_STATUSES),
             EVENTS.c.next_attempt_at <= now,
-            # Events of an object are store.objects.claim's (not in ix_events_runnable).
-            EVENTS.c.object_key.is_(None),
             _not_paused(),
         )
-        .order_by(EVENTS.c.next_attempt_at)
-        .limit(limit)
-    )
-    leases = (
-        sa.select(EVENTS.c.id)
-        .where(
-            EVENTS.c.status == EventStatus.PROCESSING,
-            EVENTS.c.lease_expires_at < now,
-            _not_paused(),
-        )
-        .order_by(EVENTS.c.lease_expires_at)
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
-        runnable = runnable.with_for_update(skip_locked=True)
-        leases = leases.with_for_update(skip_locked=True)
-    a = runnable.cte("runnable")
-    if expired:
-        b = leases.cte("expired")
-        picked = sa.union_all(sa.select(b.c.id), sa.select(a.c.id)).subquery("picked")
-        chosen = sa.select(picked.c.id).limit(limit)
-    else:
-        chosen = sa.select(a.c.id)
-    return await _take(conn, chosen, owner, lease_s, now)
+        pick = pick.with_for_update(skip_locked=True)
+    return await _take(conn, pick, owner, lease_s, now)
 
 
 async def claim_expired(
     conn: AsyncConnection, owner: str, lease_s: float, limit: int, now: datetime
 ) -> list[EventRow]:
     """Take over up to ``limit`` events whose claim's lease ran out (their worker died
-    or stalled); attempts += 1. ``claim_due(expired=True)`` takes these too, in one
-    statement with the runnable ones; this is for a caller that counts takeovers."""
+    or stalled); attempts += 1. By ``ix_events_lease``: a caller looks every few
+    seconds, not at every claim (until vacuum runs, that index holds an entry for the
+    dead "processing" version of every event processed more than a lease ago)."""
     leases = (
         sa.select(EVENTS.c.id)
         .where(
@@ -267,6 +301,23 @@ async def mark_processed(
         sa.update(EVENTS)
         .where(_held(conn, event_ids, owner))
         .values(status=EventStatus.PROCESSED, processed_at=now, **_NO_ERROR, **_unleased(now))
+        .returning(EVENTS.c.id)
+    )
+    return {row[0] for row in result}
+
+
+async def renew(
+    conn: AsyncConnection, event_ids: Sequence[str], owner: str, lease_s: float, now: datetime
+) -> set[str]:
+    """The heartbeat of a live claimer: the leases ``owner`` still holds of ``event_ids``
+    run until ``now + lease_s`` again. The ids it still held; one missing was taken over
+    (its lease had run out) and is no longer this owner's to finish."""
+    if not event_ids:
+        return set()
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(_held(conn, event_ids, owner))
+        .values(lease_expires_at=now + timedelta(seconds=lease_s))
         .returning(EVENTS.c.id)
     )
     return {row[0] for row in result}

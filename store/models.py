@@ -86,10 +86,11 @@ class Event(SQLModel, table=True):
         sa.Index("ix_events_due", "status", "next_attempt_at"),
         sa.Index("ix_events_source_id", "source", "id"),
         sa.Index("ix_events_lease", "status", "lease_expires_at"),
-        # Claims read due events in due order from here and stop after a batch
-        # (events of no object; migration 0012 added the second term).
+        # Claims read each source's due events in due order from here and stop at its
+        # room (events of no object; 0012 added the second term, 0016 the source).
         sa.Index(
             "ix_events_runnable",
+            "source",
             "next_attempt_at",
             postgresql_where=sa.text(RUNNABLE_UNORDERED),
             sqlite_where=sa.text(RUNNABLE_UNORDERED),

@@ -104,7 +104,9 @@ class Claimed:
     superseded: list[Superseded] = field(default_factory=list)
 
 
-def _heads(now: datetime, limit: int, *, probes: bool = False) -> sa.Select[Any]:
+def _heads(
+    now: datetime, limit: int, *, probes: bool = False, exclude: Collection[str] = ()
+) -> sa.Select[Any]:
     """Due events that head their object (no due event of it of lower version, or the
     same version and a lower id) of an object none of whose events is being processed,
     in due order: at most one per object.
@@ -139,6 +141,8 @@ def _heads(now: datetime, limit: int, *, probes: bool = False) -> sa.Select[Any]
             e.c.next_attempt_at <= now,
             # As claims.claim_due: a paused source's events wait where they are.
             e.c.source.not_in(paused_sources()),
+            # Sources whose share of the claimer's slots is full (processing.processor).
+            *([e.c.source.not_in(list(exclude))] if exclude else []),
             ~_exists(same, probes=probes),
             ~_exists(before, probes=probes),
         )
@@ -160,13 +164,19 @@ async def claim(
     now: datetime,
     *,
     supersede: Collection[str],
+    exclude: Collection[str] = (),
 ) -> Claimed:
     """Claim up to ``limit`` due events of objects for ``owner`` (attempts += 1), one per
     object, each its object's next; first mark superseded the stale events of the
-    objects looked at whose source is in ``supersede``. See the module's text."""
+    objects looked at whose source is in ``supersede``; none of a source in ``exclude``.
+    See the module's text."""
     if conn.dialect.name == "postgresql":
-        return await _claim_pg(conn, owner, lease_s, limit, now, supersede=supersede)
-    return await _claim_sqlite(conn, owner, lease_s, limit, now, supersede=supersede)
+        return await _claim_pg(
+            conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
+        )
+    return await _claim_sqlite(
+        conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
+    )
 
 
 async def _claim_pg(
@@ -177,9 +187,10 @@ async def _claim_pg(
     now: datetime,
     *,
     supersede: Collection[str],
+    exclude: Collection[str],
 ) -> Claimed:
     out = Claimed()
-    candidates = (await conn.execute(_heads(now, limit, probes=True))).all()
+    candidates = (await conn.execute(_heads(now, limit, probes=True, exclude=exclude))).all()
     if not candidates:
         return out
     locked = (
@@ -224,6 +235,7 @@ async def _claim_sqlite(
     now: datetime,
     *,
     supersede: Collection[str],
+    exclude: Collection[str],
 ) -> Claimed:
     out = Claimed()
     if supersede:
@@ -248,7 +260,7 @@ async def _claim_sqlite(
         )
         out.superseded = [Superseded._make(r) for r in result]
     # One statement: SQLite's single writer holds the database while it reads and writes.
-    heads = _heads(now, limit).subquery("heads")
+    heads = _heads(now, limit, exclude=exclude).subquery("heads")
     out.rows = await _take(conn, EVENTS.c.id.in_(sa.select(heads.c.id)), owner, lease_s, now)
     return out
 

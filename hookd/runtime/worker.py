@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +57,6 @@ SWEEP_JOB = "hookd_sweep"
 # for its longest job timeout + 10 s: the mark a worker killed mid-job leaves behind
 # (while it lasts, arq starts no job in its place) ends within seconds.
 JOB_TIMEOUT_S = 5.0
-# Drains that wake-ups may run at once in one worker (what arq's max_jobs was).
-PARALLEL_DRAINS = 4
 # Every Redis call of the worker gives up after this long. arq sets no read timeout of
 # its own, so a connection that stops answering (a half-open TCP connection after a
 # network fault, a stalled proxy) would hang the arq loop, and with it every wake-up and
@@ -66,6 +65,9 @@ REDIS_TIMEOUT_S = 5.0
 REDIS_CONNECT_TIMEOUT_S = 2.0
 # An arq connection that lasted this long resets supervise()'s back-off.
 STABLE_S = 60.0
+# At shutdown, events in flight have this long to finish before they are cancelled and
+# handed back: well inside the 30 s an orchestrator gives before SIGKILL by default.
+STOP_GRACE_S = 5.0
 
 
 @dataclass
@@ -128,7 +130,7 @@ def build_runtime(
     )
     reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
     initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
-    drains = Drains(processor, PARALLEL_DRAINS)
+    drains = Drains(processor)
     return Runtime(settings, sources, engine, client, processor, reconciler, drains, limits_redis)
 
 
@@ -194,12 +196,13 @@ async def _local_sweep(runtime: Runtime, seconds: float, stop: asyncio.Event) ->
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     while loop.time() < end and not stop.is_set():
-        sweep = asyncio.create_task(runtime.processor.drain())
+        sweep = asyncio.create_task(runtime.processor.drain(max(0.0, end - loop.time())))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({sweep, stopper}, return_when=asyncio.FIRST_COMPLETED)
         stopper.cancel()
         if stop.is_set():
-            # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
+            # Like arq's jobs at shutdown: cancelled, each event in flight hands its
+            # claim back (run() gave them their grace first).
             sweep.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sweep
@@ -298,9 +301,18 @@ async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
         if stop.is_set() or runtime.processor.idle_s() < period:
             continue
         try:
-            await runtime.processor.drain()
+            await runtime.processor.drain(math.inf)
         except Exception as exc:  # the database is away: the next round tries again
             log.warning("backstop sweep failed", extra={"error": type(exc).__name__})
+
+
+async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
+    """Wait up to ``grace_s`` for the drain that runs (if any) to end: it claims no more
+    (``stop_claiming``), so it ends when its events in flight have."""
+    if not runtime.processor.pumping:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(runtime.processor.drain(0.0), grace_s)
 
 
 async def run(settings: Settings, sources: Sources) -> None:
@@ -362,11 +374,13 @@ async def run(settings: Settings, sources: Sources) -> None:
         await supervise(runtime, stop)
     finally:
         stop.set()
-        # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
-        runtime.processor.stopping = True
+        # Nothing more is claimed and what was read ahead goes back at once; the
+        # events in flight have STOP_GRACE_S to finish, then are cancelled, and each
+        # hands its claim back with what it finished.
+        runtime.processor.stop_claiming()
+        await settle_in_flight(runtime, STOP_GRACE_S)
         await runtime.drains.stop()
         await schedules
-        # Like arq's jobs at shutdown: cancelled, a batch in hand hands its claims back.
         sweeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweeping

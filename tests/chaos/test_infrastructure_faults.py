@@ -173,7 +173,7 @@ async def test_a_stop_ends_the_workers_local_sweep_at_once() -> None:
     waited for the end of that period (and got a SIGKILL from a 15 s grace period)."""
     cancelled = asyncio.Event()
 
-    async def drain() -> int:
+    async def drain(_max_s: float = 30.0) -> int:
         try:
             await asyncio.sleep(60)  # a long batch in hand
         except asyncio.CancelledError:

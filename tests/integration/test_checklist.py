@@ -123,7 +123,9 @@ async def test_claims_and_lease_takeovers_are_counted(sources: Sources, pg_url: 
         takeovers_before = sample("hookd_lease_takeovers_total", source="github")
         (crashed,) = await stored(pg_url, ["crashed"])
         async with engine.begin() as conn:
-            claimed = await claims.claim_due(conn, "dead-worker", 0.2, 10, datetime.now(UTC))
+            claimed = await claims.claim_due(
+                conn, "dead-worker", 0.2, 10, datetime.now(UTC), shares=claims.alone(["github"], 10)
+            )
         assert [r.id for r in claimed] == [crashed]
         await asyncio.sleep(0.3)  # its lease ends
         await stored(pg_url, ["fresh"])

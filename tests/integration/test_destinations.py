@@ -168,6 +168,7 @@ def processors(
     count: int = 2,
     batch_size: int = 64,
     limits: Callable[[], Limits] = LocalLimits,
+    concurrency: int = 16,
 ) -> list[Processor]:
     """``count`` processors over one database, as that many workers (each with the
     rate and concurrency limits ``limits`` makes)."""
@@ -180,6 +181,7 @@ def processors(
             retry=FAST,
             rng=random.Random(i),
             batch_size=batch_size,
+            concurrency=concurrency,
             router=Router(sources, client, limits(), retry_base_s=0.01, retry_cap_s=0.05),
         )
         for i in range(count)
@@ -358,8 +360,8 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
         async def all_processed() -> bool:
             return await count_status(either, "processed") == len(event_ids)
 
-        # One event a batch, so that the order of arrival is the order of claims.
-        [one_by_one] = processors(either, sources, client, count=1, batch_size=1)
+        # One event at a time, so that the order of arrival is the order of claims.
+        [one_by_one] = processors(either, sources, client, count=1, batch_size=1, concurrency=1)
         await drain_until([one_by_one], all_processed)
     assert targets["billing"].ids() == expected
 

@@ -510,8 +510,8 @@ async def test_the_command_line_pauses_a_source_and_resume_drains_it_in_order_of
             )
             # (The command line's resume: test_destinations_processes.py.)
             assert await DestinationOps(engine, sources, _nothing).resume_source("stripe", by="t")
-            # One event a batch, so that the order of claims is the order of arrival.
-            [one_by_one] = processors(engine, sources, client, count=1, batch_size=1)
+            # One event at a time, so that the order of claims is the order of arrival.
+            [one_by_one] = processors(engine, sources, client, count=1, batch_size=1, concurrency=1)
             await _deliver_all(engine, [one_by_one], len(events))
     assert sink.ids() == received_order and not sink.unsigned
 

@@ -300,7 +300,10 @@ async def test_the_plain_claim_leaves_events_of_objects_to_the_object_claim(
     ids = await store(engine, [update(ordered, n, "cus_a", 1_700_000_000 + n) for n in range(3)])
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        assert await claims.claim_due(conn, "w1", 30, 10, now) == []
+        assert (
+            await claims.claim_due(conn, "w1", 30, 10, now, shares=claims.alone(["stripe"], 10))
+            == []
+        )
         got = await objects.claim(conn, "w1", 30, 10, now, supersede={"stripe"})
     assert [r.id for r in got.rows] == [ids[0]]
 

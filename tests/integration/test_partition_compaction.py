@@ -36,6 +36,9 @@ from tests.integration.test_partitions import (
 from tests.integration.test_prune import hookd
 from tests.support.data import scalar
 
+# A claim as a lone claimer makes it: events of github, up to 10.
+GITHUB = claims.alone(["github"], 10)
+
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 DAY = timedelta(days=1)
 # A table of a later migration (or an operator's) that refers to events: compaction
@@ -179,7 +182,7 @@ async def test_a_day_past_keep_events_days_is_rebuilt_with_only_its_dead_and_unf
     assert await scalar(pg_url, "SELECT count(*) FROM events") == len(staying)
     # The retrying event is claimed from the rebuilt day as before.
     async with engine_of(pg_url) as engine, engine.begin() as conn:
-        claimed = await claims.claim_due(conn, "w", 30, 10, now + DAY)
+        claimed = await claims.claim_due(conn, "w", 30, 10, now + DAY, shares=GITHUB)
         assert [r.id for r in claimed] == waiting
         assert await claims.mark_processed(conn, waiting, "w", now) == set(waiting)
 
@@ -239,7 +242,7 @@ async def test_rows_changed_while_a_day_is_compacted_are_carried_over_and_none_i
                 processed[0],
                 dead[0],
             ]
-            taken = await claims.claim_due(conn, "w", 30, 10, now)
+            taken = await claims.claim_due(conn, "w", 30, 10, now, shares=GITHUB)
             assert {r.id for r in taken} == {*pending, processed[0], dead[0]}
             await claims.release(conn, [processed[0], dead[0], pending[1]], "w", now)
             assert await claims.mark_processed(conn, [pending[0]], "w", now) == {pending[0]}

@@ -192,7 +192,9 @@ async def test_hot_statements_use_indexes_without_statistics(filled: str) -> Non
         assert await processor.run_once() == 128
         await processor.drain()
         async with engine.begin() as conn:
-            held = await claims.claim_due(conn, "w2", 60, 16, now + timedelta(minutes=5))
+            held = await claims.claim_due(
+                conn, "w2", 60, 16, now + timedelta(minutes=5), shares=claims.alone(["github"], 16)
+            )
             await claims.release(conn, [r.id for r in held], "w2", now)
             # Reconciliation: keys checked, a page stored (half of it already there).
             await rstate.existing_keys(conn, "github", [f"bulk-{i}" for i in range(1, 500)])

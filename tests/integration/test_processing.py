@@ -24,6 +24,9 @@ from tests.support.data import new_event
 from tests.support.logcapture import Records, captured
 from tests.support.waiting import wait_for
 
+# A claim as a lone claimer makes it: events of github, up to 10.
+GITHUB = claims.alone(["github"], 10)
+
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
 
@@ -218,11 +221,11 @@ async def test_expired_lease_is_taken_over_and_old_owner_is_fenced(
     [event_id] = await store(engine, 1)
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        first = await claims.claim_due(conn, "crashed-worker", 0.5, 10, now)
+        first = await claims.claim_due(conn, "crashed-worker", 0.5, 10, now, shares=GITHUB)
     assert [r.id for r in first] == [event_id]
     async with engine.begin() as conn:
-        assert await claims.claim_due(conn, "other", 60, 10, now + timedelta(seconds=0.1)) == []
-        second = await claims.claim_due(conn, "other", 60, 10, now + timedelta(seconds=1))
+        assert await claims.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=0.1)) == []
+        second = await claims.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=1))
     assert [(r.id, r.attempts) for r in second] == [(event_id, 2)]
     async with engine.begin() as conn:
         stale = await claims.mark_processed(conn, [event_id], "crashed-worker", now)

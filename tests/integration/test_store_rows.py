@@ -18,6 +18,9 @@ from store.rows import EventRow, RunRow, RunTotalsRow, SourceStateRow
 from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
 from tests.support.data import new_event
 
+# A claim as a lone claimer makes it: events of github, up to 10.
+GITHUB = claims.alone(["github"], 10)
+
 pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
 
@@ -44,7 +47,7 @@ async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
 
         now = datetime.now(UTC)
         async with engine.begin() as conn:
-            (claimed,) = await claims.claim_due(conn, "w", 60, 10, now)
+            (claimed,) = await claims.claim_due(conn, "w", 60, 10, now, shares=GITHUB)
         assert type(claimed) is EventRow
         assert claimed.id == stored.event_id and claimed.body == full.body
         assert claimed.status == EventStatus.PROCESSING and claimed.attempts == 1
@@ -160,7 +163,9 @@ async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: st
             events = [new_event(k) for k in ("mine", "theirs", "other")]
             stored = await insert_events(conn, events, PLAIN)
             ids = [s.event_id for s in stored]
-            claimed = await claims.claim_due(conn, "w", 60, 10, now + timedelta(hours=1))
+            claimed = await claims.claim_due(
+                conn, "w", 60, 10, now + timedelta(hours=1), shares=GITHUB
+            )
             assert {r.id for r in claimed} == set(ids)
             # As a retried event would be: its last failure recorded.
             await conn.execute(

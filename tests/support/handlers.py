@@ -13,6 +13,7 @@ They write to tables in the same database hookd uses (``HOOKD_DATABASE_URL``):
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 import sqlalchemy as sa
@@ -121,3 +122,32 @@ async def fails_once(event: Event) -> None:
     if event.id not in _failed_once:
         _failed_once.add(event.id)
         raise RuntimeError("the first attempt fails")
+
+
+async def slow_once(event: Event) -> None:
+    """The run that takes the ``slow`` switch (set to 1 by the test) sleeps TEST_SLOW_S;
+    every other run is quick. Each run is in ``calls`` as ``slow`` or ``quick``."""
+    async with _engine().begin() as conn:
+        taken = await conn.execute(
+            sa.text("UPDATE switches SET value = 0 WHERE name = 'slow' AND value = 1")
+        )
+    slow = bool(taken.rowcount)
+    await _call(event, "slow" if slow else "quick")
+    if slow:
+        await asyncio.sleep(float(os.environ.get("TEST_SLOW_S", "20")))
+
+
+_runs = itertools.count(1)
+
+
+async def effect_at_end(event: Event) -> None:
+    """Works, then records its effect in ``calls`` (``at_end``) as its last act: a run
+    killed before the end leaves nothing, a run that ended leaves one row. Every
+    TEST_SLOW_EVERY-th run in a process works TEST_SLOW_S, the others
+    TEST_HANDLER_SLEEP_S."""
+    every = int(os.environ.get("TEST_SLOW_EVERY", "0"))
+    slow = bool(every) and next(_runs) % every == 0
+    await asyncio.sleep(
+        float(os.environ.get("TEST_SLOW_S" if slow else "TEST_HANDLER_SLEEP_S", "0"))
+    )
+    await _call(event, "at_end")

@@ -43,62 +43,56 @@ WAVES = {
 }
 
 
-async def one_run(wave: str, tmp: Path) -> dict[str, object]:
+async def one_run(wave: str, tmp: Path, url: str) -> dict[str, object]:
     count, every, slow_s, quick_s, kills, after_s = WAVES[wave]
-    name = services.create_database()
-    url = services.sqlalchemy_url(name)
-    try:
-        migrate.upgrade(url)
-        await prepare(url)
-        env = {
-            "HOOKD_CONFIG": str(config(tmp, "effect_at_end")),
-            "HOOKD_DATABASE_URL": url,
-            "HOOKD_LEASE_S": "8",
-            "HOOKD_HANDLER_TIMEOUT_S": "7",
-            "HOOKD_PRUNE_EVERY_S": "0",
-            "TEST_SLOW_EVERY": str(every),
-            "TEST_SLOW_S": str(slow_s),
-            "TEST_HANDLER_SLEEP_S": str(quick_s),
-        }
-        started = time.monotonic()
-        with RedisServer(tmp) as redis:
-            env["HOOKD_REDIS_URL"] = redis.url
-            with HookdServer(env, tmp) as server:
-                await post_batch(server.url, 0, count)
-                worker = HookdWorker(env, tmp).start()
-                try:
-                    for _ in range(kills):
-                        before = await scalar(url, "SELECT count(*) FROM calls")
+    await prepare(url)
+    env = {
+        "HOOKD_CONFIG": str(config(tmp, "effect_at_end")),
+        "HOOKD_DATABASE_URL": url,
+        "HOOKD_LEASE_S": "8",
+        "HOOKD_HANDLER_TIMEOUT_S": "7",
+        "HOOKD_PRUNE_EVERY_S": "0",
+        "TEST_SLOW_EVERY": str(every),
+        "TEST_SLOW_S": str(slow_s),
+        "TEST_HANDLER_SLEEP_S": str(quick_s),
+    }
+    started = time.monotonic()
+    with RedisServer(tmp) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with HookdServer(env, tmp) as server:
+            await post_batch(server.url, 0, count)
+            worker = HookdWorker(env, tmp).start()
+            try:
+                for _ in range(kills):
+                    before = await scalar(url, "SELECT count(*) FROM calls")
 
-                        async def effect(before: int = before) -> bool:
-                            return await scalar(url, "SELECT count(*) FROM calls") > before
+                    async def effect(before: int = before) -> bool:
+                        return await scalar(url, "SELECT count(*) FROM calls") > before
 
-                        await wait_for(effect, timeout_s=60, interval_s=0.01)
-                        await asyncio.sleep(after_s)
-                        worker.kill9()
-                        worker = HookdWorker(env, tmp).start()
+                    await wait_for(effect, timeout_s=60, interval_s=0.01)
+                    await asyncio.sleep(after_s)
+                    worker.kill9()
+                    worker = HookdWorker(env, tmp).start()
 
-                    async def done() -> bool:
-                        sql = "SELECT count(*) FROM events WHERE status = 'processed'"
-                        return await scalar(url, sql) == count
+                async def done() -> bool:
+                    sql = "SELECT count(*) FROM events WHERE status = 'processed'"
+                    return await scalar(url, sql) == count
 
-                    await wait_for(done, timeout_s=180, interval_s=0.1)
-                finally:
-                    worker.stop()
-        doubled = await scalar(
-            url,
-            "SELECT count(*) FROM (SELECT event_id FROM calls GROUP BY event_id "
-            "HAVING count(*) > 1) AS twice",
-        )
-        return {
-            "wave": wave,
-            "kills": kills,
-            "events": count,
-            "doubled": doubled,
-            "seconds": round(time.monotonic() - started, 1),
-        }
-    finally:
-        services.drop_database(name)
+                await wait_for(done, timeout_s=180, interval_s=0.1)
+            finally:
+                worker.stop()
+    doubled = await scalar(
+        url,
+        "SELECT count(*) FROM (SELECT event_id FROM calls GROUP BY event_id "
+        "HAVING count(*) > 1) AS twice",
+    )
+    return {
+        "wave": wave,
+        "kills": kills,
+        "events": count,
+        "doubled": doubled,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def main() -> None:
@@ -109,8 +103,15 @@ def main() -> None:
     waves = list(WAVES) if args.wave == "both" else [args.wave]
     for wave in waves:
         for _ in range(args.runs):
-            with tempfile.TemporaryDirectory() as tmp:
-                print(json.dumps(asyncio.run(one_run(wave, Path(tmp)))), flush=True)
+            name = services.create_database()
+            try:
+                url = services.sqlalchemy_url(name)
+                migrate.upgrade(url)
+                with tempfile.TemporaryDirectory() as tmp:
+                    result = asyncio.run(one_run(wave, Path(tmp), url))
+                print(json.dumps(result), flush=True)
+            finally:
+                services.drop_database(name)
 
 
 if __name__ == "__main__":

@@ -363,6 +363,8 @@ async def run(settings: Settings, sources: Sources) -> None:
         # close that waits on Redis (5 s per call when it is away) must not spend the
         # orchestrator's grace period before the run records its interruption.
         await stop.wait()
+        # Claim no more from now on: what runs has its grace while arq closes.
+        runtime.processor.stop_claiming()
         if scheduler is not None:
             # At once, as a shutdown always did: a run in progress records its interruption.
             await scheduler.stop(grace_s=0)

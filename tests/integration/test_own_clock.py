@@ -77,6 +77,7 @@ async def test_a_slow_handler_delays_only_its_own_event_on_the_quickstart_defaul
     }
     with HookdServer(env, tmp_path) as server:
         worst = await latest_quick(server.url, sqlite_url)
+    print(f"serve alone, SQLite: slowest quick event processed {worst:.2f} s after receipt")
     assert worst <= QUICK_WITHIN_S, worst
 
 
@@ -152,6 +153,7 @@ async def test_a_slow_handler_delays_only_its_own_event_with_a_worker(
                 worst = await latest_quick(server.url, pg_url)
             finally:
                 worker.stop()
+    print(f"worker, PostgreSQL: slowest quick event processed {worst:.2f} s after receipt")
     assert worst <= QUICK_WITHIN_S, worst
 
 
@@ -164,8 +166,9 @@ WAVE_QUICK_S = 0.05
 KILL_AFTER_S = 2.5
 WAVE_LEASE_S = 8.0
 # Doubled effects the test tolerates: handlers that finished within one outcome window
-# (5 ms) and its commit before the kill. Measured: 0 to 2 here (docs/benchmarks.md).
-DOUBLED_AT_MOST = 8
+# (5 ms) and its commit before the kill: a handful, as events end spread out by then
+# (bench/kill_wave.py; the batches of 707a27a repeated 101 here).
+DOUBLED_AT_MOST = 20
 
 
 @pytest.mark.postgres

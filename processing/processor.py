@@ -55,10 +55,12 @@ CLAIM_POLL_S = 1.0
 # inside one window (plus its commit), while a busy processor still writes dozens of
 # outcomes per transaction, as the batches did.
 OUTCOME_WINDOW_S = 0.005
-OUTCOME_BATCH = 128
+OUTCOME_BATCH = 256
 # At shutdown, a window that cannot be written is tried this often, then left to the
 # leases (the events run again, past their ledger).
 OUTCOME_TRIES_STOPPING = 3
+# The read-ahead: what this processor finishes in this long (see ``ReadAhead``).
+READ_AHEAD_S = 0.2
 # Leases held are renewed this many times per lease: a healthy attempt longer than its
 # lease is never taken over; a dead worker's events are, one lease after its last beat.
 HEARTBEATS_PER_LEASE = 3
@@ -236,11 +238,28 @@ def source_cap(concurrency: int) -> int:
     return concurrency - concurrency // 4 if concurrency >= 4 else concurrency
 
 
-def read_ahead(concurrency: int, batch_size: int) -> int:
-    """Events claimed ahead of a free slot: a slot that frees starts the next event at
-    once, without waiting for a claim. A small part of the slots, and never more than
-    one claim may take."""
-    return max(1, min(batch_size, concurrency // 2))
+class ReadAhead:
+    """How many events to claim ahead of a free slot, so that a slot that frees starts
+    its next event at once, without waiting for a claim: as many as this processor
+    finishes in READ_AHEAD_S, between a small floor (slow handlers hold few events
+    that other workers could run) and two batches (quick handlers get claims of up to
+    a batch, topped up at half, which is what keeps a busy processor's claims few)."""
+
+    def __init__(self, concurrency: int, batch_size: int) -> None:
+        self._floor = max(1, min(batch_size, concurrency // 4))
+        self._ceiling = max(self._floor, 2 * batch_size)
+        self._ended: deque[float] = deque()
+
+    def ended(self, now: float) -> None:
+        self._ended.append(now)
+        while self._ended and self._ended[0] < now - 1.0:
+            self._ended.popleft()
+
+    def size(self, now: float) -> int:
+        while self._ended and self._ended[0] < now - 1.0:
+            self._ended.popleft()
+        wanted = int(len(self._ended) * READ_AHEAD_S)
+        return min(self._ceiling, max(self._floor, wanted))
 
 
 class Processor:
@@ -283,7 +302,7 @@ class Processor:
         self._batch_size = batch_size
         self._concurrency = concurrency
         self._cap = source_cap(concurrency)
-        self._read_ahead = read_ahead(concurrency, batch_size)
+        self._read_ahead_of = ReadAhead(concurrency, batch_size)
         self._beat_every_s = lease_s / HEARTBEATS_PER_LEASE
         self._transaction = db.transaction(engine)
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
@@ -309,21 +328,17 @@ class Processor:
         self._idle.set()
         # What this processor holds: every event by id; those read ahead, per source,
         # in claim order; how many run, per source; the finished ones waiting for their
-        # outcome window, and the task that writes them.
+        # outcome window.
         self._held: dict[str, _Held] = {}
         self._ready: dict[str, deque[_Held]] = {}
         self._running: collections.Counter[str] = collections.Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._finished: list[tuple[_Held, _Result]] = []
-        self._writer: asyncio.Task[None] | None = None
-        self._window_full = asyncio.Event()
         # Set by an event's end, a wake-up or a shutdown: the drain looks again.
         self._nudge = asyncio.Event()
         self._woken = False
-        # A cancelled drain is writing what finished: a write that fails is not retried long.
-        self._abandoning = False
-        # The last claim left a source at its limit: an outcome written frees room.
-        self._limited = False
+        # The last claim gave events of a source below its cap (see ``_exchange``).
+        self._flowing = False
 
     # -- what the wake-ups and the shutdown call -------------------------------------
 
@@ -372,49 +387,8 @@ class Processor:
     async def _pump(self, deadline: float, *, claims_left: float) -> int:
         self._pumping = True
         self._idle.clear()
-        once = claims_left == 1
-        total = 0
-        exhausted = False
-        poll_at = -math.inf
-        beat_at = time.monotonic() + self._beat_every_s
         try:
-            while True:
-                # Cleared first: an event's end, a window written or a wake-up from here
-                # on ends the wait below at once.
-                self._nudge.clear()
-                now = time.monotonic()
-                claiming = not self.stopping and now < deadline and claims_left > 0
-                claimed = False
-                if claiming:
-                    want = self._batch_size if once else self._want()
-                    if want > 0 and (not exhausted or self._woken or now >= poll_at):
-                        self._woken = False
-                        counted, exhausted = await self._claim(want, fair=not once)
-                        claimed = True
-                        total += counted
-                        claims_left -= 1
-                        # All that was due: no claim until a wake-up or the poll.
-                        poll_at = time.monotonic() + CLAIM_POLL_S
-                        claiming = claims_left > 0
-                elif self._ready and (self.stopping or now >= deadline):
-                    await self._release(self._take_ready())
-                self._start_ready()
-                if not self._tasks:
-                    if not claiming or (exhausted and not self._woken):
-                        break
-                    if claimed:
-                        continue
-                    # Nothing runs and nothing could be claimed (what is held waits for its
-                    # outcome window): wait for that window, a wake-up or the poll.
-                if time.monotonic() >= beat_at:
-                    await self._heartbeat()
-                    beat_at = time.monotonic() + self._beat_every_s
-                now = time.monotonic()
-                wake_at = min(beat_at, poll_at if claiming and poll_at > now else math.inf)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, wake_at - time.monotonic())):
-                        await self._nudge.wait()
-            await self._write_outcomes()
+            return await self._turns(deadline, claims_left)
         except asyncio.CancelledError:
             # Shut down past its grace: stop what runs, record what finished, and hand
             # the rest back now instead of leaving it to wait out its lease.
@@ -424,12 +398,95 @@ class Processor:
             self._pumping = False
             self._drained_at = time.monotonic()
             self._idle.set()
-        return total
 
-    def _want(self) -> int:
+    async def _turns(self, deadline: float, claims_left: float) -> int:
+        """The drain's loop: claim and write outcomes (one exchange), fill slots, wait."""
+        once = claims_left == 1
+        total = 0
+        exhausted = False
+        poll_at = -math.inf
+        beat_at = time.monotonic() + self._beat_every_s
+        window_end = math.inf
+        while True:
+            # Cleared first: an event's end or a wake-up from here on ends the wait below.
+            self._nudge.clear()
+            now = time.monotonic()
+            claiming = not self.stopping and now < deadline and claims_left > 0
+            window_end, settle = self._window(now, window_end)
+            looking = self._woken or now >= poll_at or self._flowing
+            want = 0
+            if claiming:
+                want = self._batch_size if once else self._want(looking=looking)
+                want = want if (looking or not exhausted) else 0
+            elif self._ready and (self.stopping or now >= deadline):
+                await self._release(self._take_ready())
+            if want or settle:
+                # One transaction: the window's outcomes, then the claim.
+                self._woken = self._woken and not want
+                counted, drained = await self._exchange(want, fair=not once)
+                window_end = math.inf
+                if want:
+                    total += counted
+                    claims_left -= 1
+                    # All that was due: no claim until a wake-up or the poll.
+                    exhausted = drained
+                    poll_at = time.monotonic() + CLAIM_POLL_S
+            self._start_ready()
+            if not self._tasks:
+                if self._finished or (want and claims_left > 0):
+                    continue  # their outcomes now; or claim again
+                if not claiming or claims_left <= 0 or (exhausted and not self._woken):
+                    return total
+            if time.monotonic() >= beat_at:
+                await self._heartbeat()
+                beat_at = time.monotonic() + self._beat_every_s
+            await self._wait(beat_at, poll_at if claiming else math.inf, window_end)
+
+    @property
+    def _read_ahead(self) -> int:
+        return self._read_ahead_of.size(time.monotonic())
+
+    def _active(self) -> collections.Counter[str]:
+        """Per source, the events read ahead or running here: what a source's room counts
+        (a finished event waiting for its outcome window holds no slot)."""
+        active = collections.Counter({s: len(q) for s, q in self._ready.items()})
+        active.update(self._running)
+        return active
+
+    def _window(self, now: float, window_end: float) -> tuple[float, bool]:
+        """The outcome window (it opens with the first finished event): when it closes,
+        and whether its outcomes are to be written now (closed, full, or nothing else
+        will finish soon)."""
+        if not self._finished:
+            return math.inf, False
+        if window_end == math.inf:
+            window_end = now + OUTCOME_WINDOW_S
+        due = (
+            now >= window_end
+            or len(self._finished) >= OUTCOME_BATCH
+            or not (self._tasks or self._ready)
+        )
+        return window_end, due
+
+    async def _wait(self, beat_at: float, poll_at: float, window_end: float) -> None:
+        """Until a nudge (an event's end, a wake-up), the next heartbeat, the poll or the
+        outcome window's end, whichever comes first."""
+        now = time.monotonic()
+        wake_at = min(
+            beat_at,
+            poll_at if poll_at > now else math.inf,
+            window_end if self._finished else math.inf,
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, wake_at - now)):
+                await self._nudge.wait()
+
+    def _want(self, *, looking: bool) -> int:
         """How many events to claim now: the free slots that what is read ahead cannot
-        fill (its source may be at its cap), plus the read-ahead's gap; nothing while
-        every slot is busy."""
+        fill, plus the read-ahead's gap; nothing while every slot is busy. Slots free
+        only because the sources read ahead are at their cap are kept for the others:
+        claimed for when ``looking`` (a wake-up came, or the poll is due), not at every
+        turn."""
         free = self._concurrency - len(self._tasks)
         if free <= 0:
             return 0
@@ -438,10 +495,19 @@ class Processor:
             for source, queue in self._ready.items()
         )
         ready = sum(len(queue) for queue in self._ready.values())
-        want = max(0, free - startable) + max(0, self._read_ahead - ready)
+        need = max(0, free - startable)
+        if ready and not looking and startable < min(free, ready):
+            need = 0  # the free slots are the reserve: nothing to claim for them yet
+        read_ahead = self._read_ahead
+        gap = max(0, read_ahead - ready)
+        if not need and gap < max(1, read_ahead // 2):
+            # Every free slot has its next event: top the read-ahead up in claims of at
+            # least half of it, not one claim per event that ends.
+            return 0
+        want = min(need + gap, self._batch_size)
         # No more than the sources have room for (each its cap plus the read-ahead).
-        held = collections.Counter(h.row.source for h in self._held.values())
-        limit = self._cap + self._read_ahead
+        held = self._active()
+        limit = self._cap + read_ahead
         return min(want, sum(max(0, limit - held[s.name]) for s in self._sources))
 
     def _start_ready(self) -> None:
@@ -476,20 +542,21 @@ class Processor:
 
     def _ended(self, held: _Held, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._read_ahead_of.ended(time.monotonic())
         self._running[held.row.source] -= 1
         if not task.cancelled() and (exc := task.exception()) is not None:  # a bug
             log.error(
                 "event task failed", extra={"event_id": held.row.id, "error": type(exc).__name__}
             )
+        # The slot is refilled here, at once, not at the drain's next turn: the drain may
+        # be in the middle of a transaction.
+        if self._pumping and not self.stopping:
+            self._start_ready()
         self._nudge.set()
 
     async def _run_held(self, held: _Held) -> None:
         result = await self._guarded(held.row, set(held.finished), held.done, held.claim)
         self._finished.append((held, result))
-        if len(self._finished) >= OUTCOME_BATCH:
-            self._window_full.set()
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._outcome_window(), name="hookd-outcomes")
 
     # -- claims ----------------------------------------------------------------------
 
@@ -509,70 +576,104 @@ class Processor:
         self._orphans_checked_at = now
         return True
 
-    async def _claim(self, want: int, *, fair: bool) -> tuple[int, bool]:
-        """Claim up to ``want`` events into the read-ahead: takeovers, events of objects,
-        then the others shared between sources (``fair``: no source past its cap plus
-        the read-ahead). The count a drain adds up (claimed, or none claimed,
-        superseded), and whether that was all that is due (fewer than the sources had
-        room for)."""
+    async def _exchange(self, want: int, *, fair: bool) -> tuple[int, bool]:
+        """One transaction: the outcomes of the events finished so far (up to
+        OUTCOME_BATCH, ``_settle_in``), then a claim of up to ``want`` events into the
+        read-ahead: takeovers, events of objects, then the others shared between
+        sources (``fair``: no source past its cap plus the read-ahead). The count a
+        drain adds up (claimed, or none claimed, superseded), and whether that was all
+        that is due (the claim was not full, and no source gave all it had room for)."""
+        batch = self._finished[:OUTCOME_BATCH]
+        del self._finished[: len(batch)]
         now = datetime.now(UTC)
+        plan = self._plan(batch, now)
         claim_started = tracing.clock()  # 0 when tracing is off
         taken: list[EventRow] = []
         superseded: list[objects.Superseded] = []
-        held = collections.Counter(h.row.source for h in self._held.values())
+        rows: list[EventRow] = []
+        held = self._active()
         limit = self._cap + self._read_ahead if fair else want
         full = frozenset(s for s, n in held.items() if n >= limit) if fair else frozenset()
-        async with self._transaction() as conn:
-            # Expired leases first, by their own statement, so that takeovers are counted.
-            if self._expired_check_due():
-                taken = await claims.claim_expired(conn, self.owner, self._lease_s, want, now)
-            rows = taken
-            # Events of objects ([sources.order]) first: one per object, at most.
-            if self._ordered and len(rows) < want:
-                got = await objects.claim(
-                    conn,
-                    self.owner,
-                    self._lease_s,
-                    want - len(rows),
-                    now,
-                    supersede=self._supersede,
-                    exclude=full,
-                )
-                rows, superseded = rows + got.rows, got.superseded
-                await history.record_attempts(
-                    conn, _superseded_history(superseded, self.owner, now)
-                )
-            if len(rows) < want:
-                shares = [
-                    claims.Share(s.name, held[s.name], limit - held[s.name]) for s in self._sources
-                ]
-                rows = rows + await claims.claim_due(
-                    conn, self.owner, self._lease_s, want - len(rows), now, shares=shares
-                )
-            if len(rows) < want and self._orphans_check_due():
-                # Events of a source no longer configured: claimed to go dead, not left.
-                rows = rows + await claims.claim_orphans(
-                    conn,
-                    self.owner,
-                    self._lease_s,
-                    want - len(rows),
-                    now,
-                    known=[s.name for s in self._sources],
-                )
-            # The attempts of the taken-over claims ended without an outcome.
-            await history.record_attempts(conn, _abandoned(taken, now))
+        try:
+            async with self._transaction() as conn:
+                owned = await self._settle_in(conn, plan, now) if batch else set()
+                if want:
+                    taken, rows, superseded = await self._claim_in(
+                        conn, want=want, now=now, held=held, full=full, limit=limit
+                    )
+        except BaseException:
+            self._finished[:0] = batch  # not written: the next exchange tries again
+            raise
+        if batch:
+            for held_event, _ in batch:
+                self._held.pop(held_event.row.id, None)
+            self._settled(plan, owned)
+        if not want:
+            return 0, False
         _count_superseded(superseded)
+        self._flowing = False
         if not rows:
-            self._limited = bool(full)
             return len(superseded), not full
         await self._hold(rows, taken, superseded, claim_started)
-        # All that is due was claimed unless the claim was full, or a source gave as
-        # many as it had room for (it may have more).
         per_source = collections.Counter(r.source for r in rows)
+        # A source below its cap that gave events may have more: the slots kept for the
+        # others are claimed for at the next turn, not at the next poll.
+        active = self._active()
+        self._flowing = any(active[source] < self._cap for source in per_source)
         full_up = any(per_source[s.name] >= limit - held[s.name] for s in self._sources)
-        # A source at its limit takes more once outcomes are written (``_outcome_window``).
-        self._limited = full_up
         return len(rows), not (len(rows) >= want or full_up)
+
+    async def _claim_in(
+        self,
+        conn: AsyncConnection,
+        *,
+        want: int,
+        now: datetime,
+        held: collections.Counter[str],
+        full: frozenset[str],
+        limit: int,
+    ) -> tuple[list[EventRow], list[EventRow], list[objects.Superseded]]:
+        """The claim's statements: (taken over, every event claimed, superseded). No
+        source past ``limit`` held, none of ``full``."""
+        taken: list[EventRow] = []
+        superseded: list[objects.Superseded] = []
+        # Expired leases first, by their own statement, so that takeovers are counted.
+        if self._expired_check_due():
+            taken = await claims.claim_expired(conn, self.owner, self._lease_s, want, now)
+        rows = taken
+        # Events of objects ([sources.order]) first: one per object, at most.
+        if self._ordered and len(rows) < want:
+            got = await objects.claim(
+                conn,
+                self.owner,
+                self._lease_s,
+                want - len(rows),
+                now,
+                supersede=self._supersede,
+                exclude=full,
+            )
+            rows, superseded = rows + got.rows, got.superseded
+            await history.record_attempts(conn, _superseded_history(superseded, self.owner, now))
+        if len(rows) < want:
+            shares = [
+                claims.Share(s.name, held[s.name], limit - held[s.name]) for s in self._sources
+            ]
+            rows = rows + await claims.claim_due(
+                conn, self.owner, self._lease_s, want - len(rows), now, shares=shares
+            )
+        if len(rows) < want and self._orphans_check_due():
+            # Events of a source no longer configured: claimed to go dead, not left.
+            rows = rows + await claims.claim_orphans(
+                conn,
+                self.owner,
+                self._lease_s,
+                want - len(rows),
+                now,
+                known=[s.name for s in self._sources],
+            )
+        # The attempts of the taken-over claims ended without an outcome.
+        await history.record_attempts(conn, _abandoned(taken, now))
+        return taken, rows, superseded
 
     async def _hold(
         self,
@@ -662,17 +763,12 @@ class Processor:
     async def _abandon(self) -> None:
         """A drain cancelled (a shutdown past its grace): cancel what runs, write the
         outcomes of what finished, give back the rest with the handlers it finished."""
-        self._abandoning = True
         running = [h.task for h in self._held.values() if h.task is not None and not h.task.done()]
         for task in running:
             task.cancel()
         if running:
             await asyncio.wait(running, timeout=CANCEL_WAIT_S)
-        try:
-            with contextlib.suppress(Exception):
-                await self._write_outcomes()
-        finally:
-            self._abandoning = False
+        await self._write_outcomes()
         self._ready.clear()
         left = [h for h in self._held.values() if h.task is None or h.task.done()]
         await self._release(left)
@@ -700,96 +796,77 @@ class Processor:
 
     # -- outcomes --------------------------------------------------------------------
 
-    async def _outcome_window(self) -> None:
-        """Write finished events' outcomes: one transaction per window, which opens with
-        the first outcome and closes OUTCOME_WINDOW_S later or at OUTCOME_BATCH."""
+    async def _write_outcomes(self) -> None:
+        """Every finished event's outcome written (a drain cancelled at shutdown); a write
+        that keeps failing is given up after OUTCOME_TRIES_STOPPING, left to the leases."""
         failures = 0
         while self._finished:
-            if len(self._finished) < OUTCOME_BATCH and not (self.stopping or self._abandoning):
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(OUTCOME_WINDOW_S):
-                        await self._window_full.wait()
-            self._window_full.clear()
-            batch = self._finished[:OUTCOME_BATCH]
-            del self._finished[: len(batch)]
             try:
-                await self._settle(batch)
-            except Exception as exc:  # the database is away: keep them, try again
+                await self._exchange(0, fair=True)
+            except Exception as exc:  # the database is away
                 failures += 1
                 log.warning(
-                    "outcomes not written", extra={"error": type(exc).__name__, "count": len(batch)}
+                    "outcomes not written",
+                    extra={"error": type(exc).__name__, "count": len(self._finished)},
                 )
-                self._finished[:0] = batch
-                if (self.stopping or self._abandoning) and failures >= OUTCOME_TRIES_STOPPING:
-                    # Left to their leases: taken over, and run again past the ledger.
+                if failures >= OUTCOME_TRIES_STOPPING:
                     for held, _ in self._finished:
                         self._held.pop(held.row.id, None)
                     self._finished.clear()
                     return
-                await asyncio.sleep(capped(0.05, failures, 2.0))
-                continue
-            failures = 0
-            for held, _ in batch:
-                self._held.pop(held.row.id, None)
-            if self._limited:  # those sources have room again: claim for them
-                self._limited = False
-                self.wake()
-            self._nudge.set()
+                await asyncio.sleep(capped(0.05, failures, 1.0))
 
-    async def _write_outcomes(self) -> None:
-        """Until every finished event's outcome is written (or given up at shutdown)."""
-        while self._finished or (self._writer is not None and not self._writer.done()):
-            if self._writer is None or self._writer.done():
-                self._writer = asyncio.create_task(self._outcome_window(), name="hookd-outcomes")
-            self._window_full.set()
-            await asyncio.shield(self._writer)
+    def _plan(self, batch: list[tuple[_Held, _Result]], now: datetime) -> _Plan:
+        """What a window's outcomes write: each failure with when it may run again."""
+        failed = [
+            (held.row, result, self._retry_at(held.row, result, now))
+            for held, result in batch
+            if result.error is not None
+        ]
+        return _Plan(batch, failed)
 
-    async def _settle(self, batch: list[tuple[_Held, _Result]]) -> None:
-        """One transaction for a window's outcomes: ledger rows, then each event's
-        outcome, fenced on the lease (one taken over meanwhile records ``lease_lost``).
+    async def _settle_in(self, conn: AsyncConnection, plan: _Plan, now: datetime) -> set[str]:
+        """A window's outcomes, in the exchange's transaction: ledger rows, then each
+        event's outcome, fenced on the lease (one taken over meanwhile records
+        ``lease_lost``); the ids this owner still held.
 
         A crash before it commits means those leases expire and those events run
         again, past the handlers in the ledger; effects stay single through the
         handlers' idempotency keys."""
-        rows = [held.row for held, _ in batch]
-        results = [result for _, result in batch]
-        done = {held.row.id: held.done for held, _ in batch}
-        now = datetime.now(UTC)
-        failed: list[tuple[EventRow, _Result, datetime | None]] = []
-        for row, result in zip(rows, results, strict=True):
-            if result.error is not None:
-                failed.append((row, result, self._retry_at(row, result, now)))
+        rows = [held.row for held, _ in plan.batch]
+        results = [result for _, result in plan.batch]
+        finished = [(held.row.id, name) for held, _ in plan.batch for name in held.done]
+        await claims.record_handlers(conn, finished, now)
+        skipped = [(r.id, n) for r, res in zip(rows, results, strict=True) for n in res.skipped]
+        await destinations.record_skipped(conn, skipped, now)
         succeeded = [r.id for r, res in zip(rows, results, strict=True) if res.ok]
-        async with self._transaction() as conn:
-            await claims.record_handlers(
-                conn, [(event_id, name) for event_id, names in done.items() for name in names], now
-            )
-            skipped = [(r.id, n) for r, res in zip(rows, results, strict=True) for n in res.skipped]
-            await destinations.record_skipped(conn, skipped, now)
-            owned = await claims.mark_processed(conn, succeeded, self.owner, now)
-            # Their objects' latest known state, in the same commit ([sources.order]).
-            await objects.record_processed(
-                conn, [r for r in rows if r.object_key is not None and r.id in owned], now
-            )
-            owned |= await self._defer(conn, rows, results, now)
-            for row, result, retry_at in failed:
-                assert result.error is not None
-                if await claims.mark_failed(
-                    conn,
-                    row.id,
-                    owner=self.owner,
-                    error=result.error,
-                    handler=result.handler,
-                    error_type=result.error_type,
-                    now=now,
-                    retry_at=retry_at,
-                ):
-                    owned.add(row.id)
-            retry_at_of = {row.id: retry_at for row, _, retry_at in failed}
-            await history.record_attempts(
-                conn, self._attempts(rows, results, owned, retry_at_of, now)
-            )
-        for row, result in zip(rows, results, strict=True):
+        owned = await claims.mark_processed(conn, succeeded, self.owner, now)
+        # Their objects' latest known state, in the same commit ([sources.order]).
+        await objects.record_processed(
+            conn, [r for r in rows if r.object_key is not None and r.id in owned], now
+        )
+        owned |= await self._defer(conn, rows, results, now)
+        for row, result, retry_at in plan.failed:
+            assert result.error is not None
+            if await claims.mark_failed(
+                conn,
+                row.id,
+                owner=self.owner,
+                error=result.error,
+                handler=result.handler,
+                error_type=result.error_type,
+                now=now,
+                retry_at=retry_at,
+            ):
+                owned.add(row.id)
+        retry_at_of = {row.id: retry_at for row, _, retry_at in plan.failed}
+        await history.record_attempts(conn, self._attempts(rows, results, owned, retry_at_of, now))
+        return owned
+
+    def _settled(self, plan: _Plan, owned: set[str]) -> None:
+        """After the commit: counted and logged."""
+        for held, result in plan.batch:
+            row = held.row
             if row.id not in owned:
                 if result.ok or result.error is not None:
                     log.warning("lease lost before completion", extra={"event_id": row.id})
@@ -797,8 +874,7 @@ class Processor:
             if result.ok:
                 _processed(row.source, EventStatus.PROCESSED).inc()
                 _processing_seconds(row.source).observe(result.duration_s or 0.0)
-
-        for row, result, retry_at in failed:
+        for row, result, retry_at in plan.failed:
             outcome = EventStatus.DEAD if retry_at is None else RETRY
             if row.id in owned:
                 _processed(row.source, outcome).inc()
@@ -1102,6 +1178,15 @@ class Processor:
                 blockers=tuple(o.blocker for o in deferred if o.blocker is not None),
             )
         return _Result(ok=True, skipped=tuple(skipped))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A window's outcomes: the finished events, and the failures with their retry time
+    (None: dead)."""
+
+    batch: list[tuple[_Held, _Result]]
+    failed: list[tuple[EventRow, _Result, datetime | None]]
 
 
 @dataclass(frozen=True, slots=True)

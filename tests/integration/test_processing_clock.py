@@ -198,7 +198,8 @@ async def test_a_flooding_slow_source_leaves_slots_for_another(engine: AsyncEngi
         proc.wake()
         took = await all_processed(engine, others, timeout_s=5)
         waiting = list((await statuses(engine, flood)).values()).count("pending")
-    assert took < 0.8, took
+    print(f"another source's 5 events, beside a flood: processed in {took:.2f} s")
+    assert took < 1.0, took  # in the flood's turn: 40 events / 8 slots x 1 s = 5 s
     assert waiting >= 20, "the flood still had its backlog"
 
 

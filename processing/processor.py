@@ -1215,3 +1215,51 @@ class _Result:
     retry_in_s: float | None = None
     until: datetime | None = None
     blockers: tuple[Blocker, ...] = ()
+
+
+class ProcessorPool:
+    """Processors side by side in one process, the slots split between them: each has
+    its own drain, owner and lease fence, so a process keeps as many exchanges
+    (outcomes, then a claim: one transaction each) in flight as it has members, where
+    one processor has one at a time. What wake-ups, sweeps and the shutdown call on a
+    processor, a pool does on all of them."""
+
+    def __init__(self, members: list[Processor]) -> None:
+        if not members:
+            raise ValueError("a pool needs a processor")
+        self.members = members
+
+    @property
+    def owner(self) -> str:
+        return ",".join(m.owner for m in self.members)
+
+    @property
+    def stopping(self) -> bool:
+        return all(m.stopping for m in self.members)
+
+    @property
+    def pumping(self) -> bool:
+        return any(m.pumping for m in self.members)
+
+    def wake(self) -> None:
+        for member in self.members:
+            member.wake()
+
+    def stop_claiming(self) -> None:
+        for member in self.members:
+            member.stop_claiming()
+
+    def idle_s(self) -> float:
+        return min(m.idle_s() for m in self.members)
+
+    async def drain(self, max_s: float = 30.0) -> int:
+        """Every member drains; the number claimed by all."""
+        return sum(await asyncio.gather(*(m.drain(max_s) for m in self.members)))
+
+
+def pool_of(make: Callable[[int], Processor], concurrency: int, members: int) -> ProcessorPool:
+    """``members`` processors made by ``make(their share of concurrency)``, the shares
+    adding up to ``concurrency`` (never fewer than one slot each)."""
+    members = max(1, min(members, concurrency))
+    shares = [concurrency // members + (i < concurrency % members) for i in range(members)]
+    return ProcessorPool([make(share) for share in shares])

@@ -26,7 +26,7 @@ from redis.asyncio import ConnectionPool, Redis
 
 from hookd import tracing
 from hookd.backoff import capped
-from processing.processor import Processor
+from processing.processor import Processor, ProcessorPool
 
 log = logging.getLogger("hookd.dispatch")
 
@@ -40,7 +40,7 @@ class InProcessConsumer:
     wake-up during a drain reaches the drain itself (``Processor.wake``): it claims
     for its free slots while slow events run."""
 
-    def __init__(self, processor: Processor, sweep_s: float = 1.0) -> None:
+    def __init__(self, processor: Processor | ProcessorPool, sweep_s: float = 1.0) -> None:
         self._processor = processor
         self._sweep_s = sweep_s
         self._wake = asyncio.Event()
@@ -166,7 +166,7 @@ class Drains:
     claim back with what it finished.
     """
 
-    def __init__(self, processor: Processor) -> None:
+    def __init__(self, processor: Processor | ProcessorPool) -> None:
         self._processor = processor
         self._task: asyncio.Task[int] | None = None
         self._again = False

@@ -40,7 +40,7 @@ from hookd.sources import Sources
 from processing.destinations import Router
 from processing.handlers import load_handlers
 from processing.limits import LocalLimits, RedisLimits
-from processing.processor import Processor, RetryPolicy
+from processing.processor import Processor, ProcessorPool, RetryPolicy, pool_of
 from processing.wakeups import WAKE_JOB, Drains, warn_if_redis_unreachable
 from reconcile.objects import ObjectFetcher
 from reconcile.poller import Reconciler
@@ -65,6 +65,10 @@ REDIS_TIMEOUT_S = 5.0
 REDIS_CONNECT_TIMEOUT_S = 2.0
 # An arq connection that lasted this long resets supervise()'s back-off.
 STABLE_S = 60.0
+# Processors side by side in one worker or processor process, HOOKD_PROCESS_CONCURRENCY
+# split between them: one processor has one transaction in flight at a time (its turn's
+# outcomes and claim); two keep the database busy while the other's events run.
+PIPELINES = 2
 # At shutdown, events in flight have this long to finish before they are cancelled and
 # handed back: well inside the 30 s an orchestrator gives before SIGKILL by default.
 STOP_GRACE_S = 5.0
@@ -76,7 +80,7 @@ class Runtime:
     sources: Sources
     engine: AsyncEngine
     client: httpx.AsyncClient
-    processor: Processor
+    processor: ProcessorPool
     reconciler: Reconciler
     drains: Drains
     # The destinations' shared rate and concurrency limits (None: kept in this process).
@@ -114,20 +118,26 @@ def build_runtime(
         retry_base_s=settings.retry_base_s,
         retry_cap_s=settings.retry_cap_s,
     )
-    processor = Processor(
-        engine,
-        sources,
-        load_handlers(sources, client),
-        cipher,
-        lease_s=settings.lease_s,
-        handler_timeout_s=settings.handler_timeout_s,
-        retry=RetryPolicy(settings.retry_base_s, settings.retry_cap_s),
-        batch_size=settings.process_batch,
-        concurrency=settings.process_concurrency,
-        router=router,
-        # [sources.order] fetch = true: objects through the reconcile adapters' client.
-        fetch=ObjectFetcher(client) if _fetches(sources) else None,
-    )
+    handlers = load_handlers(sources, client)
+    fetch = ObjectFetcher(client) if _fetches(sources) else None
+
+    def member(concurrency: int) -> Processor:
+        return Processor(
+            engine,
+            sources,
+            handlers,
+            cipher,
+            lease_s=settings.lease_s,
+            handler_timeout_s=settings.handler_timeout_s,
+            retry=RetryPolicy(settings.retry_base_s, settings.retry_cap_s),
+            batch_size=settings.process_batch,
+            concurrency=concurrency,
+            router=router,
+            # [sources.order] fetch = true: objects through the reconcile adapters' client.
+            fetch=fetch,
+        )
+
+    processor = pool_of(member, settings.process_concurrency, PIPELINES)
     reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
     initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
     drains = Drains(processor)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,11 @@ REDIS_TIMEOUT_S = 5.0
 REDIS_CONNECT_TIMEOUT_S = 2.0
 # An arq connection that lasted this long resets supervise()'s back-off.
 STABLE_S = 60.0
+# From SIGTERM to exit, at most this long: past it, _overdue() ends the process, well
+# inside the 15-30 s an orchestrator waits before SIGKILL. The events in flight have
+# STOP_GRACE_S of it.
+SHUTDOWN_LIMIT_S = 12.0
+EXIT_OVERDUE = 70  # EX_SOFTWARE: the shutdown itself went wrong
 # Processors side by side in one worker or processor process, HOOKD_PROCESS_CONCURRENCY
 # split between them: one processor has one transaction in flight at a time (its turn's
 # outcomes and claim); two keep the database busy while the other's events run.
@@ -316,6 +322,37 @@ async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
             log.warning("backstop sweep failed", extra={"error": type(exc).__name__})
 
 
+def _overdue() -> None:
+    """The orderly shutdown did not end within SHUTDOWN_LIMIT_S (a close that hangs on a
+    busy machine): exit now rather than be SIGKILLed mid-write by the orchestrator.
+    Nothing is lost: claims still held are taken over when their leases end, and a
+    scheduled run recorded its interruption at the signal."""
+    log.error(
+        "shutdown did not finish in time: exiting; events still claimed here are taken "
+        "over when their leases end",
+        extra={"limit_s": SHUTDOWN_LIMIT_S},
+    )
+    logging.shutdown()
+    os._exit(EXIT_OVERDUE)
+
+
+def _stop_on_signals(
+    loop: asyncio.AbstractEventLoop, runtime: Runtime, stop: asyncio.Event
+) -> None:
+    """SIGINT and SIGTERM set ``stop``; the first also starts the shutdown's time limit."""
+
+    def on_signal(sig: signal.Signals) -> None:
+        # A scheduled reconciliation run cancelled by the shutdown records this as its
+        # end, instead of staying ``running``.
+        runtime.reconciler.interrupt_reason = f"interrupted by {sig.name}"
+        if not stop.is_set():
+            loop.call_later(SHUTDOWN_LIMIT_S, _overdue)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
 async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
     """Wait up to ``grace_s`` for the drain that runs (if any) to end: it claims no more
     (``stop_claiming``), so it ends when its events in flight have."""
@@ -334,14 +371,7 @@ async def run(settings: Settings, sources: Sources) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    def on_signal(sig: signal.Signals) -> None:
-        # A scheduled reconciliation run cancelled by the shutdown records this as its
-        # end, instead of staying ``running``.
-        runtime.reconciler.interrupt_reason = f"interrupted by {sig.name}"
-        stop.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
+    _stop_on_signals(loop, runtime, stop)
     tokens = Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
     metrics = (
         asyncio.create_task(workermetrics.serve(sock, tokens, stop)) if sock is not None else None

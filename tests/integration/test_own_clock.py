@@ -13,16 +13,14 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
-from hookd.providers.signing import sample_event
 from processing.processor import EXPIRED_CHECK_S
 from store import db
 from store.models import EVENTS
 from tests.integration.test_pipeline import config, prepare
-from tests.support.constants import SECRETS
+from tests.integration.test_worker_kills import post_batch
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
@@ -33,18 +31,6 @@ QUICK = 100
 SLOW_S = 20.0
 # The issue's bar: every quick event processed within this of being sent.
 QUICK_WITHIN_S = 3.0
-
-
-async def post(url: str, first: int, count: int) -> list[str]:
-    """``count`` signed GitHub deliveries, one after the other; their event ids."""
-    ids: list[str] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        for seq in range(first, first + count):
-            headers, body = sample_event("github", SECRETS["github"], seq)
-            response = await client.post("/hooks/github", content=body, headers=headers)
-            assert response.status_code == 202, response.text
-            ids.append(response.json()["event_id"])
-    return ids
 
 
 async def one(url: str, sql: str) -> object:
@@ -84,14 +70,14 @@ async def test_a_slow_handler_delays_only_its_own_event_on_the_quickstart_defaul
 async def latest_quick(url: str, db_url: str) -> float:
     """The slowest quick event's time from receipt to processed, in seconds."""
     await one(db_url, "INSERT INTO switches VALUES ('slow', 1)")
-    [slow] = await post(url, 0, 1)
+    [slow] = await post_batch(url, 0, 1)
 
     async def slow_started() -> bool:
         return bool(await scalar(db_url, "SELECT count(*) FROM calls WHERE handler = 'slow'"))
 
     await wait_for(slow_started, timeout_s=30, interval_s=0.05)
     started = time.monotonic()
-    quick = await post(url, 1, QUICK)
+    quick = await post_batch(url, 1, QUICK)
 
     async def all_processed() -> bool:
         done = await scalar(
@@ -193,7 +179,7 @@ async def test_kill_9_mid_wave_repeats_only_what_finished_inside_one_outcome_win
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp_path) as server:
-            ids = await post(server.url, 0, WAVE)
+            ids = await post_batch(server.url, 0, WAVE)
             worker = HookdWorker(env, tmp_path).start()
             replacement: HookdWorker | None = None
             try:

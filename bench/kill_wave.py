@@ -28,10 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store import migrate
-from tests.integration.test_pipeline import config, prepare
-from tests.integration.test_worker_kills import post_batch
-from tests.support import services
+import httpx
+
+from hookd.providers.signing import sample_event
+from store import db, migrate
+from tests.support import handlers, services
+from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
@@ -43,11 +45,46 @@ WAVES = {
 }
 
 
+def config(tmp: Path) -> Path:
+    """A GitHub source whose handler is ``effect_at_end``."""
+    path = tmp / "kill_wave.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["tests.support.handlers:effect_at_end"]
+max_attempts = 8
+"""
+    )
+    return path
+
+
+async def prepare(url: str) -> None:
+    """The handlers' tables (``tests.support.handlers``) in hookd's database."""
+    engine = db.create_engine(url)
+    try:
+        await handlers.create_tables(engine)
+    finally:
+        await engine.dispose()
+
+
+async def post_batch(url: str, count: int) -> None:
+    """``count`` signed GitHub deliveries, each acknowledged."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for seq in range(count):
+            headers, body = sample_event("github", SECRETS["github"], seq)
+            response = await client.post("/hooks/github", content=body, headers=headers)
+            if response.status_code != 202:
+                raise SystemExit(f"delivery {seq}: {response.status_code} {response.text}")
+
+
 async def one_run(wave: str, tmp: Path, url: str) -> dict[str, object]:
     count, every, slow_s, quick_s, kills, after_s = WAVES[wave]
     await prepare(url)
     env = {
-        "HOOKD_CONFIG": str(config(tmp, "effect_at_end")),
+        "HOOKD_CONFIG": str(config(tmp)),
         "HOOKD_DATABASE_URL": url,
         "HOOKD_LEASE_S": "8",
         "HOOKD_HANDLER_TIMEOUT_S": "7",
@@ -60,7 +97,7 @@ async def one_run(wave: str, tmp: Path, url: str) -> dict[str, object]:
     with RedisServer(tmp) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp) as server:
-            await post_batch(server.url, 0, count)
+            await post_batch(server.url, count)
             worker = HookdWorker(env, tmp).start()
             try:
                 for _ in range(kills):

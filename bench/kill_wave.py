@@ -31,10 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 
 from hookd.providers.signing import sample_event
-from store import db, migrate
-from tests.support import handlers, services
+from store import migrate
+from tests.support import services
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
+from tests.support.handlers import config, prepare
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -43,31 +44,6 @@ WAVES = {
     "steady": (200, 0, 0.0, 0.3, 2, 0.8),
     "mixed": (300, 15, 5.0, 0.05, 1, 2.5),
 }
-
-
-def config(tmp: Path) -> Path:
-    """A GitHub source whose handler is ``effect_at_end``."""
-    path = tmp / "kill_wave.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:effect_at_end"]
-max_attempts = 8
-"""
-    )
-    return path
-
-
-async def prepare(url: str) -> None:
-    """The handlers' tables (``tests.support.handlers``) in hookd's database."""
-    engine = db.create_engine(url)
-    try:
-        await handlers.create_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 async def post_batch(url: str, count: int) -> None:
@@ -84,7 +60,7 @@ async def one_run(wave: str, tmp: Path, url: str) -> dict[str, object]:
     count, every, slow_s, quick_s, kills, after_s = WAVES[wave]
     await prepare(url)
     env = {
-        "HOOKD_CONFIG": str(config(tmp)),
+        "HOOKD_CONFIG": str(config(tmp, "effect_at_end")),
         "HOOKD_DATABASE_URL": url,
         "HOOKD_LEASE_S": "8",
         "HOOKD_HANDLER_TIMEOUT_S": "7",

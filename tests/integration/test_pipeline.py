@@ -12,39 +12,15 @@ import httpx
 import pytest
 
 from hookd.providers.signing import sample_event
-from store import db
-from tests.support import handlers
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
+from tests.support.handlers import config, prepare
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
 Request = tuple[dict[str, str], bytes]
-
-
-def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
-    path = tmp_path / "pipeline.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:{handler}"]
-max_attempts = {max_attempts}
-"""
-    )
-    return path
-
-
-async def prepare(url: str) -> None:
-    engine = db.create_engine(url)
-    try:
-        await handlers.create_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 async def send(base_url: str, requests: list[Request], concurrency: int = 32) -> list[int]:

@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from hookd import Event
+from store import db
+from tests.support.constants import SECRETS
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS effects (idempotency_key VARCHAR(64) PRIMARY KEY, "
@@ -39,6 +42,31 @@ def _engine() -> AsyncEngine:
         kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
         _engines[loop_id] = create_async_engine(url, **kwargs)
     return _engines[loop_id]
+
+
+def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
+    """A sources file with one GitHub source whose handler is ``NAME`` of this module."""
+    path = tmp_path / "pipeline.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["tests.support.handlers:{handler}"]
+max_attempts = {max_attempts}
+"""
+    )
+    return path
+
+
+async def prepare(url: str) -> None:
+    """This module's tables in hookd's database at ``url``."""
+    engine = db.create_engine(url)
+    try:
+        await create_tables(engine)
+    finally:
+        await engine.dispose()
 
 
 async def create_tables(engine: AsyncEngine) -> None:

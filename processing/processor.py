@@ -305,6 +305,11 @@ class Processor:
         self._read_ahead_of = ReadAhead(concurrency, batch_size)
         self._beat_every_s = lease_s / HEARTBEATS_PER_LEASE
         self._transaction = db.transaction(engine)
+        # The outcomes and the claim share one transaction on SQLite (one writer, one
+        # turn). On PostgreSQL they are two: a transaction that holds the outcomes' row
+        # locks on some partitions of events and then asks for the claim's on all of
+        # them deadlocks with a partition being attached (ATTACH PARTITION) meanwhile.
+        self._one_transaction = engine.dialect.name != "postgresql"
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
         # [sources.order]: the sources whose events of an object are claimed one at a
@@ -577,8 +582,8 @@ class Processor:
         return True
 
     async def _exchange(self, want: int, *, fair: bool) -> tuple[int, bool]:
-        """One transaction: the outcomes of the events finished so far (up to
-        OUTCOME_BATCH, ``_settle_in``), then a claim of up to ``want`` events into the
+        """One transaction (two on PostgreSQL): the outcomes of the events finished so
+        far (up to OUTCOME_BATCH, ``_settle_in``), then a claim of up to ``want`` events into the
         read-ahead: takeovers, events of objects, then the others shared between
         sources (``fair``: no source past its cap plus the read-ahead). The count a
         drain adds up (claimed, or none claimed, superseded), and whether that was all
@@ -594,16 +599,23 @@ class Processor:
         held = self._active()
         limit = self._cap + self._read_ahead if fair else want
         full = frozenset(s for s, n in held.items() if n >= limit) if fair else frozenset()
+        owned: set[str] = set()
         try:
             async with self._transaction() as conn:
-                owned = await self._settle_in(conn, plan, now) if batch else set()
-                if want:
+                if batch:
+                    owned = await self._settle_in(conn, plan, now)
+                if want and self._one_transaction:
                     taken, rows, superseded = await self._claim_in(
                         conn, want=want, now=now, held=held, full=full, limit=limit
                     )
         except BaseException:
             self._finished[:0] = batch  # not written: the next exchange tries again
             raise
+        if want and not self._one_transaction:
+            async with self._transaction() as conn:
+                taken, rows, superseded = await self._claim_in(
+                    conn, want=want, now=now, held=held, full=full, limit=limit
+                )
         if batch:
             for held_event, _ in batch:
                 self._held.pop(held_event.row.id, None)

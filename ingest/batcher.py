@@ -5,6 +5,11 @@ waiting ``window_s`` for company), inserts it with one statement, commits, and
 only then resolves the waiting requests. While a commit is in flight the next
 batch fills up, so batching grows with load and costs nothing when idle.
 
+A batch shares a statement, never a fate: the receiver checks every value before it
+joins one (``store.values``), and a statement that still fails for what a row holds
+(``store.fastpath.tied_to_rows``) is retried in halves until the row is alone, so only
+that request is refused (400) and every other one is committed and acknowledged.
+
 It also keeps count of failed commits in a row, for readiness: a receiver whose
 database answers but refuses every commit (disk full, read-only, locked) must leave
 the load balancer rather than answer 503 to every delivery.
@@ -21,7 +26,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from hookd.errors import HookdError
 from ingest.metrics import COMMIT_SECONDS
 from store.events import NewEvent, Stored
-from store.fastpath import Inserter
+from store.fastpath import Inserter, tied_to_rows
+from store.values import Unstorable
 
 log = logging.getLogger("hookd.batcher")
 
@@ -167,39 +173,91 @@ class GroupCommitter:
     async def _commit(self, batch: list[_Item]) -> None:
         # A request whose client went away still gets committed: the provider
         # may have seen the bytes leave and will retry; dedupe holds.
-        events = [event for event, _ in batch]
         began = time.perf_counter()
         try:
-            async with asyncio.timeout(self._commit_timeout_s):
-                results = await self._inserter.insert(events)
+            try:
+                stored = await self._insert(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any database failure means: do not acknowledge
+                if tied_to_rows(exc) and len(batch) > 1:
+                    # One row no column takes fails the statement for all: the
+                    # innocent rows are committed without it (invariant 9).
+                    stored = await self._alone(batch, exc)
+                else:
+                    stored = []
+                    self._failed(batch, exc, began)
         except asyncio.CancelledError:
             for _, future in batch:
                 if not future.done():
                     future.set_exception(StoreUnavailable("shutting_down"))
             raise
-        except Exception as exc:  # any database failure means: do not acknowledge
-            COMMIT_SECONDS.labels("failed").observe(time.perf_counter() - began)
-            self.failed_in_row += 1
-            log.error(  # noqa: TRY400 - a driver's traceback can quote the SQL parameters
-                "commit failed",
-                extra={
-                    "batch_size": len(batch),
-                    "error": type(exc).__name__,
-                    "failed_in_row": self.failed_in_row,
-                },
-            )
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))
-            return
-        COMMIT_SECONDS.labels("committed").observe(time.perf_counter() - began)
-        self.failed_in_row = 0
-        for (_, future), stored in zip(batch, results, strict=True):
+        if stored:
+            COMMIT_SECONDS.labels("committed").observe(time.perf_counter() - began)
+            self.failed_in_row = 0
+            await self._resolve(stored)
+
+    async def _resolve(self, stored: list[tuple[asyncio.Future[Stored], Stored]]) -> None:
+        """Answer the committed requests, then tell the processors what is new."""
+        created: list[str] = []
+        for future, result in stored:
             if not future.done():
-                future.set_result(stored)
-        created = [s.event_id for s in results if s.created]
+                future.set_result(result)
+            if result.created:
+                created.append(result.event_id)
         if created and self._on_commit is not None:
             try:
                 await self._on_commit(created)
             except Exception as exc:  # dispatch is a hint; the sweep recovers it
                 log.warning("dispatch after commit failed", extra={"error": type(exc).__name__})
+
+    async def _insert(self, batch: list[_Item]) -> list[tuple[asyncio.Future[Stored], Stored]]:
+        async with asyncio.timeout(self._commit_timeout_s):
+            results = await self._inserter.insert([event for event, _ in batch])
+        return [(future, result) for (_, future), result in zip(batch, results, strict=True)]
+
+    async def _alone(
+        self, batch: list[_Item], exc: Exception
+    ) -> list[tuple[asyncio.Future[Stored], Stored]]:
+        """Commit ``batch`` in halves, and halves of the half that fails again, until the
+        rows that cannot be stored are alone: each of those is refused (``Unstorable``),
+        the rest committed. A batch of n with one such row costs about 2·log2(n) more
+        statements, paid only when it happens."""
+        if len(batch) == 1:
+            event, future = batch[0]
+            log.warning(
+                "event refused: a value cannot be stored",
+                extra={"source": event.source, "error": type(exc).__name__},
+            )
+            if not future.done():
+                refusal = Unstorable("event", f"cannot be stored ({type(exc).__name__})")
+                future.set_exception(refusal)
+            return []
+        middle = len(batch) // 2
+        stored: list[tuple[asyncio.Future[Stored], Stored]] = []
+        for half in (batch[:middle], batch[middle:]):
+            began = time.perf_counter()
+            try:
+                stored += await self._insert(half)
+            except Exception as again:
+                if tied_to_rows(again):
+                    stored += await self._alone(half, again)
+                else:
+                    self._failed(half, again, began)
+        return stored
+
+    def _failed(self, batch: list[_Item], exc: Exception, began: float) -> None:
+        COMMIT_SECONDS.labels("failed").observe(time.perf_counter() - began)
+        self.failed_in_row += 1
+        # Never log.exception: a driver's traceback can quote the SQL parameters.
+        log.error(
+            "commit failed",
+            extra={
+                "batch_size": len(batch),
+                "error": type(exc).__name__,
+                "failed_in_row": self.failed_in_row,
+            },
+        )
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(StoreUnavailable("commit_failed", type(exc).__name__))

@@ -48,6 +48,7 @@ from ingest.receiver import (
     header_map,
 )
 from store.events import Stored
+from store.values import Unstorable
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.flow_control import FlowControl
@@ -206,6 +207,8 @@ class DirectCycle:
             answer = self._receiver.stored(self._admitted, self._received, future.result())
         except StoreUnavailable as exc:
             answer = self._receiver.unavailable(self._source, exc)
+        except Unstorable as exc:
+            answer = self._receiver.unstorable(self._source, exc, self._client)
         except asyncio.CancelledError:
             answer = self._receiver.unavailable(self._source, StoreUnavailable("shutting_down"))
         except Exception:

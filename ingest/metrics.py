@@ -52,6 +52,7 @@ SIGNATURE_REASONS = (
 REJECTION_REASONS = (
     *SIGNATURE_REASONS,
     "malformed_payload",
+    "unstorable_value",
     "body_too_large",
     "body_timeout",
     "client_disconnected",

@@ -35,6 +35,7 @@ from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.events import NewEvent, Stored
 from store.status import EventOrigin
+from store.values import Unstorable, storable
 
 log = logging.getLogger("hookd.receiver")
 
@@ -325,6 +326,10 @@ class Receiver:
         order = source.config.order
         if order is not None:  # the object it is about, and its version ([sources.order])
             event = order.stamp(event)
+        try:  # alone, so that it never fails the batch it would join (store.values)
+            event = storable(event)
+        except Unstorable as exc:
+            return self.unstorable(source, exc, client)
         return Received(event, env)
 
     def stored(self, admitted: Admitted, received: Received, stored: Stored) -> Answer:
@@ -356,6 +361,11 @@ class Receiver:
         if created:
             return source.adapter.accepted_status, stored_answer(stored.event_id, outcome), []
         return 200, stored_answer(stored.event_id, outcome), []
+
+    def unstorable(self, source: Source, exc: Unstorable, client: ClientOf) -> Answer:
+        """An authentic request with a value no row can hold: refused alone (400)."""
+        self._refused(client, source.name, exc.reason, exc.detail)
+        return error(400, exc.reason, exc.detail)
 
     def unavailable(self, source: Source, exc: StoreUnavailable) -> Answer:
         """Not committed: not acknowledged, and the sender is told to come back."""
@@ -440,6 +450,8 @@ class Receiver:
                 stored = await self.committer.submit(received.event)
         except StoreUnavailable as exc:
             return self.unavailable(source, exc)
+        except Unstorable as exc:
+            return self.unstorable(source, exc, client)
         return self.stored(admitted, received, stored)
 
 

@@ -163,6 +163,28 @@ class Inserter(Protocol):
     async def close(self) -> None: ...
 
 
+# What a failed insert raises when one of its rows holds what no column takes: a NUL
+# or an over-long value (PostgreSQL's data exceptions, class 22), a constraint (class
+# 23), a string the driver cannot encode (a lone surrogate), a number out of range.
+# The database and the path to it are fine: the batch is worth committing without
+# that row (``ingest.batcher``).
+ROW_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.DataError,
+    asyncpg.IntegrityConstraintViolationError,
+    sqlite3.DataError,
+    sqlite3.IntegrityError,
+    UnicodeError,
+    ValueError,
+    TypeError,  # orjson's JSONEncodeError among them
+    OverflowError,
+)
+
+
+def tied_to_rows(exc: BaseException) -> bool:
+    """Whether a failed insert failed for a value of its rows (see ``ROW_ERRORS``)."""
+    return isinstance(exc, ROW_ERRORS)
+
+
 class PgInserter:
     def __init__(self, url: sa.URL, cipher: BodyCipher, *, size: int, timeout_s: float) -> None:
         self._dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)

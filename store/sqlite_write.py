@@ -227,7 +227,7 @@ class SqliteWriter:
                 conn.execute("BEGIN IMMEDIATE")
                 created, existing = self._insert_rows(conn, rows)
                 conn.execute("COMMIT")
-        except sqlite3.Error:
+        except Exception:  # a SQLite error, or a value it cannot bind (a lone surrogate)
             self.discard()  # closing rolls back an open transaction
             raise
         return created, existing
@@ -283,6 +283,10 @@ def answer(writer: SqliteWriter, op: str, rows: list[NewRow]) -> Reply:
             created, existing = set(), {}
     except sqlite3.Error as exc:
         return ("error", type(exc).__name__, str(exc))
+    except (UnicodeError, ValueError, TypeError, OverflowError) as exc:
+        # A value of the batch that SQLite cannot bind: the batch fails, the writer
+        # stays, and the receiver commits the batch without that row.
+        return ("error", "DataError", type(exc).__name__)
     return ("ok", created, existing)
 
 

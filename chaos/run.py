@@ -44,6 +44,7 @@ SCENARIOS: list[tuple[str, str]] = [
     ("pg_restart", "8"),
     ("netfaults", "9"),
     ("surface", "10"),
+    ("poison", "11"),
 ]
 # Item 3, the replay window, has no scenario of its own: its row counts the kinds of
 # item 1's run (chaos.tamper) that are signed correctly but outside the window, and its
@@ -155,7 +156,8 @@ def render(records: dict[str, dict[str, Any]]) -> str:
     for name, items in SCENARIOS:
         record = records.get(name)
         module = load(name)
-        lines += [f"## {module.TITLE}", "", f"Issue 7, item {items}. `chaos/{name}.py`.", ""]
+        origin = getattr(module, "ORIGIN", f"Issue 7, item {items}")
+        lines += [f"## {module.TITLE}", "", f"{origin}. `chaos/{name}.py`.", ""]
         if record is None:
             lines += ["Not run yet.", ""]
             continue

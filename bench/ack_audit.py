@@ -41,7 +41,8 @@ def config(api_url: str) -> str:
     return (
         f'[[sources]]\nname = "github"\nprovider = "github"\nsecrets = ["{SECRETS["github"]}"]\n'
         f'public_url = "https://hookd.invalid/hooks/github"\n'
-        f'[sources.reconcile]\napi_url = "{api_url}"\ntoken = "{TOKEN}"\nhook = "{HOOK}"\n'
+        f'[sources.reconcile]\napi_url = "{api_url}"\nallow_insecure = true\n'
+        f'token = "{TOKEN}"\nhook = "{HOOK}"\n'
         "lookback_s = 86400\noverlap_s = 86400\n"
     )
 

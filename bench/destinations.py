@@ -109,18 +109,21 @@ FILTERS = f"""
 [[sources.destinations]]
 name = "billing"
 url = "{{base}}/billing"
+allow_insecure = true
 secret = "{whsec("billing")}"
 types = ["invoice.*", "!invoice.deleted"]
 
 [[sources.destinations]]
 name = "live"
 url = "{{base}}/live"
+allow_insecure = true
 secret = "{whsec("live")}"
 where = {{{{ "data.object.livemode" = true }}}}
 
 [[sources.destinations]]
 name = "crm"
 url = "{{base}}/crm"
+allow_insecure = true
 secret = "{whsec("crm")}"
 types = ["customer.*"]
 where = {{{{ "data.object.email" = {{{{ exists = true }}}} }}}}
@@ -273,6 +276,7 @@ async def rate(url: str, tmp: Path, events: int, per_s: int = 50) -> dict[str, A
             toml(
                 base,
                 '[[sources.destinations]]\nname = "sink"\nurl = "{base}/sink"\n'
+                "allow_insecure = true\n"
                 f'secret = "{whsec("sink")}"\nrate_per_s = {per_s}\n',
             )
         )
@@ -308,6 +312,7 @@ async def pause(url: str, tmp: Path, events: int) -> dict[str, Any]:
             toml(
                 base,
                 '[[sources.destinations]]\nname = "sink"\nurl = "{base}/sink"\n'
+                "allow_insecure = true\n"
                 f'secret = "{whsec("sink")}"\n',
             )
         )
@@ -372,6 +377,7 @@ async def breaker(url: str, tmp: Path, events: int, failing_s: float = 5.0) -> d
             toml(
                 base,
                 '[[sources.destinations]]\nname = "sink"\nurl = "{base}/sink"\n'
+                "allow_insecure = true\n"
                 f'secret = "{whsec("sink")}"\nmax_attempts = 50\nretry_base_s = 0.1\n'
                 "retry_cap_s = 1\nbreaker = {{ failures = 5, cooldown_s = 1 }}\n",
             )

@@ -57,7 +57,8 @@ def config(provider: str, api_url: str) -> str:
     secret = "whsec_bench" if provider == "stripe" else "bench"
     return (
         f'[[sources]]\nname = "{provider}"\nprovider = "{provider}"\nsecrets = ["{secret}"]\n'
-        f'[sources.reconcile]\napi_url = "{api_url}"\ntoken = "{TOKEN}"\n{extra}\n'
+        f'[sources.reconcile]\napi_url = "{api_url}"\nallow_insecure = true\n'
+        f'token = "{TOKEN}"\n{extra}\n'
     )
 
 

@@ -138,6 +138,8 @@ class DestinationConfig(FilterConfig):
 
     name: str
     url: str
+    # A plain http:// url is refused unless this is set (hookd.sources checks it).
+    allow_insecure: bool = False
     secret: str
     transform: str | None = None
     rate_per_s: float | None = Field(default=None, gt=0, le=100_000, allow_inf_nan=False)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hookd.errors import ConfigError
@@ -152,6 +152,18 @@ class Settings(BaseSettings):
                     "not a Redis URL: use redis://HOST:PORT/DB, rediss://HOST:PORT/DB or "
                     "unix:///PATH (or leave it empty: hookd serve then processes events itself)"
                 ) from None
+        return value
+
+    @field_validator("admin_token", "read_token", "metrics_token", "encryption_keys")
+    @classmethod
+    def _not_blank(cls, value: str, info: ValidationInfo) -> str:
+        # Set, but to spaces: a token no request can carry (a bearer token is read
+        # stripped), or no encryption key at all where one was meant (the keys are a
+        # comma-separated list, so commas and spaces alone are none either). Empty
+        # still means "none".
+        text = value.replace(",", "") if info.field_name == "encryption_keys" else value
+        if value and not text.strip():
+            raise ValueError("is only whitespace; set the real value, or leave it empty for none")
         return value
 
     @model_validator(mode="after")

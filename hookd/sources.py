@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import math
 import os
 import re
+import socket
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticKnownError
@@ -47,6 +50,8 @@ class _Strict(BaseModel):
 
 class ForwardConfig(_Strict):
     url: str
+    # A plain http:// url is refused unless this is set (see _check_urls).
+    allow_insecure: bool = False
     secret: str
     timeout_s: float = Field(default=10.0, gt=0, le=300)
 
@@ -236,6 +241,9 @@ class Source:
 class Sources:
     path: Path
     by_name: Mapping[str, Source]
+    # One line each, for ``hookd serve`` and ``hookd worker`` to print at start: URLs
+    # that carry a secret to an address of this machine or of a private network.
+    warnings: tuple[str, ...] = ()
 
     def get(self, name: str) -> Source | None:
         return self.by_name.get(name)
@@ -327,6 +335,7 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deeply") from None
     raw_sources, default_retention = _top_level(path, data, env)
     by_name: dict[str, Source] = {}
+    warnings: list[str] = []
     for index, raw in enumerate(raw_sources):
         label = _source_label(raw, index)
         try:
@@ -337,6 +346,7 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             ) from None
         except RecursionError:
             raise ConfigError(f"{path}: {label}: values nested too deeply") from None
+        _check_secrets(path, label, resolved)
         own_retention = resolved.get("retention") if isinstance(resolved, dict) else None
         resolved = _with_retention(resolved, own_retention, default_retention)
         try:
@@ -369,11 +379,12 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             except ValueError as exc:
                 raise ConfigError(f"{path}: {label}: key 'secrets.{i}': {exc}") from None
         _check_reconcile(path, label, config, resolved.get("reconcile"))
+        warnings += _check_urls(path, label, config)
         _check_order(path, label, config)
         _check_keys_kept(path, label, config, own_retention, default_retention)
         adapter = _adapter(path, label, config)
         by_name[config.name] = Source(config=config, keys=tuple(keys), adapter=adapter)
-    return Sources(path=path, by_name=by_name)
+    return Sources(path=path, by_name=by_name, warnings=tuple(warnings))
 
 
 def _named_entries(loc: Sequence[Any], resolved: Any) -> list[Any]:
@@ -418,6 +429,190 @@ def _check_destinations(path: Path, label: str, config: SourceConfig) -> None:
                 "give each destination its own name"
             )
         seen.add(destination.name)
+
+
+# The prefixes of Standard Webhooks keys: a secret that is only one, and whitespace, is
+# as good as none.
+_KEY_PREFIXES = ("whsec_", "whsk_", "whpk_")
+
+
+def _blank(value: str) -> bool:
+    """A secret that is set but says nothing: only whitespace (an environment variable
+    set to spaces, a line break left in a file), or a key prefix and whitespace. An
+    empty one is left to the key's own rule ("is required", the provider's format)."""
+    text = value
+    for prefix in _KEY_PREFIXES:
+        text = text.removeprefix(prefix)
+    return bool(text) and not text.strip()
+
+
+def _secrets_of(resolved: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
+    """(key, value) of every secret a source's table holds, as written (resolved)."""
+    secrets = resolved.get("secrets")
+    if isinstance(secrets, list):
+        for i, value in enumerate(secrets):
+            yield f"secrets.{i}", value
+    forward = resolved.get("forward")
+    if isinstance(forward, dict):
+        yield "forward.secret", forward.get("secret")
+    destinations = resolved.get("destinations")
+    if isinstance(destinations, list):
+        for i, entry in enumerate(destinations):
+            if isinstance(entry, dict):
+                name = entry.get("name")
+                yield (
+                    f"destinations.{name if isinstance(name, str) else i}.secret",
+                    entry.get("secret"),
+                )
+    reconcile = resolved.get("reconcile")
+    if isinstance(reconcile, dict):
+        for key in ("token", "private_key"):
+            yield f"reconcile.{key}", reconcile.get(key)
+
+
+def _check_secrets(path: Path, label: str, resolved: Any) -> None:
+    """Refuse a secret that is only whitespace: it would verify (or sign, or
+    authenticate) with a key anyone can guess, where the intent was a real one."""
+    if not isinstance(resolved, dict):
+        return
+    for key, value in _secrets_of(resolved):
+        if isinstance(value, str) and _blank(value):
+            prefix = next((p for p in _KEY_PREFIXES if value.startswith(p)), "")
+            after = f" after its {prefix} prefix" if prefix else ""
+            raise ConfigError(
+                f"{path}: {label}: key {key!r}: the secret is only whitespace{after} (is "
+                "the environment variable it comes from set to spaces?); set the real secret"
+            )
+
+
+# Addresses a URL may name that reach this machine or a network not on the internet:
+# (kind, how a warning says it, networks). Only literal addresses (and localhost) are
+# recognised: the configuration is never resolved through DNS.
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_INTERNAL: tuple[tuple[str, str, tuple[_Network, ...]], ...] = (
+    (
+        "loopback",
+        "a loopback address (this machine)",
+        (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")),
+    ),
+    (
+        "unspecified",
+        "an unspecified address (this machine)",
+        (ipaddress.ip_network("0.0.0.0/8"), ipaddress.ip_network("::/128")),
+    ),
+    (
+        "private",
+        "a private address (RFC 1918, fc00::/7)",
+        (
+            ipaddress.ip_network("10.0.0.0/8"),
+            ipaddress.ip_network("172.16.0.0/12"),
+            ipaddress.ip_network("192.168.0.0/16"),
+            ipaddress.ip_network("fc00::/7"),
+        ),
+    ),
+    (
+        "link-local",
+        "a link-local address (169.254.0.0/16, fe80::/10: where cloud metadata services are)",
+        (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10")),
+    ),
+)
+
+
+def _literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address when it is written as one: the usual forms, and the
+    short, octal and hex IPv4 forms the system's resolver also reads without DNS
+    (``127.1``, ``0x7f.0.0.1``, ``2130706433``)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if not re.fullmatch(r"[0-9a-fx.]+", host):
+            return None
+        try:
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def internal_target(url: str) -> tuple[str, str, str] | None:
+    """(host, kind, how a warning says it) when ``url`` names ``localhost`` or a literal
+    loopback, unspecified, private or link-local address; None otherwise (a name is
+    never resolved)."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    host = unquote(host).rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return host, "loopback", "a loopback name (this machine)"
+    address = _literal_address(host)
+    if address is None:
+        return None
+    for kind, said, networks in _INTERNAL:
+        if any(address in network for network in networks):
+            return host, kind, said
+    return None
+
+
+def _check_urls(path: Path, label: str, config: SourceConfig) -> list[str]:
+    """Every URL that carries a secret (a destination's signed payloads, the reconcile
+    API's token) must be https://, unless its table says ``allow_insecure = true``;
+    one naming this machine or a private network is a warning (returned)."""
+    targets: list[tuple[str, str, bool, str, str]] = []
+    if config.forward is not None:
+        targets.append(
+            (
+                "forward.url",
+                config.forward.url,
+                config.forward.allow_insecure,
+                "the signed payloads",
+                "[sources.forward]",
+            )
+        )
+    for destination in config.destinations:
+        targets.append(
+            (
+                f"destinations.{destination.name}.url",
+                destination.url,
+                destination.allow_insecure,
+                "the signed payloads",
+                "this [[sources.destinations]] table",
+            )
+        )
+    rc = config.reconcile
+    if rc is not None and rc.api_url:
+        targets.append(
+            (
+                "reconcile.api_url",
+                rc.api_url,
+                rc.allow_insecure,
+                "the API token",
+                "[sources.reconcile]",
+            )
+        )
+    warnings = []
+    for key, url, allowed, carried, table in targets:
+        scheme = url.partition("://")[0].lower() if "://" in url else ""
+        if scheme != "https" and not (scheme == "http" and allowed):
+            if scheme == "http":
+                raise ConfigError(
+                    f"{path}: {label}: key {key!r}: http:// would send {carried} "
+                    f"unencrypted; use https://, or set allow_insecure = true in {table} "
+                    "(a test server, a trusted network)"
+                )
+            raise ConfigError(f"{path}: {label}: key {key!r}: must be an https:// URL")
+        internal = internal_target(url)
+        if internal is not None:
+            host, _, said = internal
+            warnings.append(
+                f"{path}: {label}: key {key!r}: {host} is {said}: hookd sends {carried} "
+                "there; check that it is meant to"
+            )
+    return warnings
 
 
 def _check_order(path: Path, label: str, config: SourceConfig) -> None:

@@ -21,7 +21,7 @@ from hookd.cli.context import preflight
 from hookd.cli.parser import DEFAULT_HOST, EXIT_OK, listen_port
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from hookd.sources import load_sources
+from hookd.sources import Sources, load_sources
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,6 +34,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     args.host = args.host or settings.host or DEFAULT_HOST
     args.port = args.port or listen_port(settings, "--port")
     sources = load_sources(settings.config)  # fail here, with one line, not in every worker
+    warn_about(sources)
     for source in sources:
         for ref in source.config.handler_refs:
             import_handler(ref)
@@ -75,6 +76,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return EXIT_OK
+
+
+def warn_about(sources: Sources) -> None:
+    """The sources file's warnings (URLs that carry a secret to this machine or a
+    private network), one line each, as the start-up checks warn."""
+    for line in sources.warnings:
+        print(f"hookd: warning: {line}", file=sys.stderr)
 
 
 def processing_mode(settings: Settings, processors: int) -> str:
@@ -187,6 +195,7 @@ def cmd_worker(settings: Settings) -> int:
             "hookd serve processes events itself (HOOKD_PROCESSORS)"
         )
     sources = load_sources(settings.config)
+    warn_about(sources)
     asyncio.run(preflight(settings))
     asyncio.run(worker.run(settings, sources))
     return EXIT_OK

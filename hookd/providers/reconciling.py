@@ -43,6 +43,11 @@ class ReconcileConfig(BaseModel):
 
     api_url: str | None = None
     token: str | None = None
+    # A plain http:// api_url is refused unless this is set (hookd.sources checks it).
+    allow_insecure: bool = False
+    # The most one answer of the provider API may hold, decoded; None: reconcile's
+    # default (16 MiB, reconcile.http.MAX_ANSWER_BYTES).
+    max_answer_bytes: int | None = Field(default=None, gt=0)
     every_s: float = Field(default=900.0, gt=0)
     min_every_s: float | None = Field(default=None, gt=0)
     max_every_s: float | None = Field(default=None, gt=0)

@@ -85,6 +85,7 @@ secrets = ["${{GITHUB_WEBHOOK_SECRET}}"]
 
 [sources.forward]
 url = "{destination.url}"
+allow_insecure = true
 secret = "{FORWARD_SECRET}"
 """
     )

@@ -63,6 +63,7 @@ secrets = ["{secret}"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token}"
 lookback_s = 7200
 overlap_s = 7200

@@ -456,6 +456,7 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{STRIPE_KEY}"
 lookback_s = 86400
 
@@ -572,6 +573,7 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "http://127.0.0.1:9"
+allow_insecure = true
 token = "{STRIPE_KEY}"
 
 [sources.retention]

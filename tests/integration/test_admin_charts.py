@@ -162,6 +162,7 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "http://127.0.0.1:9"
+allow_insecure = true
 token = "sk_test_timeline"
 """
     )

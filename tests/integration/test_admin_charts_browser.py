@@ -52,6 +52,7 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "http://127.0.0.1:{free_port()}"
+allow_insecure = true
 token = "rk_test_charts"
 """
     )

@@ -142,6 +142,7 @@ secrets = ["{SECRETS[provider]}"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token}"
 overlap_s = 60
 {hook}

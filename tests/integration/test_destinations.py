@@ -114,12 +114,14 @@ def sources_toml(base: str, *, crm_breaker: str = "", extra: str = "") -> str:
 [[sources.destinations]]
 name = "billing"
 url = "{base}/billing"
+allow_insecure = true
 secret = "{whsec("billing")}"
 types = ["invoice.*", "!invoice.deleted"]
 
 [[sources.destinations]]
 name = "live"
 url = "{base}/live"
+allow_insecure = true
 secret = "{whsec("live")}"
 where = {{ "data.object.livemode" = true }}
 origins = ["webhook"]
@@ -127,6 +129,7 @@ origins = ["webhook"]
 [[sources.destinations]]
 name = "crm"
 url = "{base}/crm"
+allow_insecure = true
 secret = "{whsec("crm")}"
 types = ["customer.*"]
 where = {{ "data.object.email" = {{ exists = true }} }}

@@ -45,8 +45,10 @@ def routed(tmp_path: Path) -> Sources:
     text = SOURCES_TOML.replace(
         'name = "github"\nprovider = "github"\nsecrets = ["gh-test-secret"]\n',
         'name = "github"\nprovider = "github"\nsecrets = ["gh-test-secret"]\n'
-        f'[sources.forward]\nurl = "{NOWHERE}/forward"\nsecret = "{whsec("forward")}"\n'
+        f'[sources.forward]\nurl = "{NOWHERE}/forward"\nallow_insecure = true\n'
+        f'secret = "{whsec("forward")}"\n'
         f'[[sources.destinations]]\nname = "billing"\nurl = "http://u:p@127.0.0.1:9/in?k=v"\n'
+        "allow_insecure = true\n"
         f'secret = "{whsec("billing")}"\nrate_per_s = 5\n',
     )
     assert "billing" in text

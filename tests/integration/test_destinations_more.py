@@ -82,6 +82,7 @@ def destination(name: str, base_url: str, extra: str = "") -> str:
 [[sources.destinations]]
 name = "{name}"
 url = "{base_url}/{name}"
+allow_insecure = true
 secret = "{whsec(name)}"
 {extra}
 """

@@ -45,6 +45,7 @@ secrets = ["{STRIPE_SECRET}"]
 [[sources.destinations]]
 name = "sink"
 url = "{base}/sink"
+allow_insecure = true
 secret = "{whsec("sink")}"
 {extra}
 """

@@ -45,6 +45,7 @@ max_attempts = 3
 
 [sources.forward]
 url = "{url}"
+allow_insecure = true
 secret = "{SECRET}"
 timeout_s = {timeout_s}
 """

@@ -106,12 +106,14 @@ secrets = ["{SECRETS["github"]}"]
 
 [sources.reconcile]
 api_url = "{NOWHERE}"
+allow_insecure = true
 token = "ghp_first_scrape"
 hook = "repos/hookd/hookd/hooks/1"
 
 [[sources.destinations]]
 name = "archive"
 url = "{NOWHERE}/archive"
+allow_insecure = true
 secret = "{DESTINATION_SECRET}"
 
 [[sources]]
@@ -121,10 +123,12 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "{NOWHERE}"
+allow_insecure = true
 token = "sk_test_first_scrape"
 
 [sources.forward]
 url = "{NOWHERE}/forward"
+allow_insecure = true
 secret = "{DESTINATION_SECRET}"
 
 [sources.retention]

@@ -269,6 +269,7 @@ async def test_a_destination_replay_runs_only_that_destination_again(
 [[sources.destinations]]
 name = "billing"
 url = "http://127.0.0.1:9/hooks"
+allow_insecure = true
 secret = "whsec_dGVzdC1zZWNyZXQtZm9yLWJpbGxpbmctZGVzdA=="
 """
     sources = parse_sources(text, tmp_path / "hookd.toml", env={})

@@ -199,6 +199,7 @@ provider = "github"
 secrets = ["{SECRETS["github"]}"]
 [sources.reconcile]
 api_url = "http://127.0.0.1:9"
+allow_insecure = true
 token = "t"
 hook = "repos/octo/hello/hooks/42"
 

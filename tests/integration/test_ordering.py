@@ -396,6 +396,7 @@ secrets = ["whsec_x"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "sk_test_fetch"
 
 [sources.order]

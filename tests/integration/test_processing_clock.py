@@ -268,6 +268,7 @@ def destination(url: str, extra: str = "") -> str:
 [[sources.destinations]]
 name = "target"
 url = "{url}"
+allow_insecure = true
 secret = "{whsec("target")}"
 timeout_s = 1
 {extra}

@@ -166,7 +166,10 @@ async def test_fifth_provider_send_test_receive_and_reconcile(
     now = time.time()
     emulator = FifthEmulator(TOKEN, STREAM)
     async with serve_app(emulator.app) as provider_api:
-        text = source_toml(f'api_url = "{provider_api}"\ntoken = "{TOKEN}"\nstream = "{STREAM}"\n')
+        text = source_toml(
+            f'api_url = "{provider_api}"\nallow_insecure = true\ntoken = "{TOKEN}"\n'
+            f'stream = "{STREAM}"\n'
+        )
         sources = parse_sources(text, P, {})
         source = sources.get("f5")
         assert source is not None
@@ -201,7 +204,10 @@ async def test_fifth_provider_send_test_receive_and_reconcile(
 
     # The list API served by a real loopback server again, now for the poller.
     async with serve_app(emulator.app) as provider_api:
-        text = source_toml(f'api_url = "{provider_api}"\ntoken = "{TOKEN}"\nstream = "{STREAM}"\n')
+        text = source_toml(
+            f'api_url = "{provider_api}"\nallow_insecure = true\ntoken = "{TOKEN}"\n'
+            f'stream = "{STREAM}"\n'
+        )
         source = parse_sources(text, P, {}).get("f5")
         assert source is not None
         engine = db.create_engine(sqlite_url)

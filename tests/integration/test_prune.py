@@ -58,7 +58,8 @@ DAY = timedelta(days=1)
 
 def stripe_source(api_url: str | None = None, handler: bool = True, extra: str = "") -> str:
     reconcile = (
-        f'[sources.reconcile]\napi_url = "{api_url}"\ntoken = "{STRIPE_KEY}"\n'
+        f'[sources.reconcile]\napi_url = "{api_url}"\nallow_insecure = true\n'
+        f'token = "{STRIPE_KEY}"\n'
         "lookback_s = 86400\noverlap_s = 120\n"
         if api_url
         else ""

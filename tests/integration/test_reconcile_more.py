@@ -80,6 +80,7 @@ handlers = ["tests.support.handlers:effect_strict"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token or API_KEYS[provider]}"
 lookback_s = 86400
 overlap_s = 120

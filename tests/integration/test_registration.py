@@ -75,6 +75,7 @@ secrets = ["{secret}"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token}"
 {specific}
 {extra}
@@ -287,6 +288,7 @@ def destination(name: str, types: str) -> str:
 [[sources.destinations]]
 name = "{name}"
 url = "http://127.0.0.1:9/{name}"
+allow_insecure = true
 secret = "{STANDARD_SECRET}"
 types = {types}
 """

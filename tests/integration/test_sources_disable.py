@@ -46,6 +46,7 @@ secrets = ["{SECRETS["stripe"]}"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{STRIPE_KEY}"
 {extra}
 

@@ -137,6 +137,7 @@ secrets = ["{SECRETS["github"]}"]
 handlers = ["{FAILS_ONCE}"]
 [sources.forward]
 url = "{forward_url}"
+allow_insecure = true
 secret = "{whsec("forward")}"
 """
     )

@@ -38,6 +38,7 @@ provider = "github"
 secrets = ["{SECRETS["github"]}"]
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{API_TOKEN}"
 hook = "repos/octo/hello/hooks/42"
 

@@ -122,6 +122,7 @@ handlers = ["tests.support.handlers:effect_strict"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token}"
 lookback_s = 600
 overlap_s = 2

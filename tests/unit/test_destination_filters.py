@@ -165,7 +165,7 @@ def error_of(text: str) -> str:
 
 def destination(name: str = "billing", extra: str = "") -> str:
     return (
-        f'[[sources.destinations]]\nname = "{name}"\nurl = "http://billing.internal/in"\n'
+        f'[[sources.destinations]]\nname = "{name}"\nurl = "https://billing.internal/in"\n'
         f'secret = "{SECRET}"\n{extra}'
     )
 
@@ -205,7 +205,7 @@ def test_destinations_and_handler_tables_parse_and_plain_handlers_keep_working()
             "destination name; give each destination its own name",
         ),
         (
-            GH + '[sources.forward]\nurl = "http://x/"\nsecret = "' + SECRET + '"\n'
+            GH + '[sources.forward]\nurl = "https://x/"\nsecret = "' + SECRET + '"\n'
             "" + destination("forward"),
             "hookd.toml: source 'gh': key 'destinations.forward.name': the "
             "[sources.forward] table's ledger name; give each destination its own name",

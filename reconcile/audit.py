@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import AuthFailure, ReconcileError
 from hookd.sources import Source
-from reconcile.http import Api
+from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import ListAdapter, Registration
 from store import audit
@@ -149,6 +149,8 @@ async def check_source(
         min_interval_s=adapter_type.request_interval_s(source),
         max_wait_s=CHECK_MAX_WAIT_S,
         source=source.name,
+        origin=api_origin(source.config),
+        max_answer_bytes=answer_limit(source.config),
     )
     adapter = adapter_type(source, api, {}, datetime.now(UTC).timestamp())
     found = await read_registration(adapter)

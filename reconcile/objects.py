@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from hookd.sources import Source
-from reconcile.http import Api
+from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 
 # The longest one fetch waits on the provider's rate limit before it fails (and the
@@ -33,5 +33,7 @@ class ObjectFetcher:
             min_interval_s=adapter.request_interval_s(source),
             max_wait_s=self._max_wait_s,
             source=source.name,
+            origin=api_origin(source.config),
+            max_answer_bytes=answer_limit(source.config),
         )
         return await adapter(source, api, {}, time.time()).fetch_object(document)

@@ -38,7 +38,7 @@ from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
 from reconcile import audit, coverage, schedule
-from reconcile.http import Api
+from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import Item, ListAdapter
 from store import coverage as ledger
@@ -48,6 +48,7 @@ from store.crypto import BodyCipher
 from store.events import insert_events
 from store.ids import new_id, worker_id
 from store.status import CoverageOutcome, RunStatus, RunTrigger
+from store.values import Unstorable, checked_key, storable
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -135,6 +136,8 @@ class Reconciler:
             sleep=self.sleep,
             rng=self.rng,
             source=source.name,
+            origin=api_origin(source.config),
+            max_answer_bytes=answer_limit(source.config),
         )
 
     async def create_queued(self, source: Source, trigger: str, dry_run: bool) -> str:
@@ -358,6 +361,15 @@ class Reconciler:
         its way, and the cursor stops short of them, so a later run judges them."""
         source = run.source
         items = [i for i in items if i.time < run.until]
+        for item in items:  # an id no row can hold cannot be compared either: say so
+            try:
+                checked_key(item.key)
+            except Unstorable as exc:
+                raise ReconcileError(
+                    "unstorable_item",
+                    f"the provider listed an event whose {exc.detail}; "
+                    "it can be neither compared nor stored",
+                ) from None
         async with self.engine.begin() as conn:
             now = datetime.now(UTC)
             if not await state.renew_lease(conn, source.name, self.owner, self.lease_s, now):
@@ -372,7 +384,8 @@ class Reconciler:
                     await adapter.redeliver(item)
             else:
                 received = datetime.now(UTC)
-                events = [await adapter.repair(item, received) for item in missing]
+                # Its labels in the safe form the receiver stores (store.values).
+                events = [storable(await adapter.repair(item, received)) for item in missing]
                 if source.config.order is not None:  # as the receiver does
                     events = [source.config.order.stamp(e) for e in events]
         created: list[str] = []

@@ -68,6 +68,7 @@ handlers = ["tests.support.handlers:effect_strict"]
 
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 token = "{token}"
 lookback_s = 86400
 overlap_s = 120
@@ -186,6 +187,36 @@ async def test_one_pass_repairs_exactly_the_dropped_events(world: World, count: 
         f"\n{world.provider}: checked={run['items_checked']} api_calls={run['api_calls']} "
         f"({1000 * run['api_calls'] / run['items_checked']:.1f} per 1000 checked)"
     )
+
+
+@pytest.mark.parametrize("world", ["stripe"], indirect=True)
+async def test_odd_labels_are_repaired_safely_and_an_unusable_id_fails_the_run(
+    world: World,
+) -> None:
+    """A listed event's type with a NUL or 300 characters is repaired with the type in
+    the receiver's safe form (before, the repair's insert failed the run on PostgreSQL,
+    and every later run too); an id no row can hold fails the run with a clear reason
+    instead of a driver error, and covers nothing."""
+    now = time.time()
+    world.emulator.add_event(now - 600, type="invoice.\x00paid")
+    world.emulator.add_event(now - 590, type="t" * 300)
+    run = await world.reconcile()
+    assert run["status"] == "succeeded", run
+    assert run["items_repaired"] == 2
+    assert await world.scalar("SELECT count(*) FROM events WHERE type = 'invoice.\ufffdpaid'") == 1
+    assert await world.scalar("SELECT max(length(type)) FROM events") == 255
+
+    # Inside the next run's overlap with this one, so that it is listed again.
+    bad = world.emulator.add_event(float(run["cursor_after"]) - 60)
+    world.emulator._order["evt_\x1b[2Jodd"] = world.emulator._order.pop(bad["id"])
+    bad["id"] = "evt_\x1b[2Jodd"
+    failed = await world.reconcile()
+    assert failed["status"] == "failed", failed
+    assert failed["error"] == (
+        "unstorable_item: the provider listed an event whose dedupe_key holds control "
+        "characters; it can be neither compared nor stored"
+    )
+    assert await world.scalar("SELECT count(*) FROM events") == 2
 
 
 @pytest.mark.parametrize("world", ["stripe"], indirect=True)
@@ -399,6 +430,7 @@ provider = "github"
 secrets = ["{SECRETS["github"]}"]
 [sources.reconcile]
 api_url = "{api_url}"
+allow_insecure = true
 {auth}
 """
         sources = parse_sources(text, Path("app.toml"), env={})

@@ -23,6 +23,7 @@ import inspect
 import json
 import logging
 import random
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import httpx
 from prometheus_client import Counter, Histogram
@@ -120,7 +122,11 @@ def destination_configs(source: Source) -> list[DestinationConfig]:
     if forward is not None:
         out.append(
             DestinationConfig(
-                name=FORWARD, url=forward.url, secret=forward.secret, timeout_s=forward.timeout_s
+                name=FORWARD,
+                url=forward.url,
+                allow_insecure=forward.allow_insecure,
+                secret=forward.secret,
+                timeout_s=forward.timeout_s,
             )
         )
     return [*out, *source.config.destinations]
@@ -150,6 +156,74 @@ RESERVED = frozenset(
 
 # A delivery's whole exchange may take its timeout_s plus this before it is cut off.
 EXCHANGE_SLACK_S = 0.1
+# The most of a destination's answer read. Nothing of its body is kept (the ledger and
+# the attempt's history hold the status code, in a one-line error); so much is read
+# only so that a short answer ends its exchange and its connection can be used again.
+# Past it, reading stops and the connection is closed: memory stays bounded whatever
+# the destination sends (plus what one network read brings, 64 KiB at most).
+ANSWER_READ_BYTES = 4096
+# The longest redirect target an error names (it is cut, with an ellipsis, past this).
+LOCATION_CHARS = 200
+
+# A header value sent as it is: visible ASCII and inner spaces, not starting with the
+# marker of an encoded one. Anything else is sent as an RFC 8187 ext-value.
+_PLAIN_VALUE = re.compile(r"[!-~]([ -~]*[!-~])?")
+_ENCODED = "UTF-8''"
+# RFC 8187 attr-char, besides the letters, digits and "-._~" that quote() keeps.
+_ATTR_CHARS = "!#$&+^`|"
+# RFC 9110 token: what a header name is.
+_TOKEN = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+# A header value HTTP/1.1 (h11) sends: visible ASCII, inner spaces and tabs.
+_FIELD_VALUE = re.compile(r"([!-~]+([ \t]+[!-~]+)*)?")
+
+
+def header_value(text: str) -> str:
+    """``text`` as a header value that always encodes: as it is when it is visible
+    ASCII (inner spaces allowed); otherwise RFC 8187's ``UTF-8''`` and the text in
+    UTF-8, percent-encoded (RFC 3986) but for RFC 8187's attr-chars. A plain value
+    that starts with ``UTF-8''`` (in any case) is encoded too, so that a value is
+    decoded exactly when it starts with that marker."""
+    if _PLAIN_VALUE.fullmatch(text) and text[: len(_ENCODED)].upper() != _ENCODED:
+        return text
+    return _ENCODED + quote(text, safe=_ATTR_CHARS, encoding="utf-8")
+
+
+def _shown_location(location: str, url: str) -> str:
+    """Where a redirect points, absolute, without what may be secret in a URL (user
+    info, query, fragment), on one line of printable ASCII and at most
+    ``LOCATION_CHARS`` long."""
+    try:
+        parts = urlsplit(urljoin(url, location.strip()))
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        shown = urlunsplit((parts.scheme, host, parts.path, "", ""))
+    except ValueError:
+        shown = location
+    shown = quote(shown, safe="!#$&'()*+,/:;=?@[]~%")
+    return shown if len(shown) <= LOCATION_CHARS else shown[: LOCATION_CHARS - 1] + "…"
+
+
+def _checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A transform's headers, each one a name and value HTTP can carry; otherwise the
+    transform is wrong (``PermanentError``): no retry would send them. The ones hookd
+    sets itself are dropped in ``send`` whatever their value."""
+    for name, value in headers.items():
+        if name.lower() in RESERVED:
+            continue
+        if not _TOKEN.fullmatch(name):
+            raise PermanentError(
+                "transform_invalid", f"a transform's header name {name!r} is not an HTTP token"
+            )
+        if not _FIELD_VALUE.fullmatch(value):
+            raise PermanentError(
+                "transform_invalid",
+                f"a transform's header {name!r} is not visible ASCII text (no control "
+                "characters, no space at either end): encode its value",
+            )
+    return dict(headers)
 
 
 class Destination:
@@ -197,8 +271,9 @@ class Destination:
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise PermanentError("transform_invalid", "a transform's headers map str to str")
+        checked = _checked_headers(headers)
         try:
-            return _body_of(body), dict(headers)
+            return _body_of(body), checked
         except (TypeError, ValueError):
             raise PermanentError(
                 "transform_invalid", "a transform's body is bytes, str or JSON-serialisable"
@@ -207,7 +282,9 @@ class Destination:
     async def send(self, event: Event, prepared: tuple[bytes, dict[str, str]]) -> None:
         """POST what ``prepare`` made of the event, signed with Standard Webhooks v1:
         ``webhook-id`` is the hookd event id, so the destination can drop a repeat. 5xx,
-        429 and transport errors retry; any other 4xx is permanent."""
+        429 and transport errors retry; any other 4xx, and any 3xx (a redirect is not
+        followed: it could take the signed payload elsewhere), is permanent. At most
+        ``ANSWER_READ_BYTES`` of the answer are read."""
         body, extra = prepared
         headers = {k: v for k, v in extra.items() if k.lower() not in RESERVED}
         signed = standard_headers(self.config.secret, body, event.id, int(time.time()))
@@ -216,8 +293,9 @@ class Destination:
         headers.update(signed)
         headers["Idempotency-Key"] = event.idempotency_key
         if event.type:
-            headers["X-Hookd-Event-Type"] = event.type
-        headers["X-Hookd-Source"] = event.source
+            # The type comes from the provider's payload: any text, sent so it encodes.
+            headers["X-Hookd-Event-Type"] = header_value(event.type)
+        headers["X-Hookd-Source"] = event.source  # a source name: [a-z0-9-]
         attributes = {"hookd.event_id": event.id, "hookd.destination": self.name}
         with tracing.span("hookd.deliver", attributes) as current:
             tracing.inject(headers)  # W3C traceparent, when tracing is on
@@ -225,20 +303,51 @@ class Destination:
             # exchange as a whole, so a peer that trickles its answer ends at timeout_s
             # (plus a little slack, so that a single slow phase is still named by httpx).
             timeout_s = self.config.timeout_s
-            response = await within(
-                self._client.post(
-                    self.config.url, content=body, headers=headers, timeout=timeout_s
-                ),
+            status, location = await within(
+                self._exchange(body, headers, timeout_s),
                 timeout_s + EXCHANGE_SLACK_S,
                 what="delivery",
             )
-            tracing.annotate(current, {"http.response.status_code": response.status_code})
-        if response.status_code >= 500 or response.status_code == 429:
-            raise RuntimeError(f"destination answered {response.status_code}")
-        if response.status_code >= 400:
+            tracing.annotate(current, {"http.response.status_code": status})
+        if status >= 500 or status == 429:
+            raise RuntimeError(f"destination answered {status}")
+        if status >= 400:
             # [sources.forward] keeps the reason code it always had.
             reason = "forward_rejected" if self.name == FORWARD else "destination_rejected"
-            raise PermanentError(reason, f"destination answered {response.status_code}")
+            raise PermanentError(reason, f"destination answered {status}")
+        if status >= 300:
+            # As a 4xx: the destination is up and gave its answer to this request, which
+            # sending it again would not change; the configured URL has to.
+            where = (
+                f"redirect to {_shown_location(location, self.config.url)} not followed"
+                if location
+                else "redirect without a Location not followed"
+            )
+            raise PermanentError(
+                "destination_redirected",
+                f"destination answered {status}: {where}: configure the final URL",
+            )
+
+    async def _exchange(
+        self, body: bytes, headers: dict[str, str], timeout_s: float
+    ) -> tuple[int, str | None]:
+        """POST, and read at most ``ANSWER_READ_BYTES`` of the answer (raw: a compressed
+        answer is not inflated); past them the connection is closed, unread. Redirects
+        are never followed, whatever the client's default. The status and Location."""
+        async with self._client.stream(
+            "POST",
+            self.config.url,
+            content=body,
+            headers=headers,
+            timeout=timeout_s,
+            follow_redirects=False,
+        ) as response:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > ANSWER_READ_BYTES:
+                    break
+            return response.status_code, response.headers.get("location")
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,19 +66,34 @@ class Tokens:
         return rights or None
 
 
+def unauthorized() -> JSONResponse:
+    """401: no bearer token, or none of the configured ones (never cached)."""
+    return JSONResponse(
+        {"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer", "Cache-Control": "no-store"}
+    )
+
+
+def forbidden(detail: str) -> JSONResponse:
+    """403 (RFC 6750 ``insufficient_scope``, with ``detail``): a token of ours that does
+    not open this (never cached)."""
+    return JSONResponse(
+        {"error": "forbidden", "detail": detail},
+        403,
+        {"WWW-Authenticate": 'Bearer error="insufficient_scope"', "Cache-Control": "no-store"},
+    )
+
+
 def refusal(tokens: Tokens, request: Request, right: Right, detail: str) -> JSONResponse | None:
     """None when the request's bearer token opens ``right``; else the answer: 401 without
-    a token or with one that is not configured, 403 (RFC 6750 ``insufficient_scope``,
-    with ``detail``) for a token that does not open this."""
+    a token or with one that is not configured, 403 for a token that does not open this.
+
+    No rate limit: the receiver's routes take ``hookd.web.auth_limit.BearerGuard``,
+    which limits wrong tokens across processes through the database."""
     rights = tokens.of_request(request)
     if rights is None:
-        return JSONResponse({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Bearer"})
+        return unauthorized()
     if right not in rights:
-        return JSONResponse(
-            {"error": "forbidden", "detail": detail},
-            403,
-            {"WWW-Authenticate": 'Bearer error="insufficient_scope"'},
-        )
+        return forbidden(detail)
     return None
 
 

@@ -1,10 +1,10 @@
-"""Admin UI sessions and refused logins, kept in the database so that every process
-(``serve --workers N``, several receivers) agrees on them.
+"""Admin UI sessions, kept in the database so that every process (``serve --workers
+N``, several receivers) agrees on them.
 
 A session is known by the SHA-256 of the random id its signed cookie carries: a
-read of this table opens no session. Logging out deletes the row. Refused logins
-are one row each, by client address; an address's rows in the last window decide
-whether it may try again. Every statement is a primary-key or index lookup.
+read of this table opens no session. Logging out deletes the row. Every statement
+is a primary-key or index lookup. Refused logins (and wrong bearer tokens) are
+counted by ``store.auth_attempts``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store.models import ADMIN_LOGIN_FAILURES, ADMIN_SESSIONS
+from store.models import ADMIN_SESSIONS
 
 # Expired sessions deleted at each login, at most: a bounded statement.
 EXPIRED_PER_LOGIN = 100
@@ -69,40 +69,4 @@ async def close_session(engine: AsyncEngine, session_id: str) -> None:
     async with engine.begin() as conn:
         await conn.execute(
             ADMIN_SESSIONS.delete().where(ADMIN_SESSIONS.c.id_hash == _id_hash(session_id))
-        )
-
-
-async def failures_since(engine: AsyncEngine, client: str, since: datetime) -> list[datetime]:
-    """The client's refused logins after ``since``, oldest first."""
-    async with engine.connect() as conn:
-        result = await conn.execute(
-            sa.select(ADMIN_LOGIN_FAILURES.c.failed_at)
-            .where(ADMIN_LOGIN_FAILURES.c.client == client)
-            .where(ADMIN_LOGIN_FAILURES.c.failed_at > since)
-            .order_by(ADMIN_LOGIN_FAILURES.c.failed_at)
-        )
-        return [row.failed_at for row in result]
-
-
-async def record_failure(
-    engine: AsyncEngine, client: str, *, now: datetime, forget_before: datetime
-) -> None:
-    """One more refused login for ``client``; failures before ``forget_before`` (of any
-    client) are deleted, so the table holds one window's worth."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            ADMIN_LOGIN_FAILURES.delete().where(ADMIN_LOGIN_FAILURES.c.failed_at < forget_before)
-        )
-        await conn.execute(
-            ADMIN_LOGIN_FAILURES.insert().values(
-                id=secrets.token_hex(16), client=client, failed_at=now
-            )
-        )
-
-
-async def clear_failures(engine: AsyncEngine, client: str) -> None:
-    """A login that succeeded starts the client's count again."""
-    async with engine.begin() as conn:
-        await conn.execute(
-            ADMIN_LOGIN_FAILURES.delete().where(ADMIN_LOGIN_FAILURES.c.client == client)
         )

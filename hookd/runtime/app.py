@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 
 from hookd import tracing
 from hookd.auth import Tokens
@@ -24,6 +25,7 @@ from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
 from hookd.web import admin, api, health
+from hookd.web.headers import PathHeaders
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
@@ -161,6 +163,9 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
             ),
         ],
         lifespan=lifespan,
+        # Cache-Control on /api and /metrics, the security headers under /admin: on every
+        # answer there, Starlette's own 404/405 and a 500 included.
+        middleware=[Middleware(PathHeaders)],
     )
     app.receiver = receiver
     app.state.committer = committer

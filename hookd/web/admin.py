@@ -37,10 +37,8 @@ from hookd.web.admin_charts import coverage_timeline, source_charts
 from hookd.web.admin_format import BAD_FILTER, TEMPLATES, environment, flash_message
 from hookd.web.admin_session import (
     PREFIX,
-    LoginLimit,
     Session,
     Sessions,
-    client_address,
     csrf_ok,
     filled,
     here,
@@ -49,6 +47,7 @@ from hookd.web.admin_session import (
     secured,
     with_query,
 )
+from hookd.web.auth_limit import AuthLimit, client_address
 from processing.handlers import FORWARD
 from store import stats
 from store.models import ORIGINS, STATUSES
@@ -87,7 +86,7 @@ class AdminUI:
         operations: OperationOps,
     ) -> None:
         self._sessions = Sessions(tokens.admin, tokens.read, sources.engine)
-        self._login_limit = LoginLimit(sources.engine)
+        self._login_limit = AuthLimit(sources.engine)
         self._operations = operations
         self._watch = watch
         self._events = events
@@ -182,46 +181,45 @@ class AdminUI:
     async def login(self, request: Request) -> Response:
         form = await read_form(request) or {}
         target = safe_next(form.get("next"))
+        if not self._sessions.enabled:
+            message = "The admin UI is off: set HOOKD_ADMIN_TOKEN (or HOOKD_READ_TOKEN) to use it."
+            return secured(self._login_page(request, 401, target, message))
         client = client_address(request)
-        now = datetime.now(UTC)
-        # Too many refused tokens from this address: no token is looked at until later.
-        wait_s = await self._login_limit.retry_after_s(client, now)
-        if wait_s is not None:
+        # Too many refused tokens from this address (or from everyone): no token is
+        # looked at until later. Else this check is counted before the token is
+        # compared, in one atomic statement that every process shares.
+        reservation = None
+        async with self._login_limit.checking() as check:
+            wait_s = await check.wait_s(client)
+            if wait_s is None:
+                reservation = await check.reserve(client)
+                wait_s = reservation.wait_s
+        if reservation is None or wait_s is not None:
             log.warning("admin login rate limited", extra={"client": client, "wait_s": wait_s})
-            response = self._render(
-                request,
-                "login.html",
-                429,
-                enabled=self._sessions.enabled,
-                next=target,
-                message=f"Too many refused logins from your address: try again in {wait_s} s.",
-            )
+            message = f"Too many refused logins: try again in {wait_s} s."
+            response = self._login_page(request, 429, target, message)
             response.headers["Retry-After"] = str(wait_s)
             return secured(response)
         can_act = self._sessions.opens(form.get("token", ""))
         if can_act is None:
+            # The reservation stays: it is this refusal, counted.
             log.warning("admin login refused", extra={"client": client})
-            if self._sessions.enabled:
-                await self._login_limit.failed(client, now)
-            message = (
-                "That token is not right."
-                if self._sessions.enabled
-                else "The admin UI is off: set HOOKD_ADMIN_TOKEN (or HOOKD_READ_TOKEN) to use it."
-            )
-            response = self._render(
-                request,
-                "login.html",
-                401,
-                enabled=self._sessions.enabled,
-                next=target,
-                message=message,
-            )
-            return secured(response)
+            return secured(self._login_page(request, 401, target, "That token is not right."))
         log.info("admin login", extra={"client": client, "read_only": not can_act})
-        await self._login_limit.succeeded(client)
+        await self._login_limit.release(reservation.attempt)
         response = RedirectResponse(target, status_code=303)
         await self._sessions.start(response, request, can_act=can_act)
         return secured(response)
+
+    def _login_page(self, request: Request, code: int, target: str, message: str) -> Response:
+        return self._render(
+            request,
+            "login.html",
+            code,
+            enabled=self._sessions.enabled,
+            next=target,
+            message=message,
+        )
 
     async def logout(self, request: Request, session: Session, __: dict[str, str]) -> Response:
         log.info("admin logout", extra={"client": client_address(request)})

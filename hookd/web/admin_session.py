@@ -8,23 +8,25 @@ stops working too, in every process. The admin token opens a session that may ac
 the read token (``HOOKD_READ_TOKEN``) one that may only look. It holds a random CSRF
 token that every state-changing form must send back.
 
-Logins are rate limited by client address, across processes: after
+Logins are rate limited by client address and overall, across processes
+(``hookd.web.auth_limit``, shared with the API's bearer tokens): each login reserves
+its check before the token is compared (a right token gives it back), and after
 ``LOGIN_FAILURES_ALLOWED`` refused tokens within ``LOGIN_WINDOW_S`` an address gets
 429 with Retry-After, without its token being looked at, until the oldest of them
 is a window old. Forms are small and url-encoded; a
-redirect goes only to a path inside the UI; every page goes out with the security
-headers (no script, nothing loaded from elsewhere, no framing).
+redirect goes only to a path inside the UI; every answer under /admin, errors
+included, goes out with the security headers (no script, nothing loaded from
+elsewhere, no framing; ``hookd.web.headers`` adds them to those no page set).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
@@ -33,6 +35,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hookd.web.auth_limit import PER_CLIENT, WINDOW_S
 from store import admin_sessions
 
 # Where the UI is mounted: also the session cookie's path and where redirects may go.
@@ -42,10 +45,10 @@ SESSION_MAX_AGE_S = 12 * 3600
 SESSION_KEY_LABEL = b"hookd admin session"
 READ_SESSION_KEY_LABEL = b"hookd admin session (read only)"
 MAX_FORM_BYTES = 16 * 1024
-# The login rate limit: this many refused tokens from one address within the window,
-# then 429 until the oldest of them is a window old.
-LOGIN_FAILURES_ALLOWED = 5
-LOGIN_WINDOW_S = 60.0
+# The login rate limit (hookd.web.auth_limit): this many refused tokens from one
+# address within the window, then 429 until the oldest of them is a window old.
+LOGIN_FAILURES_ALLOWED = PER_CLIENT
+LOGIN_WINDOW_S = WINDOW_S
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -174,44 +177,6 @@ class Sessions:
             httponly=True,
             samesite="strict",
         )
-
-
-class LoginLimit:
-    """Refused logins by client address, counted in the database (every process sees
-    the same count): ``allowed`` within ``window_s``, then a wait."""
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        allowed: int = LOGIN_FAILURES_ALLOWED,
-        window_s: float = LOGIN_WINDOW_S,
-    ) -> None:
-        self._engine = engine
-        self.allowed = allowed
-        self.window_s = window_s
-
-    async def retry_after_s(self, client: str, now: datetime) -> int | None:
-        """Seconds until ``client`` may try again; None: it may now."""
-        since = now - timedelta(seconds=self.window_s)
-        failures = await admin_sessions.failures_since(self._engine, client, since)
-        if len(failures) < self.allowed:
-            return None
-        # The wait ends when all but allowed - 1 of them are a window old.
-        frees_at = failures[-self.allowed] + timedelta(seconds=self.window_s)
-        return max(1, math.ceil((frees_at - now).total_seconds()))
-
-    async def failed(self, client: str, now: datetime) -> None:
-        forget = now - timedelta(seconds=self.window_s)
-        await admin_sessions.record_failure(self._engine, client, now=now, forget_before=forget)
-
-    async def succeeded(self, client: str) -> None:
-        await admin_sessions.clear_failures(self._engine, client)
-
-
-def client_address(request: Request) -> str:
-    """Who is logging in, as the server sees it (behind a proxy: the address its
-    forwarded headers give, when uvicorn is told to trust them)."""
-    return (request.client.host if request.client else "unknown")[:64]
 
 
 def csrf_ok(session: Session, form: Mapping[str, str]) -> bool:

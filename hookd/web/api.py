@@ -1,7 +1,9 @@
 """Operations API under ``/api``: events, replay, sources, reconcile runs, bulk operations
 and the OpenAPI document of all of them (`hookd/web/openapi.py`). Bearer token required,
 also for unknown paths: the admin token for everything, the read token for the GETs
-(``hookd.auth``).
+(``hookd.auth``); wrong tokens are rate limited per client address and overall, across
+processes (``hookd.web.auth_limit``: 429 with Retry-After). Every answer under /api,
+errors included, is ``Cache-Control: no-store`` (``hookd.web.headers``).
 
 Each endpoint reads its request, asks ``hookd.ops`` and answers; the refusals of
 ``hookd.ops`` become the status codes and bodies here (``protected``)."""
@@ -17,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Route
 from starlette.types import Receive, Scope, Send
 
-from hookd.auth import Right, Tokens, refusal
+from hookd.auth import Right, Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import (
     API_REPLAY,
@@ -34,6 +36,7 @@ from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
 from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
+from hookd.web.auth_limit import AuthLimit, BearerGuard
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # The largest request body the API reads (a bulk operation's request is a few hundred bytes).
@@ -71,9 +74,9 @@ NOT_OURS = {
 }
 
 
-def protected(tokens: Tokens, right: Right, endpoint: Endpoint) -> Endpoint:
+def protected(guard: BearerGuard, right: Right, endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
-        refused = refusal(tokens, request, right, NOT_OURS[right])
+        refused = await guard.refusal(request, right, NOT_OURS[right])
         if refused is not None:
             return refused
         try:
@@ -98,9 +101,9 @@ class ApiFallback(BaseRoute):
     matches only what no other route of the app matches fully, wherever it is listed.
     """
 
-    def __init__(self, tokens: Tokens) -> None:
+    def __init__(self, guard: BearerGuard) -> None:
         # Reading is enough to be told what is not there (or which methods are).
-        self._endpoint = protected(tokens, Right.READ, self._answer)
+        self._endpoint = protected(guard, Right.READ, self._answer)
 
     @staticmethod
     def _others(scope: Scope, this: BaseRoute) -> list[BaseRoute]:
@@ -152,7 +155,7 @@ class OperationsApi:
         runs: RunOps,
         operations: OperationOps,
     ) -> None:
-        self._tokens = tokens
+        self._guard = BearerGuard(tokens, AuthLimit(sources.engine))
         self._events = events
         self._sources = sources
         self._runs = runs
@@ -261,7 +264,7 @@ class OperationsApi:
         return JSONResponse(operation, status_code=200 if operation["done"] else 202)
 
     def routes(self) -> list[BaseRoute]:
-        t = self._tokens
+        t = self._guard
 
         def read(endpoint: Endpoint) -> Endpoint:
             return protected(t, Right.READ, endpoint)

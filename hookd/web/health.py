@@ -1,4 +1,5 @@
-"""``/healthz``, ``/readyz`` and ``/metrics``."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` (behind the metrics or admin token, whose
+wrong guesses are rate limited as the API's are: ``hookd.web.auth_limit``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hookd.auth import Right, Tokens, refusal
+from hookd.auth import Right, Tokens
 from hookd.metrics import db as dbmetrics
 from hookd.sources import Sources
+from hookd.web.auth_limit import AuthLimit, BearerGuard
 from ingest import metrics as process_metrics
 from ingest.batcher import GroupCommitter
 from processing.wakeups import ArqWaker
@@ -34,6 +36,8 @@ def routes(
     sources: Sources,
     committer: GroupCommitter | None = None,
 ) -> list[Route]:
+    guard = BearerGuard(tokens, AuthLimit(engine))
+
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -64,7 +68,7 @@ def routes(
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
-        refused = refusal(tokens, request, Right.METRICS, METRICS_ONLY)
+        refused = await guard.refusal(request, Right.METRICS, METRICS_ONLY)
         if refused is not None:
             return refused
         text = process_metrics.render_process_families()

@@ -20,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from hookd.ops.queries import MAX_LIMIT
 from hookd.web import models
+from hookd.web.auth_limit import OVERALL, PER_CLIENT, WINDOW_S
 from store.status import EventOrigin, EventStatus
 
 JSON = "application/json"
@@ -110,6 +111,28 @@ FORBIDDEN = {
     },
 }
 
+TOO_MANY_REQUESTS = {
+    "description": f"Too many wrong tokens from this client address ({PER_CLIENT} in "
+    f"{WINDOW_S:g} s), or from all addresses together ({OVERALL}): the token was not "
+    "looked at, right or wrong.",
+    "headers": {
+        "Retry-After": {
+            "description": "Seconds until a token may be checked again.",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+    "content": {
+        JSON: {
+            "schema": {
+                "allOf": [
+                    _ref("Error"),
+                    {"type": "object", "properties": {"error": {"enum": ["too_many_requests"]}}},
+                ]
+            }
+        }
+    },
+}
+
 BAD_REQUEST = _error("A query parameter is out of range or not one of its values.", "bad_request")
 NOT_FOUND = _error("No such resource.", "not_found")
 
@@ -191,7 +214,12 @@ def _op(
     op: dict[str, Any] = {"operationId": operation_id, "summary": summary, "tags": [tag]}
     if parameters:
         op["parameters"] = list(parameters)
-    op["responses"] = {**responses, "401": UNAUTHORIZED, "403": FORBIDDEN}
+    op["responses"] = {
+        **responses,
+        "401": UNAUTHORIZED,
+        "403": FORBIDDEN,
+        "429": TOO_MANY_REQUESTS,
+    }
     return op
 
 
@@ -698,7 +726,8 @@ _DOCUMENT: dict[str, Any] = {
         "description": "Events, replay, bulk operations, sources and reconciliation runs of a "
         "hookd webhook receiver. Every operation needs "
         "`Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; the GET operations also take "
-        "`HOOKD_READ_TOKEN`.",
+        "`HOOKD_READ_TOKEN`. Wrong tokens are rate limited per client address and overall "
+        "(429 with `Retry-After`); no answer may be cached (`Cache-Control: no-store`).",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
     "tags": [

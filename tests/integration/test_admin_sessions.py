@@ -1,6 +1,7 @@
 """Admin sessions kept server-side and the login rate limit, across processes: a real
 ``hookd serve --workers 2`` on PostgreSQL, where consecutive requests may land on
-either process; the limit's arithmetic on SQLite with a fixed clock."""
+either process; the limit's arithmetic on both databases with a fixed clock
+(tests/integration/test_auth_limits.py races it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.sources import Sources
-from hookd.web.admin_session import COOKIE, LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_S, LoginLimit
+from hookd.web.admin_session import COOKIE, LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_S
+from hookd.web.auth_limit import AuthLimit
 from store import db
 from store.models import ADMIN_LOGIN_FAILURES, ADMIN_SESSIONS
 from tests.support import services
@@ -109,30 +111,36 @@ def test_refused_logins_from_one_address_get_429_with_retry_after_in_every_proce
         assert login(other, TOKEN).status_code == 303
 
 
-async def test_the_login_limit_counts_a_sliding_window_per_address(sqlite_url: str) -> None:
-    engine = db.create_engine(sqlite_url)
+async def test_the_login_limit_counts_a_sliding_window_per_address(db_url: str) -> None:
+    engine = db.create_engine(db_url)
     try:
-        limit = LoginLimit(engine, allowed=5, window_s=60)
+        limit = AuthLimit(engine, per_client=5, overall=50, window_s=60)
         for i in range(5):
-            assert await limit.retry_after_s("10.0.0.1", T0 + timedelta(seconds=i)) is None
-            await limit.failed("10.0.0.1", T0 + timedelta(seconds=i))
+            at = T0 + timedelta(seconds=i)
+            assert await limit.wait_s("10.0.0.1", at) is None
+            assert (await limit.reserve("10.0.0.1", at)).attempt
         # Five in the window: wait until the first is a window old.
-        assert await limit.retry_after_s("10.0.0.1", T0 + timedelta(seconds=10)) == 50
-        assert await limit.retry_after_s("10.0.0.1", T0 + timedelta(seconds=59.5)) == 1
+        assert await limit.wait_s("10.0.0.1", T0 + timedelta(seconds=10)) == 50
+        assert (await limit.reserve("10.0.0.1", T0 + timedelta(seconds=10))).wait_s == 50
+        assert await limit.wait_s("10.0.0.1", T0 + timedelta(seconds=59.5)) == 1
         # Another address is not affected.
-        assert await limit.retry_after_s("10.0.0.2", T0 + timedelta(seconds=10)) is None
+        assert await limit.wait_s("10.0.0.2", T0 + timedelta(seconds=10)) is None
         # One falls out of the window: one more try, and a refusal waits for the next.
         later = T0 + timedelta(seconds=60.5)
-        assert await limit.retry_after_s("10.0.0.1", later) is None
-        await limit.failed("10.0.0.1", later)
-        assert await limit.retry_after_s("10.0.0.1", later) == 1  # until T0 + 1 s + 60 s
-        # A refusal forgets every failure older than the window (the first one here).
+        assert await limit.wait_s("10.0.0.1", later) is None
+        assert (await limit.reserve("10.0.0.1", later)).attempt
+        assert await limit.wait_s("10.0.0.1", later) == 1  # until T0 + 1 s + 60 s
+        # A reservation forgets every one older than the window (the first one here).
         async with engine.connect() as conn:
             kept = await conn.scalar(sa.select(sa.func.count()).select_from(ADMIN_LOGIN_FAILURES))
         assert kept == 5
-        # A login that succeeds starts the address's count again.
-        await limit.succeeded("10.0.0.1")
-        assert await limit.retry_after_s("10.0.0.1", later) is None
+        # A right token gives its reservation back: it is not counted (nor are the
+        # address's refusals forgotten, as a login from the same address once did).
+        then = T0 + timedelta(seconds=61.5)
+        reserved = await limit.reserve("10.0.0.1", then)
+        assert await limit.wait_s("10.0.0.1", then) == 1
+        await limit.release(reserved.attempt)
+        assert await limit.wait_s("10.0.0.1", then) is None
     finally:
         await engine.dispose()
 

@@ -8,7 +8,9 @@ Every route of the app, as its own router lists them, every method, is checked
 against each token in-process; a route that answers without a token and is not in
 ``PUBLIC`` fails the test. ``hookd serve`` and ``hookd worker`` on PostgreSQL (a
 private Redis for the worker) show the same for real processes, the worker's
-``/metrics`` included.
+``/metrics`` included. Wrong tokens are rate limited per client address (5 a
+minute, then 429: tests/integration/test_auth_limits.py): each route's wrong token
+comes from an address of its own, or the count is started again before the right ones.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hookd.providers.signing import sample_event
 from hookd.settings import Settings
 from hookd.sources import parse_sources
 from hookd.web.api import ApiFallback
+from store.models import ADMIN_LOGIN_FAILURES
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
@@ -165,9 +168,19 @@ async def test_each_token_opens_its_scope_and_nothing_else(tmp_path: Path, pg_ur
                             assert "insufficient_scope" in response.headers["www-authenticate"]
                         if name != "admin":
                             assert await status_of(pg_url, event_id) == 1, (name, url)
-                    for headers in ({}, bearer("wrong"), {"Authorization": f"Basic {ADMIN}"}):
+                    for headers in ({}, {"Authorization": f"Basic {ADMIN}"}):
                         response = await client.request(method, url, headers=headers)
                         assert response.status_code == 401, (headers, method, url)
+            # The wrong token of each route from an address of its own (the limit's
+            # count is per address).
+            for n, (method, path, _) in enumerate(ROUTES, start=10):
+                url = path.format(id=event_id)
+                transport = httpx.AsyncHTTPTransport(local_address=f"127.0.0.{n}")
+                async with httpx.AsyncClient(
+                    base_url=server.url, timeout=10, transport=transport
+                ) as guesser:
+                    response = await guesser.request(method, url, headers=bearer("wrong"))
+                    assert response.status_code == 401, (method, url)
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdWorker(env, tmp_path) as worker:
 
@@ -317,11 +330,17 @@ async def test_every_route_of_the_app_is_refused_outside_each_tokens_scope(
             path = concrete(pattern, event_id)
             bearer_routes += [(m, path, m in listed) for m in METHODS]
 
-        # No token, a wrong one, one sent as another scheme: only PUBLIC answers.
+        # No token, a wrong one, one sent as another scheme: only PUBLIC answers. Past
+        # the limit's 5 a minute, a wrong token gets 429 instead of 401.
         for method, path, _ in bearer_routes:
             for headers in wrong:
                 response = await client.request(method, path, headers=headers)
-                assert unauthorised(response), (headers, method, path, response.status_code)
+                refused = unauthorised(response) or (
+                    headers == bearer("wrong") and response.status_code == 429
+                )
+                assert refused, (headers, method, path, response.status_code)
+        async with app.state.engine.begin() as conn:  # the right tokens are not held back
+            await conn.execute(ADMIN_LOGIN_FAILURES.delete())
         for method, pattern in admin:
             path = concrete(pattern, event_id)
             for headers in (*wrong, bearer(ADMIN)):  # the admin UI takes its session only

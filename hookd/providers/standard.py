@@ -4,7 +4,9 @@ The signed content is ``"{id}.{timestamp}." + body``. ``v1`` is HMAC-SHA256
 with the base64 key after ``whsec_``; ``v1a`` is ed25519 with the public key
 after ``whpk_``. A ``whsec_`` secret only accepts ``v1`` entries and a ``whpk_``
 key only ``v1a`` ones, so a downgrade from one scheme to the other never passes.
-Unknown versions in the header are ignored, as the specification asks.
+Unknown versions in the header are ignored, as the specification asks, and so is an
+entry that is no signature (no version, not canonical base64, the wrong length) when
+another entry is one; alone, it is ``malformed_signature``.
 
 Svix, behind many Standard Webhooks senders, sends the same three headers named
 ``svix-id``, ``svix-timestamp``, ``svix-signature`` by default. Either set is read;
@@ -122,19 +124,30 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
     if len(entries) > MAX_ENTRIES:
         raise SignatureError("malformed_signature")
     signatures: list[tuple[str, bytes]] = []
+    unparsed = 0
     for entry in entries:
         version, sep, encoded = entry.partition(",")
         if not sep:
-            raise SignatureError("malformed_signature")
+            unparsed += 1
+            continue
         size = SIGNATURE_BYTES.get(version)
         if size is None:
             continue
-        signature = b64decode_strict(encoded)
+        # As the specification's libraries do (and hookd for Stripe, Paddle, PagerDuty):
+        # an entry that is no signature of its version is passed over, so it cannot
+        # spoil a valid one beside it. It never verifies: only canonical base64 of the
+        # right length is compared.
+        try:
+            signature = b64decode_strict(encoded)
+        except SignatureError:
+            unparsed += 1
+            continue
         if len(signature) != size:
-            raise SignatureError("malformed_signature")
+            unparsed += 1
+            continue
         signatures.append((version, signature))
     if not signatures:
-        raise SignatureError("missing_signature")
+        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
     ts = parse_timestamp(raw_ts, now, tolerance_s)
     return SignedHeaders(
         timestamp=ts, prefix=f"{msg_id}.{ts}.".encode(), signatures=tuple(signatures)

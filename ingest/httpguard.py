@@ -133,6 +133,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
         self._receiver, self._proxy = _receiver_of(self.app)
         self._keep_alive_graced = False
+        # The client half-closed: what it sent is answered, then the connection closes.
+        self._client_done = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -263,6 +265,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if self._refusal is not None:
             self._refuse_when_free()
+        elif self._client_done and not self._busy():
+            self.transport.close()  # the last answer the half-closed client waits for
+
+    def eof_received(self) -> bool | None:  # type: ignore[override] # uvicorn says None
+        """The client shut its side after its requests (``printf … | nc`` does, as may a
+        client whose last request says ``Connection: close``). uvicorn defines no
+        ``eof_received``, so the transport closed at once and every request still being
+        answered, pipelined ones included, lost its answer. Here each is answered, in
+        order, and the connection closes after the last; with nothing to answer, or a
+        request whose body the EOF cut short (a client gone), it closes now, as before."""
+        cycle = self.cycle
+        cut_short = cycle is not None and cycle.more_body and not cycle.response_complete
+        if cut_short or not self._busy():
+            return None  # asyncio closes the transport
+        self._client_done = True
+        return True  # keep it open for the answers
 
     def timeout_keep_alive_handler(self) -> None:
         """uvicorn's close of an idle kept-alive connection, one turn of the loop

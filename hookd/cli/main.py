@@ -24,6 +24,7 @@ from hookd.cli.parser import EXIT_BROKEN_PIPE, EXIT_USAGE, build_parser
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
 from hookd.cli.send_test import cmd_send_test
 from hookd.cli.serve import cmd_serve, cmd_worker
+from hookd.cli.terminal import SafeStdout
 from hookd.cli.trial import cmd_try
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
@@ -32,6 +33,15 @@ from hookd.sources import load_sources
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout = sys.stdout
+    sys.stdout = SafeStdout(stdout)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.config is not None:
         # Through the environment, not an override: `serve --workers N` processes

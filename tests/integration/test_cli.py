@@ -148,6 +148,34 @@ async def test_events_list_and_show(sqlite_url: str, tmp_path: Path) -> None:
     assert hookd(sqlite_url, "events", "list", "--limit", "0").returncode == 2
 
 
+async def test_control_characters_from_senders_never_reach_the_terminal(sqlite_url: str) -> None:
+    """An event stored before types were kept in a safe form, and a handler error that
+    quotes a payload: their escape sequences and carriage returns are printed as visible
+    ``\\uXXXX``, in tables, details, history, ``wait`` and JSON alike."""
+    hostile = "x\x1b]0;pwned\x07\x1b[2J\rspoof\u202e\x85"
+    event_id = await add(sqlite_url, "dead", error=f"boom {hostile}")
+    engine = db.create_engine(sqlite_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.update(EVENTS).where(EVENTS.c.id == event_id).values(type=hostile)
+            )
+    finally:
+        await engine.dispose()
+    outputs = [
+        hookd(sqlite_url, "events", "list").stdout,
+        hookd(sqlite_url, "events", "show", event_id).stdout,
+        hookd(sqlite_url, "wait", event_id, "--timeout", "1").stdout,
+        hookd(sqlite_url, "events", "list", "--json").stdout,
+    ]
+    for n, out in enumerate(outputs):
+        assert event_id in out, (n, out)
+        for bad in ("\x1b", "\x07", "\r", "\u202e", "\x85"):
+            assert bad not in out, (bad, out)
+    assert "x\\u001b]0;pwned\\u0007\\u001b[2J\\u000dspoof\\u202e\\u0085" in outputs[0]
+    assert json.loads(outputs[3].splitlines()[0])["type"] == hostile  # still JSON
+
+
 def test_worker_without_redis_is_a_clear_error(sqlite_url: str) -> None:
     result = hookd(sqlite_url, "worker")
     assert result.returncode == 2

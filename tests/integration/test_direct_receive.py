@@ -109,6 +109,43 @@ async def test_pipelined_requests_are_answered_in_order(
     assert sorted(await stored_keys(sqlite_url)) == ["p-0", "p-1", "p-2"]
 
 
+@pytest.mark.parametrize("half_close", [False, True], ids=["open", "half_closed"])
+@pytest.mark.parametrize("between", ["direct", "asgi"])
+async def test_pipelined_requests_ending_with_connection_close_are_all_answered(
+    sources: Sources, sqlite_url: str, between: str, half_close: bool
+) -> None:
+    """The last of several pipelined requests asks to close, and the client shuts its
+    side after it (as ``printf … | nc`` does): every request is answered, in order, and
+    only then is the connection closed. Before, the half-close closed the connection at
+    once: only the first (or no) request was answered."""
+    sent = [github(f"c-{n}") for n in range(3)]
+    last_headers = {**sent[2][0], "Connection": "close"}
+    middle = (
+        rawhttp.request("/hooks/github", sent[1][1], sent[1][0])
+        if between == "direct"
+        else rawhttp.request("/healthz", method="GET")
+    )
+    async with running_app(sources, sqlite_url, via="http") as (_, client):
+        reader, writer = await rawhttp.connect(str(client.base_url))
+        writer.write(
+            rawhttp.request("/hooks/github", sent[0][1], sent[0][0])
+            + middle
+            + rawhttp.request("/hooks/github", sent[2][1], last_headers)
+        )
+        if half_close:
+            await writer.drain()
+            writer.write_eof()
+        answers = [await asyncio.wait_for(rawhttp.read_response(reader), 10) for _ in range(3)]
+        closed = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    expected = [202, 202, 202] if between == "direct" else [202, 200, 202]
+    assert [status for status, _, _ in answers] == expected
+    assert answers[-1][1].get("connection") == "close"
+    assert closed == b""
+    keys = ["c-0", "c-1", "c-2"] if between == "direct" else ["c-0", "c-2"]
+    assert sorted(await stored_keys(sqlite_url)) == keys
+
+
 async def test_a_body_past_the_read_buffer_arrives_in_pieces(
     sources: Sources, sqlite_url: str
 ) -> None:

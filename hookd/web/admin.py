@@ -47,7 +47,13 @@ from hookd.web.admin_session import (
     secured,
     with_query,
 )
-from hookd.web.auth_limit import AuthLimit, client_address
+from hookd.web.auth_limit import (
+    UNAVAILABLE,
+    UNAVAILABLE_RETRY_S,
+    AuthLimit,
+    bounded,
+    client_address,
+)
 from processing.handlers import FORWARD
 from store import stats
 from store.models import ORIGINS, STATUSES
@@ -189,11 +195,18 @@ class AdminUI:
         # looked at until later. Else this check is counted before the token is
         # compared, in one atomic statement that every process shares.
         reservation = None
-        async with self._login_limit.checking() as check:
-            wait_s = await check.wait_s(client)
-            if wait_s is None:
-                reservation = await check.reserve(client)
-                wait_s = reservation.wait_s
+        try:
+            async with bounded(self._login_limit) as check:
+                wait_s = await check.wait_s(client)
+                if wait_s is None:
+                    reservation = await check.reserve(client)
+                    wait_s = reservation.wait_s
+        except UNAVAILABLE as exc:
+            log.warning("admin login unavailable", extra={"error": type(exc).__name__})
+            message = "Logins are not possible right now: try again in a few seconds."
+            response = self._login_page(request, 503, target, message)
+            response.headers["Retry-After"] = str(UNAVAILABLE_RETRY_S)
+            return secured(response)
         if reservation is None or wait_s is not None:
             log.warning("admin login rate limited", extra={"client": client, "wait_s": wait_s})
             message = f"Too many refused logins: try again in {wait_s} s."

@@ -22,6 +22,7 @@ overshoot it:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -29,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -185,6 +187,31 @@ class Check:
         return self._wait(await self._statements.admitted(self._since(now)), client, now)
 
 
+# A token check whose count the database cannot take in time (a burst of checks queued
+# on its lock, the database away) is refused as the store refuses: 503 with
+# Retry-After, never a 500, and the token is not used.
+CHECK_TIMEOUT_S = 10.0
+UNAVAILABLE_RETRY_S = 5
+UNAVAILABLE = (SQLAlchemyError, OSError, TimeoutError)
+
+
+@contextlib.asynccontextmanager
+async def bounded(limit: AuthLimit) -> AsyncIterator[Check]:
+    """``limit.checking()`` within ``CHECK_TIMEOUT_S``; its failures raise as they are
+    (callers answer ``UNAVAILABLE`` with 503)."""
+    async with asyncio.timeout(CHECK_TIMEOUT_S), limit.checking() as check:
+        yield check
+
+
+def unavailable() -> JSONResponse:
+    """The API's and /metrics' 503 when the limit's count cannot be taken."""
+    return JSONResponse(
+        {"error": "unavailable", "detail": "token checks are not possible now: try again"},
+        503,
+        {"Retry-After": str(UNAVAILABLE_RETRY_S), "Cache-Control": "no-store"},
+    )
+
+
 def too_many(wait_s: int) -> JSONResponse:
     """The API's and /metrics' 429."""
     return JSONResponse(
@@ -214,18 +241,25 @@ class BearerGuard:
             return unauthorized()
         client = client_address(request)
         path = request.url.path
-        async with self.limit.checking() as check:
-            # At the limit: refused before the token is used, whatever it is.
-            wait_s = await check.wait_s(client)
-            rights = NO_RIGHTS
-            if wait_s is None:
-                rights = self.tokens.rights(given)
-                # Both wait behind the reservations asked for before them: a right
-                # token's answer is decided where a wrong one's would have been.
-                if rights:
-                    wait_s = await check.admit(client)
-                else:
-                    wait_s = (await check.reserve(client)).wait_s
+        rights = NO_RIGHTS
+        try:
+            async with bounded(self.limit) as check:
+                # At the limit: refused before the token is used, whatever it is.
+                wait_s = await check.wait_s(client)
+                if wait_s is None:
+                    rights = self.tokens.rights(given)
+                    # Both wait behind the reservations asked for before them: a right
+                    # token's answer is decided where a wrong one's would have been.
+                    if rights:
+                        wait_s = await check.admit(client)
+                    else:
+                        wait_s = (await check.reserve(client)).wait_s
+        except UNAVAILABLE as exc:
+            log.warning(
+                "token check unavailable",
+                extra={"client": client, "path": path, "error": type(exc).__name__},
+            )
+            return unavailable()
         # (Committed: a refusal counts before it is answered.)
         if wait_s is None and not rights:
             log.warning("bearer token refused", extra={"client": client, "path": path})

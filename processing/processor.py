@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hookd import tracing
+from hookd import logs, tracing
 from hookd.backoff import capped, full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler, idempotency_key
@@ -1096,7 +1096,17 @@ class Processor:
                 skipped.append(name)
                 continue
             try:
-                with tracing.span("hookd.handler", {"hookd.handler": name}) as current:
+                with (
+                    tracing.span("hookd.handler", {"hookd.handler": name}) as current,
+                    # The handler's own log records carry its event's ids (hookd.logs).
+                    logs.event_context(
+                        event_id=row.id,
+                        source=row.source,
+                        type=event.type,
+                        attempt=row.attempts,
+                        handler=name,
+                    ),
+                ):
                     try:
                         # Its deadline is kept from outside: a handler that swallows the
                         # cancellation still ends the attempt at HOOKD_HANDLER_TIMEOUT_S.

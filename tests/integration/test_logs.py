@@ -4,6 +4,7 @@ ids on every event line, and never a payload, a secret or the admin token."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,74 @@ def test_serve_with_two_workers_logs_from_each_receiver_process_as_json(
     # or one of the CLI's own "hookd: ..." lines.
     for other in text.splitlines():
         assert other.startswith(("{", "hookd: ")), other
+
+
+HANDLER = "tests.support.handlers:logs_its_own"
+
+
+def _handler_sources(tmp_path: Path, extra: str = "") -> Path:
+    config = tmp_path / "handler-logs.toml"
+    config.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["{HANDLER}"]
+max_attempts = 1
+{extra}"""
+    )
+    return config
+
+
+def _fields(line: str) -> dict[str, str]:
+    """The key=value fields of a key=value line."""
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def _send_one(server: HookdServer) -> tuple[str, str]:
+    """One signed GitHub event to ``server``: its id and its type (from the API)."""
+    headers, body = sample_event("github", SECRETS["github"], 1)
+    response = httpx.post(server.url + "/hooks/github", content=body, headers=headers)
+    assert response.status_code == 202, response.text
+    event_id: str = response.json()["event_id"]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    event = httpx.get(f"{server.url}/api/events/{event_id}", headers=auth).json()
+    return event_id, event["type"]
+
+
+def test_a_handlers_own_log_lines_carry_its_events_ids(tmp_path: Path, sqlite_url: str) -> None:
+    """A handler logging under its own module's name (not "hookd"): before, its INFO
+    went nowhere and its warning came out bare, through Python's last resort."""
+    env = {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_LEVEL": "INFO",
+    }
+    with HookdServer(env, tmp_path) as server:
+        event_id, event_type = _send_one(server)
+        server.wait_for_line(lambda line: "handler warns from a task" in line)
+        server.stop()
+        lines = server.log_path.read_text().splitlines()
+
+    ids = {
+        "event_id": event_id,
+        "source": "github",
+        "type": event_type,
+        "attempt": "1",
+        "handler": HANDLER,
+    }
+    [hello] = [line for line in lines if "handler says hello" in line]
+    assert " info tests.support.handlers handler says hello " in hello, hello
+    assert _fields(hello).items() >= {**ids, "size": _fields(hello)["size"]}.items(), hello
+    # From a task the handler started: the ids went with it.
+    [warned] = [line for line in lines if "handler warns from a task" in line]
+    assert " warning tests.support.handlers " in warned, warned
+    assert _fields(warned).items() >= ids.items(), warned
+    # At HOOKD_LOG_LEVEL (INFO): not its DEBUG line.
+    assert not [line for line in lines if "handler debug line" in line]
+    # hookd's own lines are printed once (they do not also reach the root logger's
+    # handler), and outside a handler they carry only their own fields.
+    [accepted] = [line for line in lines if " accepted " in line and event_id in line]
+    assert "handler=" not in accepted, accepted

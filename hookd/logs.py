@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -110,6 +111,23 @@ class _HookdHandler(logging.StreamHandler):  # type: ignore[type-arg]
     logger (pytest's, an embedding application's), which are left in place."""
 
 
+# Whether ``configure`` chose JSON lines: ``say`` follows it.
+_chosen = {"json_lines": False}
+
+
+def say(text: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """A line of the command line's own at start or stop ("serving on ...", a start-up
+    warning): ``hookd: [warning: ]TEXT`` on stderr, or with JSON logs a JSON record
+    (logger ``hookd.cli``), so that every line of a JSON log parses. Printed at any
+    HOOKD_LOG_LEVEL, as the plain line always was."""
+    if not _chosen["json_lines"]:
+        prefix = "warning: " if level == logging.WARNING else ""  # an error says what it is
+        print(f"hookd: {prefix}{text}", file=sys.stderr)
+        return
+    logger = logging.getLogger("hookd.cli")
+    logger.handle(logger.makeRecord(logger.name, level, "(hookd)", 0, text, (), None, extra=fields))
+
+
 def configure(level: str = "INFO", json_lines: bool = False) -> None:
     """Send every record at ``level`` or above to stderr in one format: hookd's,
     arq's, uvicorn's and a handler's own (through the root logger).
@@ -118,6 +136,7 @@ def configure(level: str = "INFO", json_lines: bool = False) -> None:
     --workers N`` starts (from the app factory), since those are spawned, not
     forked, and inherit none of this.
     """
+    _chosen["json_lines"] = json_lines
     handler = _HookdHandler()
     handler.setFormatter(JsonFormatter() if json_lines else KeyValueFormatter())
     handler.addFilter(_EventFields())

@@ -363,6 +363,12 @@ class Processor:
         """Whether a drain runs in this process."""
         return self._pumping
 
+    @property
+    def in_flight(self) -> int:
+        """Events running here now (what a shutdown waits for; those read ahead are
+        given back at once)."""
+        return len(self._tasks)
+
     def idle_s(self) -> float:
         """Seconds since a drain last ended in this process (0 while one runs)."""
         return 0.0 if self._pumping else time.monotonic() - self._drained_at
@@ -1270,6 +1276,10 @@ class ProcessorPool:
     def stop_claiming(self) -> None:
         for member in self.members:
             member.stop_claiming()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(m.in_flight for m in self.members)
 
     def idle_s(self) -> float:
         return min(m.idle_s() for m in self.members)

@@ -1,7 +1,10 @@
 """A small real handler module: what the Quickstart's sources run for each event.
 
-It logs one line per event (ids and type, never the body) so a new user sees an
-event go from the 202 to ``processed``. Copy it as the start of your own module.
+It logs one line per event (never the body) so a new user sees an event go from
+the 202 to ``processed``. It logs under its own module's name, as yours will: hookd
+prints a handler's records in its own format, with the event's ``event_id``,
+``source``, ``type``, ``attempt`` and ``handler`` added. Copy it as the start of your
+own module.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import logging
 
 from hookd import Event, PermanentError
 
-log = logging.getLogger("hookd.examples")
+log = logging.getLogger(__name__)
 
 
 async def log_event(event: Event) -> None:
@@ -22,10 +25,8 @@ async def log_event(event: Event) -> None:
         raise PermanentError("not_json", "the body is not JSON") from exc
     log.info(
         "example handler saw an event",
+        # The event's ids are added by hookd; only what they do not say is passed.
         extra={
-            "event_id": event.id,
-            "source": event.source,
-            "type": event.type,
             "origin": event.origin,
             "keys": len(payload) if isinstance(payload, dict) else 0,
             "idempotency_key": event.idempotency_key,

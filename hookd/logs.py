@@ -2,12 +2,20 @@
 
 Call sites pass ids through ``extra={...}``; payloads and secrets are never
 passed, so they can never be printed.
+
+A handler's own records (``logging.getLogger(__name__)`` in the user's module) go
+through the root logger to the same output, and while a handler runs its event's
+ids are added to every record (``event_context``), so a handler does not pass them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import logging
+import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,15 +61,99 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, default=str)
 
 
+# The ids of the event whose handler runs in this task (and the tasks it starts):
+# added to every record emitted meanwhile, whichever logger emits it.
+_event: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "hookd_log_event", default=None
+)
+
+# Libraries a handler is likely to use, whose INFO and DEBUG records are about their
+# own workings (httpx logs every request): WARNING and above unless a handler's module
+# sets their level itself (at import, which comes after ``configure``).
+QUIET = (
+    "aiosqlite",
+    "alembic",
+    "asyncio",
+    "asyncpg",
+    "hpack",
+    "httpcore",
+    "httpx",
+    "multipart",
+    "opentelemetry",
+    "python_multipart",
+    "sqlalchemy",
+    "urllib3",
+)
+
+
+@contextlib.contextmanager
+def event_context(**fields: Any) -> Iterator[None]:
+    """Within the block (and the tasks started in it), every record carries ``fields``
+    (those the record does not set itself). Ids only: never a payload or a secret."""
+    token = _event.set(fields)
+    try:
+        yield
+    finally:
+        _event.reset(token)
+
+
+class _EventFields(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = _event.get()
+        if fields:
+            for key, value in fields.items():
+                record.__dict__.setdefault(key, value)
+        return True
+
+
+class _HookdHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The one handler ``configure`` installs; told apart from others on the root
+    logger (pytest's, an embedding application's), which are left in place."""
+
+
+# Whether ``configure`` chose JSON lines: ``say`` follows it.
+_chosen = {"json_lines": False}
+
+
+def say(text: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """A line of the command line's own at start or stop ("serving on ...", a start-up
+    warning): ``hookd: [warning: ]TEXT`` on stderr, or with JSON logs a JSON record
+    (logger ``hookd.cli``), so that every line of a JSON log parses. Printed at any
+    HOOKD_LOG_LEVEL, as the plain line always was."""
+    if not _chosen["json_lines"]:
+        prefix = "warning: " if level == logging.WARNING else ""  # an error says what it is
+        print(f"hookd: {prefix}{text}", file=sys.stderr)
+        return
+    logger = logging.getLogger("hookd.cli")
+    logger.handle(logger.makeRecord(logger.name, level, "(hookd)", 0, text, (), None, extra=fields))
+
+
 def configure(level: str = "INFO", json_lines: bool = False) -> None:
-    """Send hookd's, arq's and uvicorn's records to stderr in one format.
+    """Send every record at ``level`` or above to stderr in one format: hookd's,
+    arq's, uvicorn's and a handler's own (through the root logger).
 
     Every process calls it: ``hookd`` itself, and each process ``hookd serve
     --workers N`` starts (from the app factory), since those are spawned, not
     forked, and inherit none of this.
     """
-    handler = logging.StreamHandler()
+    _chosen["json_lines"] = json_lines
+    handler = _HookdHandler()
     handler.setFormatter(JsonFormatter() if json_lines else KeyValueFormatter())
+    handler.addFilter(_EventFields())
+    # Everything else, a handler's ``logging.getLogger(__name__)`` first: without this
+    # its INFO went nowhere and its warnings came out bare (Python's last resort).
+    everything = logging.getLogger()
+    for old in [h for h in everything.handlers if isinstance(h, _HookdHandler)]:
+        everything.removeHandler(old)
+    everything.addHandler(handler)
+    everything.setLevel(level.upper())
+    quiet = max(logging.WARNING, everything.level)
+    for name in QUIET:
+        library = logging.getLogger(name)
+        if library.level == logging.NOTSET:  # not set by a handler's module (or by us)
+            library.setLevel(quiet)
+    # hookd's, arq's and uvicorn's loggers have the handler themselves and stop there:
+    # their records are printed once, whatever else is on the root logger.
     root = logging.getLogger("hookd")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from hookd import tracing
+from hookd import logs, tracing
 from hookd.backoff import capped, full_jitter
 from hookd.errors import ConfigError, PermanentError
 from hookd.event import Event, Handler, idempotency_key
@@ -362,6 +362,12 @@ class Processor:
     def pumping(self) -> bool:
         """Whether a drain runs in this process."""
         return self._pumping
+
+    @property
+    def in_flight(self) -> int:
+        """Events running here now (what a shutdown waits for; those read ahead are
+        given back at once)."""
+        return len(self._tasks)
 
     def idle_s(self) -> float:
         """Seconds since a drain last ended in this process (0 while one runs)."""
@@ -1096,7 +1102,17 @@ class Processor:
                 skipped.append(name)
                 continue
             try:
-                with tracing.span("hookd.handler", {"hookd.handler": name}) as current:
+                with (
+                    tracing.span("hookd.handler", {"hookd.handler": name}) as current,
+                    # The handler's own log records carry its event's ids (hookd.logs).
+                    logs.event_context(
+                        event_id=row.id,
+                        source=row.source,
+                        type=event.type,
+                        attempt=row.attempts,
+                        handler=name,
+                    ),
+                ):
                     try:
                         # Its deadline is kept from outside: a handler that swallows the
                         # cancellation still ends the attempt at HOOKD_HANDLER_TIMEOUT_S.
@@ -1260,6 +1276,10 @@ class ProcessorPool:
     def stop_claiming(self) -> None:
         for member in self.members:
             member.stop_claiming()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(m.in_flight for m in self.members)
 
     def idle_s(self) -> float:
         return min(m.idle_s() for m in self.members)

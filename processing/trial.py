@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from hookd import logs
 from hookd.errors import PermanentError
 from hookd.event import Event, Handler, idempotency_key
 from processing.processor import event_of
@@ -50,10 +51,13 @@ async def try_handler(
     event = replace(event_of(row, body), idempotency_key=idempotency_key(row.id, name))
     started = time.perf_counter()
     deadline = asyncio.timeout(timeout_s)
+    # Its own log records carry the event's ids, as in processing (no attempt: a try is none).
+    context = logs.event_context(event_id=row.id, source=row.source, type=event.type, handler=name)
     try:
         async with deadline:
-            # A handler is declared to return None; whatever it returns is shown.
-            value = await cast(Callable[[Event], Awaitable[object]], handler)(event)
+            with context:
+                # A handler is declared to return None; whatever it returns is shown.
+                value = await cast(Callable[[Event], Awaitable[object]], handler)(event)
     except Exception as exc:  # the developer's own code: whatever it raised is the answer
         elapsed = time.perf_counter() - started
         if deadline.expired():

@@ -8,10 +8,11 @@ The heavy modules are imported inside, as in the commands: ``hookd --help`` and
 from __future__ import annotations
 
 import contextlib
-import sys
+import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from hookd.logs import say
 from hookd.settings import Settings
 
 if TYPE_CHECKING:
@@ -66,10 +67,10 @@ async def preflight(settings: Settings) -> None:
             await check_schema(engine, settings.database_url)
             autovacuum = await db.autovacuum_on(engine)
         if not autovacuum:
-            print(
-                "hookd: warning: PostgreSQL has autovacuum off: the events table will bloat "
+            say(
+                "PostgreSQL has autovacuum off: the events table will bloat "
                 "and its query plans go stale, and processing slows as it grows "
                 "(see docs/scaling.md); turn it on, or run VACUUM ANALYZE events, "
                 "handler_runs regularly",
-                file=sys.stderr,
+                level=logging.WARNING,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from hookd.cli.terminal import SafeStdout
 from hookd.cli.trial import cmd_try
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
+from hookd.logs import say
 from hookd.settings import Settings
 from hookd.sources import load_sources
 
@@ -53,7 +55,7 @@ def _main(argv: Sequence[str] | None) -> int:
         code = _dispatch(args, settings)
         sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
     except ConfigError as exc:
-        print(f"hookd: {exc}", file=sys.stderr)
+        say(str(exc), level=logging.ERROR)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

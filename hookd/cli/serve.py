@@ -10,18 +10,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import logging
 import os
 import shutil
 import signal
 import socket
-import sys
+import time
 from types import FrameType
 
 from hookd.cli.context import preflight
 from hookd.cli.parser import DEFAULT_HOST, EXIT_OK, listen_port
 from hookd.errors import ConfigError
+from hookd.logs import say
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
+
+log = logging.getLogger("hookd.serve")
 
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -59,10 +63,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             )
         )
     processors = settings.processor_processes()
-    print(
-        f"hookd: serving on http://{args.host}:{args.port}  (sources: {settings.config}; "
-        f"processing: {processing_mode(settings, processors)})",
-        file=sys.stderr,
+    say(
+        f"serving on http://{args.host}:{args.port}  (sources: {settings.config}; "
+        f"processing: {processing_mode(settings, processors)})"
     )
     # Several processes (receiver workers, processor processes) share one metrics
     # directory (prometheus-client's multiprocess mode); it must be set before they start.
@@ -75,6 +78,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        _stopped()
     return EXIT_OK
 
 
@@ -82,7 +86,7 @@ def warn_about(sources: Sources) -> None:
     """The sources file's warnings (URLs that carry a secret to this machine or a
     private network), one line each, as the start-up checks warn."""
     for line in sources.warnings:
-        print(f"hookd: warning: {line}", file=sys.stderr)
+        say(line, level=logging.WARNING)
 
 
 def processing_mode(settings: Settings, processors: int) -> str:
@@ -93,7 +97,38 @@ def processing_mode(settings: Settings, processors: int) -> str:
     return "in-process"
 
 
-def _exit_on_sigterm(_sig: int, _frame: FrameType | None) -> None:
+# When serve was asked to stop (``time.monotonic()``), for the "stopped" line.
+_stopping_since: dict[str, float] = {}
+
+
+def _stopping(signum: int) -> None:
+    """The first signal to stop: logged, and the time kept for the "stopped" line.
+
+    Called in a signal handler: with uvicorn's event loop running, the line is written
+    from the loop, not from the middle of whatever write the signal interrupted."""
+    if _stopping_since:
+        return
+    _stopping_since["at"] = time.monotonic()
+    name = signal.Signals(signum).name
+    try:
+        asyncio.get_running_loop().call_soon_threadsafe(_log_stopping, name)
+    except RuntimeError:  # no loop (before uvicorn's, after it, or in the supervisor)
+        _log_stopping(name)
+
+
+def _log_stopping(name: str) -> None:
+    log.info("stopping", extra={"signal": name})
+
+
+def _stopped() -> None:
+    """serve's last line: the receiver, its processors and their drains have ended."""
+    since = _stopping_since.get("at")
+    took = {} if since is None else {"took_s": round(time.monotonic() - since, 3)}
+    log.info("stopped", extra=took)
+
+
+def _exit_on_sigterm(sig: int, _frame: FrameType | None) -> None:
+    _stopping(sig)
     raise SystemExit(EXIT_OK)
 
 
@@ -150,19 +185,31 @@ def _one_graceful_stop() -> None:
     SIGTERM), so the second one is answered with a line and the stop goes on; SIGKILL
     still ends it at once."""
     from uvicorn.server import Server
+    from uvicorn.supervisors.multiprocess import Multiprocess
 
     forced = Server.handle_exit
 
     def handle_exit(server: Server, signum: int, frame: FrameType | None) -> None:
         if server.should_exit and signum == signal.SIGINT:
-            print(
-                "hookd: already stopping: finishing what is in hand (SIGKILL ends it now)",
-                file=sys.stderr,
-            )
+            say("already stopping: finishing what is in hand (SIGKILL ends it now)")
             return
+        _stopping(signum)
         forced(server, signum, frame)
 
     Server.handle_exit = handle_exit  # type: ignore[method-assign,assignment]
+    # ``--workers N``: the parent only supervises, and takes its signals this way.
+    term, interrupt = Multiprocess.handle_term, Multiprocess.handle_int
+
+    def handle_term(supervisor: Multiprocess) -> None:
+        _stopping(signal.SIGTERM)
+        term(supervisor)
+
+    def handle_int(supervisor: Multiprocess) -> None:
+        _stopping(signal.SIGINT)
+        interrupt(supervisor)
+
+    Multiprocess.handle_term = handle_term  # type: ignore[method-assign,assignment]
+    Multiprocess.handle_int = handle_int  # type: ignore[method-assign,assignment]
 
 
 def run_uvicorn(args: argparse.Namespace) -> None:

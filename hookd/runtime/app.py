@@ -129,6 +129,9 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         try:
             yield
         finally:
+            # Processing in this process: the events it runs now have their grace below.
+            draining = {"events": runtime.processor.in_flight} if consumer is not None else {}
+            log.info("draining", extra=draining)
             # Reconciliation runs still going are cancelled below (after a grace for a
             # scheduled one): each records this as its end instead of staying ``running``.
             runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"

@@ -27,6 +27,7 @@ import sys
 from hookd import tracing
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
+from hookd.logs import say
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import load_sources
@@ -66,6 +67,16 @@ def _watches_parent() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, index: int) -> None:
+    def on_signal(sig: signal.Signals) -> None:
+        if not stop.is_set():
+            log.info("stopping", extra={"processor": index, "signal": sig.name})
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+
 async def run(settings: Settings, index: int, path: str) -> None:
     sources = load_sources(settings.config)
     sock = bind(path)
@@ -97,8 +108,7 @@ async def run(settings: Settings, index: int, path: str) -> None:
             loop.remove_reader(sys.stdin.fileno())
             stop.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    _stop_on_signals(loop, stop, index)
     loop.add_reader(sock.fileno(), on_datagram)
     watching = _watches_parent()
     if watching:
@@ -119,6 +129,14 @@ async def run(settings: Settings, index: int, path: str) -> None:
         loop.remove_reader(sock.fileno())
         if watching:
             loop.remove_reader(sys.stdin.fileno())
+        log.info(
+            "draining",
+            extra={
+                "processor": index,
+                "events": runtime.processor.in_flight,
+                "grace_s": STOP_GRACE_S,
+            },
+        )
         await consumer.stop(STOP_GRACE_S)
         await runtime.close()
         sock.close()
@@ -138,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         tracing.setup("processor")
         asyncio.run(run(settings, args.index, args.socket))
     except ConfigError as exc:
-        print(f"hookd: processor {args.index}: {exc}", file=sys.stderr)
+        say(f"processor {args.index}: {exc}", level=logging.ERROR)
         return 2
     except KeyboardInterrupt:
         return 130

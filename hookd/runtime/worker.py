@@ -336,26 +336,43 @@ def _overdue() -> None:
     os._exit(EXIT_OVERDUE)
 
 
+@dataclass
+class _Stopping:
+    """When the shutdown began (``loop.time()``), for the "stopped" line's ``took_s``."""
+
+    at: float | None = None
+
+    def began(self, now: float) -> None:
+        """The shutdown began at ``now``, unless a signal began it earlier."""
+        self.at = now if self.at is None else self.at
+
+
 def _stop_on_signals(
     loop: asyncio.AbstractEventLoop, runtime: Runtime, stop: asyncio.Event
-) -> None:
-    """SIGINT and SIGTERM set ``stop``; the first also starts the shutdown's time limit."""
+) -> _Stopping:
+    """SIGINT and SIGTERM set ``stop``; the first also starts the shutdown's time limit.
+    When the first came, for the "stopped" line."""
+    since = _Stopping()
 
     def on_signal(sig: signal.Signals) -> None:
         # A scheduled reconciliation run cancelled by the shutdown records this as its
         # end, instead of staying ``running``.
         runtime.reconciler.interrupt_reason = f"interrupted by {sig.name}"
         if not stop.is_set():
+            log.info("stopping", extra={"signal": sig.name})
+            since.at = loop.time()
             loop.call_later(SHUTDOWN_LIMIT_S, _overdue)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
+    return since
 
 
 async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
     """Wait up to ``grace_s`` for the drain that runs (if any) to end: it claims no more
     (``stop_claiming``), so it ends when its events in flight have."""
+    log.info("draining", extra={"events": runtime.processor.in_flight, "grace_s": grace_s})
     if not runtime.processor.pumping:
         return
     with contextlib.suppress(TimeoutError):
@@ -371,7 +388,7 @@ async def run(settings: Settings, sources: Sources) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    _stop_on_signals(loop, runtime, stop)
+    since = _stop_on_signals(loop, runtime, stop)
     tokens = Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
     metrics = (
         asyncio.create_task(workermetrics.serve(sock, tokens, stop)) if sock is not None else None
@@ -416,6 +433,7 @@ async def run(settings: Settings, sources: Sources) -> None:
         await supervise(runtime, stop)
     finally:
         stop.set()
+        since.began(loop.time())
         # Nothing more is claimed and what was read ahead goes back at once; the
         # events in flight have STOP_GRACE_S to finish, then are cancelled, and each
         # hands its claim back with what it finished.
@@ -430,3 +448,4 @@ async def run(settings: Settings, sources: Sources) -> None:
             with contextlib.suppress(Exception):
                 await metrics
         await runtime.close()
+        log.info("stopped", extra={"took_s": round(loop.time() - (since.at or 0.0), 3)})

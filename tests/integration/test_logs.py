@@ -4,14 +4,17 @@ ids on every event line, and never a payload, a secret or the admin token."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from hookd.providers.signing import sample_event
 from tests.support.constants import SECRETS
-from tests.support.server import HookdServer
+from tests.support.destinations import whsec
+from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for_sync
 
 TOKEN = "log-test-admin-token-6d1f"
@@ -133,3 +136,193 @@ def test_serve_with_two_workers_logs_from_each_receiver_process_as_json(
     # or one of the CLI's own "hookd: ..." lines.
     for other in text.splitlines():
         assert other.startswith(("{", "hookd: ")), other
+
+
+HANDLER = "tests.support.handlers:logs_its_own"
+
+
+def _handler_sources(tmp_path: Path, extra: str = "") -> Path:
+    config = tmp_path / "handler-logs.toml"
+    config.write_text(
+        f"""
+[[sources]]
+name = "github"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+handlers = ["{HANDLER}"]
+max_attempts = 1
+{extra}"""
+    )
+    return config
+
+
+def _fields(line: str) -> dict[str, str]:
+    """The key=value fields of a key=value line."""
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def _send_one(server: HookdServer) -> tuple[str, str]:
+    """One signed GitHub event to ``server``: its id and its type (from the API)."""
+    headers, body = sample_event("github", SECRETS["github"], 1)
+    response = httpx.post(server.url + "/hooks/github", content=body, headers=headers)
+    assert response.status_code == 202, response.text
+    event_id: str = response.json()["event_id"]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    event = httpx.get(f"{server.url}/api/events/{event_id}", headers=auth).json()
+    return event_id, event["type"]
+
+
+def test_a_handlers_own_log_lines_carry_its_events_ids(tmp_path: Path, sqlite_url: str) -> None:
+    """A handler logging under its own module's name (not "hookd"): before, its INFO
+    went nowhere and its warning came out bare, through Python's last resort."""
+    env = {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_LEVEL": "INFO",
+    }
+    with HookdServer(env, tmp_path) as server:
+        event_id, event_type = _send_one(server)
+        server.wait_for_line(lambda line: "handler warns from a task" in line)
+        server.stop()
+        lines = server.log_path.read_text().splitlines()
+
+    ids = {
+        "event_id": event_id,
+        "source": "github",
+        "type": event_type,
+        "attempt": "1",
+        "handler": HANDLER,
+    }
+    [hello] = [line for line in lines if "handler says hello" in line]
+    assert " info tests.support.handlers handler says hello " in hello, hello
+    assert _fields(hello).items() >= {**ids, "size": _fields(hello)["size"]}.items(), hello
+    # From a task the handler started: the ids went with it.
+    [warned] = [line for line in lines if "handler warns from a task" in line]
+    assert " warning tests.support.handlers " in warned, warned
+    assert _fields(warned).items() >= ids.items(), warned
+    # At HOOKD_LOG_LEVEL (INFO): not its DEBUG line.
+    assert not [line for line in lines if "handler debug line" in line]
+    # hookd's own lines are printed once (they do not also reach the root logger's
+    # handler), and outside a handler they carry only their own fields.
+    [accepted] = [line for line in lines if " accepted " in line and event_id in line]
+    assert "handler=" not in accepted, accepted
+
+
+def test_json_logs_are_json_from_start_to_stop(tmp_path: Path, sqlite_url: str) -> None:
+    """With HOOKD_LOG_JSON=true every line serve writes parses: its own lines at start
+    ("serving on", a start-up warning) and at stop, a handler's records with the ids."""
+    forward = (
+        f'[sources.forward]\nurl = "https://127.0.0.1:9/forward"\nsecret = "{whsec("forward")}"\n'
+    )
+    env = {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path, forward)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_JSON": "true",
+        "HOOKD_LOG_LEVEL": "INFO",
+    }
+    with HookdServer(env, tmp_path) as server:
+        event_id, event_type = _send_one(server)
+        server.wait_for_line(lambda line: "handler warns from a task" in line)
+        server.stop()
+        text = server.log_path.read_text()
+
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not a JSON record: {line!r}\n{text}") from None
+    for record in records:
+        assert {"ts", "level", "logger", "msg", "pid"} <= record.keys(), record
+    by_msg = {r["msg"]: r for r in records}
+    [serving] = [r for r in records if r["msg"].startswith("serving on http://127.0.0.1:")]
+    assert (serving["level"], serving["logger"]) == ("info", "hookd.cli")
+    [warning] = [r for r in records if "127.0.0.1 is" in r["msg"]]
+    assert (warning["level"], warning["logger"]) == ("warning", "hookd.cli")
+    hello = by_msg["handler says hello"]
+    assert hello["logger"] == "tests.support.handlers"
+    assert (hello["event_id"], hello["source"], hello["type"], hello["attempt"]) == (
+        event_id,
+        "github",
+        event_type,
+        1,
+    )
+    assert by_msg["handler warns from a task"]["event_id"] == event_id
+    assert by_msg["stopping"]["signal"] == "SIGTERM"
+    assert "took_s" in by_msg["stopped"]
+
+
+def test_serve_logs_its_stop_the_drain_and_how_long_it_took(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """SIGTERM while a handler runs: the signal, what is drained, and "stopped"; before,
+    serve stopped without a line."""
+    env = {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_LEVEL": "INFO",
+        "TEST_HANDLER_SLEEP_S": "1.5",
+    }
+    with HookdServer(env, tmp_path) as server:
+        event_id, _ = _send_one(server)
+        server.wait_for_line(lambda line: "handler sleeping" in line)
+        server.stop()
+        assert server.exited_by_itself(), server.log()
+        lines = server.log_path.read_text().splitlines()
+
+    def index(wanted: str) -> int:
+        [found] = [i for i, line in enumerate(lines) if wanted in line]
+        return found
+
+    stopping, draining, stopped = (
+        index(" info hookd.serve stopping "),
+        index(" info hookd.app draining "),
+        index(" info hookd.serve stopped "),
+    )
+    # The handler in flight had its grace: it finished before serve stopped.
+    done = index("handler done")
+    assert stopping < draining < done < stopped, lines
+    assert _fields(lines[stopping])["signal"] == "SIGTERM"
+    assert _fields(lines[draining])["events"] == "1"
+    assert _fields(lines[done])["event_id"] == event_id
+    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_worker_logs_its_stop_the_drain_and_how_long_it_took(tmp_path: Path, pg_url: str) -> None:
+    env = {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
+        "HOOKD_DATABASE_URL": pg_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_LEVEL": "INFO",
+        "TEST_HANDLER_SLEEP_S": "1.5",
+    }
+    with RedisServer(tmp_path) as redis:
+        env["HOOKD_REDIS_URL"] = redis.url
+        with HookdServer(env, tmp_path) as server, HookdWorker(env, tmp_path) as worker:
+            worker.wait_started()
+            event_id, _ = _send_one(server)
+            worker.wait_for_line(lambda line: "handler sleeping" in line)
+            worker.stop()
+            assert worker.exited_by_itself(), worker.log()
+            lines = worker.log_path.read_text().splitlines()
+
+    def index(wanted: str) -> int:
+        [found] = [i for i, line in enumerate(lines) if wanted in line]
+        return found
+
+    stopping, draining, stopped = (
+        index(" info hookd.worker stopping "),
+        index(" info hookd.worker draining "),
+        index(" info hookd.worker stopped "),
+    )
+    done = index("handler done")
+    assert stopping < draining < done < stopped, lines
+    assert _fields(lines[stopping])["signal"] == "SIGTERM"
+    assert _fields(lines[draining])["events"] == "1"
+    assert _fields(lines[done])["event_id"] == event_id
+    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from hookd import Event
 from store import db
 from tests.support.constants import SECRETS
+
+# A handler's own logger, as a user's module has it: not under "hookd".
+log = logging.getLogger(__name__)
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS effects (idempotency_key VARCHAR(64) PRIMARY KEY, "
@@ -179,3 +183,20 @@ async def effect_at_end(event: Event) -> None:
         float(os.environ.get("TEST_SLOW_S" if slow else "TEST_HANDLER_SLEEP_S", "0"))
     )
     await _call(event, "at_end")
+
+
+async def logs_its_own(event: Event) -> None:
+    """Logs under its own module's logger, without passing any ids: an INFO line, a
+    DEBUG one (below INFO, never printed) and a WARNING from a task it starts. Then
+    sleeps TEST_HANDLER_SLEEP_S, between "handler sleeping" and "handler done"."""
+    log.debug("handler debug line")
+    log.info("handler says hello", extra={"size": len(event.body)})
+    await asyncio.create_task(_warn())
+    if (sleep_s := float(os.environ.get("TEST_HANDLER_SLEEP_S", "0"))) > 0:
+        log.info("handler sleeping", extra={"sleep_s": sleep_s})
+        await asyncio.sleep(sleep_s)
+        log.info("handler done")
+
+
+async def _warn() -> None:
+    log.warning("handler warns from a task")

@@ -9,8 +9,9 @@ records nothing.
 
 The registration check: the provider's record of the webhook endpoint (where the
 API shows one) against what the source expects, recorded on the source's state and
-on the run that made it. A registration that cannot be read is recorded as a
-problem: a check that cannot run must not look like one that passed.
+on the run that made it. A registration that cannot be read is recorded as "could
+not check" with the reason: a check that cannot run must look neither like one that
+passed nor like one that found the registration changed.
 """
 
 from __future__ import annotations
@@ -109,14 +110,14 @@ async def read_registration(adapter: ListAdapter) -> Registration:
         why = f"{exc.reason}: {exc.detail}"
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
         why = f"bad_answer: {type(exc).__name__}"
-    return Registration(problems=(f"could not read the registration: {why}",))
+    return Registration(unread=why)
 
 
 async def record_registration(
     engine: AsyncEngine, source: str, found: Registration, run_id: str | None = None
 ) -> None:
     """A checked registration on the source's state (and its run's record); logged
-    at WARNING when it is not as expected."""
+    at WARNING when it is not as expected, or could not be read."""
     if found.unchecked is not None:
         return
     now = datetime.now(UTC)
@@ -130,8 +131,14 @@ async def record_registration(
             registered=found.registered,
             now=now,
             run_id=run_id,
+            unread=found.unread,
         )
-    if not found.ok:
+    if found.unread is not None:
+        log.warning(
+            "registration not checked",
+            extra={"source": source, "run_id": run_id, "reason": found.unread},
+        )
+    elif not found.ok:
         log.warning(
             "registration drift",
             extra={"source": source, "run_id": run_id, "problems": "; ".join(found.problems)},

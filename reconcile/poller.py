@@ -101,9 +101,10 @@ class Outcome:
     cursor_before: float | None = None
     cursor_after: float | None = None
     # Acknowledged deliveries found not stored (new to the ledger), and the
-    # registration check's problems (None: not checked).
+    # registration check's problems (None: not checked), or why it could not read it.
     ack_violations: int = 0
     registration_problems: tuple[str, ...] | None = None
+    registration_unread: str | None = None
 
 
 @dataclass
@@ -342,7 +343,9 @@ class Reconciler:
             )
         registration = await audit.read_registration(adapter)
         await audit.record_registration(self.engine, run.source.name, registration, run.id)
-        if registration.unchecked is None:
+        if registration.unread is not None:
+            outcome.registration_unread = registration.unread
+        elif registration.unchecked is None:
             outcome.registration_problems = registration.problems
         await self._count(run, tally)
         meta.update(adapter.kept())

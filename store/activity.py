@@ -44,9 +44,10 @@ class Minutes:
 class RunPoint:
     id: str
     started_at: datetime
-    status: str
+    status: str  # a store.status.RunStatus
     missing: int
     late: int | None  # None: this schema keeps no late count
+    error: str | None = None  # why it failed
 
 
 def keeps_late() -> bool:
@@ -95,6 +96,7 @@ async def runs(conn: AsyncConnection, source: str, since: datetime) -> list[RunP
         RECONCILE_RUNS.c.started_at,
         RECONCILE_RUNS.c.status,
         RECONCILE_RUNS.c.items_missing,
+        RECONCILE_RUNS.c.error,
     ]
     result = await conn.execute(
         sa.select(*columns, *([late] if late is not None else []))
@@ -109,7 +111,8 @@ async def runs(conn: AsyncConnection, source: str, since: datetime) -> list[RunP
             started_at=row[1],
             status=row[2],
             missing=int(row[3] or 0),
-            late=None if late is None else int(row[4] or 0),
+            late=None if late is None else int(row[5] or 0),
+            error=row[4],
         )
         for row in result
     ]

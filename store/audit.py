@@ -90,6 +90,15 @@ async def violation_totals(conn: AsyncConnection) -> dict[str, int]:
     return {source: int(count) for source, count in result}
 
 
+# A registration check's outcome, as the API, the admin and the CLI name it:
+# as expected, differs (drift), or the registration could not be read (the API was
+# unreachable, refused the token, answered nonsense): then nothing is known of it,
+# and it is neither ok nor drift.
+REGISTRATION_OK = "ok"
+REGISTRATION_DRIFT = "drift"
+REGISTRATION_UNREAD = "could_not_check"
+
+
 async def record_registration(
     conn: AsyncConnection,
     source: str,
@@ -99,23 +108,55 @@ async def record_registration(
     registered: dict[str, Any],
     now: datetime,
     run_id: str | None = None,
+    unread: str | None = None,
 ) -> None:
-    """The source's latest registration check (and the run's, when a run made it)."""
+    """The source's latest registration check (and the run's, when a run made it).
+
+    ``unread``: why the registration could not be read. Then ``registration_ok`` is
+    NULL (neither as expected nor not), ``registration_checked_at`` is the attempt's
+    time and ``registration`` says ``could_not_check`` and why; on the run,
+    ``registration_ok`` is NULL and ``registration_problems`` holds that one reason (a
+    run with neither made no check)."""
+    if unread is not None:
+        state: dict[str, Any] = {
+            "ok": None,
+            "state": REGISTRATION_UNREAD,
+            "reason": unread,
+            "problems": [],
+            "registered": {},
+        }
+        run_ok, run_problems = None, [unread]
+    else:
+        state = {
+            "ok": ok,
+            "state": REGISTRATION_OK if ok else REGISTRATION_DRIFT,
+            "reason": None,
+            "problems": list(problems),
+            "registered": registered,
+        }
+        run_ok, run_problems = ok, list(problems)
     await conn.execute(
         sa.update(RECONCILE_STATE)
         .where(RECONCILE_STATE.c.source == source)
-        .values(
-            registration_ok=ok,
-            registration_checked_at=now,
-            registration={"ok": ok, "problems": list(problems), "registered": registered},
-        )
+        .values(registration_ok=state["ok"], registration_checked_at=now, registration=state)
     )
     if run_id is not None:
         await conn.execute(
             sa.update(RECONCILE_RUNS)
             .where(RECONCILE_RUNS.c.id == run_id)
-            .values(registration_ok=ok, registration_problems=list(problems))
+            .values(registration_ok=run_ok, registration_problems=run_problems)
         )
+
+
+def run_registration(ok: bool | None, problems: Sequence[str] | None) -> dict[str, Any] | None:
+    """A run's registration check as its resource shows it (None: it made none)."""
+    if ok is None and not problems:
+        return None
+    if ok is None:
+        reason = "; ".join(problems or ())
+        return {"ok": None, "state": REGISTRATION_UNREAD, "reason": reason, "problems": []}
+    state = REGISTRATION_OK if ok else REGISTRATION_DRIFT
+    return {"ok": ok, "state": state, "reason": None, "problems": list(problems or ())}
 
 
 async def disable(

@@ -313,10 +313,12 @@ class ReconcileState(SQLModel, table=True):
     # ``admin session:admin``, ``hookd auth-failures``); cleared when it is enabled again.
     disabled_at: datetime | None = _utc(nullable=True)
     disabled_by: str | None = Field(default=None, max_length=64)
-    # The last registration check (migration 0013): None before the first one.
+    # The last registration check (migration 0013): None before the first one, and
+    # when the last one could not read the registration (its checked_at is set).
     registration_ok: bool | None = Field(default=None)
     registration_checked_at: datetime | None = _utc(nullable=True)
-    # {"ok", "problems": [...], "registered": {the provider's fields as read}}
+    # {"ok", "state": ok | drift | could_not_check, "reason": why it could not be read,
+    # "problems": [...], "registered": {the provider's fields as read}} (store.audit)
     registration: dict[str, Any] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
     )
@@ -347,7 +349,8 @@ class ReconcileRun(SQLModel, table=True):
     # Deliveries the provider says hookd acknowledged (2xx) whose key the store did
     # not hold: newly found by this run (the ack_violations ledger counts each once).
     ack_violations: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
-    # The run's registration check: None when none was made.
+    # The run's registration check: None when none was made. None with problems: it
+    # could not read the registration, and the one problem says why (store.audit).
     registration_ok: bool | None = Field(default=None)
     registration_problems: list[str] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(), nullable=True)

@@ -11,6 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z_or_none
+from store.audit import run_registration
 from store.models import EVENT_KEYS, RECONCILE_RUN_TOTALS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
 from store.status import DONE_RUN_STATUSES, UNFINISHED_RUN_STATUSES, RunStatus
@@ -295,9 +296,5 @@ def run_resource(row: RunRow) -> dict[str, Any]:
         "cursor_after": row.cursor_after,
         "error": row.error,
         "ack_violations": row.ack_violations,
-        "registration": (
-            None
-            if row.registration_ok is None
-            else {"ok": row.registration_ok, "problems": list(row.registration_problems or ())}
-        ),
+        "registration": run_registration(row.registration_ok, row.registration_problems),
     }

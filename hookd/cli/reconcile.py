@@ -24,6 +24,7 @@ from store.status import RunStatus, RunTrigger
 
 if TYPE_CHECKING:
     from reconcile.poller import Reconciler
+    from reconcile.providers.base import Registration
 
 
 async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
@@ -133,6 +134,8 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
         audits += f" ack_violations={outcome.ack_violations}"
     if outcome.registration_problems:
         audits += f" registration_drift={'; '.join(outcome.registration_problems)!r}"
+    if outcome.registration_unread is not None:
+        audits += f" registration_not_checked={outcome.registration_unread!r}"
     return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}{audits}"
 
 
@@ -201,12 +204,26 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
 
 
 def _registration_word(registration: dict[str, Any] | None) -> str | None:
-    """The last registration check in a word: ok, drift (and what), or none yet."""
+    """The last registration check in a word: ok, drift (and what), could not check
+    (and why), or none yet."""
     if registration is None:
         return None
+    if registration["ok"] is None:
+        return f"could not check: {registration['reason']}"
     if registration["ok"]:
         return "ok"
     return "drift: " + "; ".join(registration["problems"])
+
+
+def _check_state(registration: Registration) -> str | None:
+    """``hookd sources check --json``'s ``state``: as the API's, None where not checked."""
+    from store.audit import REGISTRATION_DRIFT, REGISTRATION_OK, REGISTRATION_UNREAD
+
+    if registration.unchecked is not None:
+        return None
+    if registration.unread is not None:
+        return REGISTRATION_UNREAD
+    return REGISTRATION_OK if registration.ok else REGISTRATION_DRIFT
 
 
 async def source_audits(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
@@ -248,23 +265,29 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
         )
     differs = False
     for source, registration in found:
+        # Drift, or a registration that could not be read: neither passed the check.
         differs = differs or (registration.unchecked is None and not registration.ok)
         if args.json:
+            checked = registration.unchecked is None and registration.unread is None
             print(
                 json.dumps(
                     {
                         "name": source.name,
                         "provider": source.provider,
-                        "checked": registration.unchecked is None,
-                        "ok": None if registration.unchecked else registration.ok,
+                        "checked": checked,
+                        "ok": registration.ok if checked else None,
+                        "state": _check_state(registration),
                         "problems": list(registration.problems),
                         "registered": registration.registered,
                         "unchecked": registration.unchecked,
+                        "reason": registration.unread,
                     }
                 )
             )
         elif registration.unchecked is not None:
             print(f"{source.name}: not checked: {registration.unchecked}")
+        elif registration.unread is not None:
+            print(f"{source.name}: could not check the registration: {registration.unread}")
         elif registration.ok:
             url = shown_url(registration.registered.get("url"))
             print(f"{source.name}: registration ok (posts to {url})")

@@ -196,22 +196,33 @@ def _audits(
     ok = GaugeMetricFamily(
         "hookd_source_registration_ok",
         "1 when the last check found the provider's registration of the endpoint as the "
-        "source expects; 0 when it did not, or before the first check.",
+        "source expects; 0 when it did not (drift), or before the first check; -1 when "
+        "the last check could not read it (the API unreachable, the token refused).",
         labels=["source"],
     )
     checked = GaugeMetricFamily(
         "hookd_source_registration_checked_timestamp_seconds",
-        "When the registration was last checked (unix seconds; 0 before the first check, "
-        "and where it cannot be checked).",
+        "When the registration was last checked, or tried (unix seconds; 0 before the "
+        "first check, and where it cannot be checked).",
         labels=["source"],
     )
     for source in reconciled:
         state = states.get(source)
         broken.add_metric([source], violations.get(source, 0))
-        ok.add_metric([source], 1.0 if state is not None and state.registration_ok else 0.0)
         at = state.registration_checked_at if state is not None else None
+        ok.add_metric([source], _registration_value(state))
         checked.add_metric([source], 0.0 if at is None else at.timestamp())
     return [broken, ok, checked]
+
+
+def _registration_value(state: SourceStateRow | None) -> float:
+    """``hookd_source_registration_ok``: 1 ok, 0 drift or never checked, -1 could not
+    check (tried, and the registration could not be read: no drift alert)."""
+    if state is None or state.registration_checked_at is None:
+        return 0.0
+    if state.registration_ok is None:
+        return -1.0
+    return 1.0 if state.registration_ok else 0.0
 
 
 async def _ledger_starts(

@@ -122,10 +122,19 @@ def audited(state: SourceStateRow | None, violations: int) -> dict[str, Any]:
     """What the overview adds to a reconciled source's entry: who switched it off and
     when, its last registration check, and the acknowledgements found broken."""
     registration = None
-    if state is not None and state.registration_ok is not None:
+    if state is not None and state.registration_checked_at is not None:
         kept = state.registration or {}
+        ok = state.registration_ok
         registration = {
-            "ok": state.registration_ok,
+            "ok": ok,
+            "state": (
+                audit.REGISTRATION_UNREAD
+                if ok is None
+                else audit.REGISTRATION_OK
+                if ok
+                else audit.REGISTRATION_DRIFT
+            ),
+            "reason": kept.get("reason") if ok is None else None,
             "checked_at": iso_z_or_none(state.registration_checked_at),
             "problems": list(kept.get("problems") or ()),
             "registered": dict(kept.get("registered") or {}),

@@ -17,12 +17,14 @@ from markupsafe import Markup, escape
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import activity
+from store.status import RunStatus
 
 WIDTH = 960
 HEIGHT = 180
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 24
 TICK_HOURS = 3
 BAR_W = 3.0
+MARK_H = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,10 @@ class Bar:
     minute: float  # unix minute, fractional
     parts: Sequence[tuple[str, float]]  # (css class, height) stacked from 0
     title: str
+    # A mark under the axis in this class (a run that failed, or did not finish): what
+    # happened to it, beside what it counted. None: a tick on the axis when it counted
+    # nothing ("bar-none").
+    mark: str | None = None
 
 
 @dataclass(slots=True)
@@ -152,7 +158,12 @@ def render(chart: Chart) -> Markup:
                 f'width="{BAR_W}" height="{max(1.0, y_base - y_top):.1f}"/>'
             )
             base += height
-        if not parts:  # a run that found nothing: a tick on the axis
+        if bar.mark is not None:  # under the axis, clear of the hour labels
+            parts.append(
+                f'<rect class="{escape(bar.mark)}" x="{x:.1f}" y="{HEIGHT - BOTTOM + 1}" '
+                f'width="{BAR_W}" height="{MARK_H}"/>'
+            )
+        elif not parts:  # a run that found nothing: a tick on the axis
             y_axis = HEIGHT - BOTTOM - 2
             parts.append(
                 f'<rect class="bar-none" x="{x:.1f}" y="{y_axis}" width="{BAR_W}" height="2"/>'
@@ -180,6 +191,16 @@ def render(chart: Chart) -> Markup:
 DAY_MINUTES = 24 * 60
 
 
+# A run's mark on the runs chart by its status: what it came to, beside its counts. A
+# run that succeeded has none (a tick on the axis when it found nothing).
+RUN_MARKS = {
+    RunStatus.FAILED: "bar-failed",
+    RunStatus.RUNNING: "bar-other",
+    RunStatus.QUEUED: "bar-other",
+    RunStatus.LEASE_HELD: "bar-other",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SourceCharts:
     events: Markup
@@ -190,6 +211,15 @@ class SourceCharts:
     run_count: int
     missing: int
     late: int | None  # None: no late count in this schema
+    failed: int = 0  # runs that failed
+    other: int = 0  # runs still running, queued, or skipped (another held the lease)
+    empty: int = 0  # runs that succeeded and found nothing
+
+
+def _run_title(r: activity.RunPoint) -> str:
+    counts = f"{r.missing} missed" + ("" if r.late is None else f", {r.late} late")
+    said = f"run {r.id} at {r.started_at:%H:%M:%S} UTC, {r.status}: {counts}"
+    return said + (f"; {r.error}" if r.status == RunStatus.FAILED and r.error else "")
 
 
 async def source_charts(
@@ -227,20 +257,24 @@ async def source_charts(
     )
     missing = sum(r.missing for r in runs)
     late = sum(r.late or 0 for r in runs) if activity.keeps_late() else None
+    marks = [RUN_MARKS.get(RunStatus(r.status)) for r in runs]
+    failed = marks.count("bar-failed")
+    other = marks.count("bar-other")
+    empty = sum(1 for r, m in zip(runs, marks, strict=True) if m is None and not _counted(r))
     run_chart = None
     if reconciled:
         bars = [
             Bar(
                 minute=r.started_at.timestamp() / 60,
                 parts=[("bar-missed", float(r.missing)), ("bar-late", float(r.late or 0))],
-                title=(
-                    f"run {r.id} at {r.started_at:%H:%M:%S} UTC, {r.status}: "
-                    f"{r.missing} missed" + ("" if r.late is None else f", {r.late} late")
-                ),
+                title=_run_title(r),
+                mark=mark,
             )
-            for r in runs
+            for r, mark in zip(runs, marks, strict=True)
         ]
-        said = f"{len(runs)} runs, {missing} missed" + ("" if late is None else f", {late} late")
+        said = f"{len(runs)} runs ({failed} failed), {missing} missed" + (
+            "" if late is None else f", {late} late"
+        )
         run_chart = render(
             Chart(
                 "Reconciliation runs: events missed and late per run (UTC)",
@@ -260,7 +294,14 @@ async def source_charts(
         run_count=len(runs),
         missing=missing,
         late=late,
+        failed=failed,
+        other=other,
+        empty=empty,
     )
+
+
+def _counted(run: activity.RunPoint) -> bool:
+    return run.missing > 0 or (run.late or 0) > 0
 
 
 # The coverage timeline: a source's coverage report (``reconcile.coverage``'s merged

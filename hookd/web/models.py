@@ -188,10 +188,22 @@ class ReconcileRun(_Body):
     )
 
 
+RegistrationState = Literal["ok", "drift", "could_not_check"]
+REGISTRATION_STATE = (
+    "`ok`: as the source expects; `drift`: it differs (`problems` say how); "
+    "`could_not_check`: the registration could not be read (the API unreachable, the "
+    "token refused; `reason` says why), so nothing is known of it."
+)
+
+
 class RunRegistration(_Body):
     """A registration check made by a run."""
 
-    ok: bool = Field(description="The registration is as the source expects.")
+    ok: bool | None = Field(
+        description="The registration is as the source expects; null when it could not be read."
+    )
+    state: RegistrationState = Field(description=REGISTRATION_STATE)
+    reason: str | None = Field(description="Why it could not be read (`could_not_check`).")
     problems: list[str] = Field(description="How it differs, one sentence each.")
 
 
@@ -229,8 +241,10 @@ class SourceReconcile(_Body):
 class SourceRegistration(_Body):
     """The provider's registration of a source's webhook endpoint, as last checked."""
 
-    ok: bool = Field(description="As the source expects.")
-    checked_at: datetime
+    ok: bool | None = Field(description="As the source expects; null when it could not be read.")
+    state: RegistrationState = Field(description=REGISTRATION_STATE)
+    reason: str | None = Field(description="Why it could not be read (`could_not_check`).")
+    checked_at: datetime = Field(description="When it was last checked, or tried.")
     problems: list[str] = Field(description="How it differs, one sentence each.")
     registered: dict[str, Any] = Field(
         description="The provider's fields as read: GitHub `url`, `active`, `events`, "

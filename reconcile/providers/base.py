@@ -33,15 +33,18 @@ class Registration:
     """The provider's registration of the source's webhook endpoint, as read, and how it
     differs from what the source expects (``problems``: none when it is as expected).
     ``unchecked`` says why nothing was read (the API does not show it, the check is
-    off, the endpoint cannot be told from others): then nothing is recorded."""
+    off, the endpoint cannot be told from others): then nothing is recorded.
+    ``unread`` says why the check could not read it (the API unreachable, the token
+    refused): recorded as such, neither as expected nor drift."""
 
     registered: dict[str, Any] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     unchecked: str | None = None
+    unread: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.unchecked is None
+        return not self.problems and self.unchecked is None and self.unread is None
 
 
 def same_url(registered: object, wanted: str) -> bool:

@@ -7,6 +7,7 @@ Processing runs in the server process (no Redis) on SQLite; the handler is
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,17 +15,22 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.providers.signing import sample_event
-from store import db
+from store import audit, db
+from store import reconcile as rstate
+from store.ids import new_id
+from store.models import RECONCILE_RUNS, RECONCILE_STATE
 from tests.support import handlers
-from tests.support.constants import SECRETS
-from tests.support.server import HookdServer
+from tests.support.constants import SECRETS, STANDARD_SECRET
+from tests.support.server import HookdServer, free_port
 from tests.support.services import require_tool
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "browser-admin-token"
+READ_TOKEN = "browser-read-token"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -184,3 +190,142 @@ async def test_login_see_a_dead_letter_replay_it_after_the_fix_and_see_it_proces
             finally:
                 await browser.close()
     assert await status_of(sqlite_url, event_id) == "processed"
+
+
+def wide_config(tmp_path: Path) -> Path:
+    """Three reconciled sources and two destinations with long URLs: the sources page
+    at its widest (admin session: the disable forms shown)."""
+    api = f"http://127.0.0.1:{free_port()}"
+    path = tmp_path / "admin-wide.toml"
+    path.write_text(
+        f"""
+[[sources]]
+name = "github-enterprise-main"
+provider = "github"
+secrets = ["{SECRETS["github"]}"]
+public_url = "https://hookd.example/hooks/github-enterprise-main"
+
+[sources.reconcile]
+api_url = "{api}"
+allow_insecure = true
+token = "t"
+hook = "repos/octo-organisation/a-long-repository-name/hooks/123456789"
+
+[[sources.destinations]]
+name = "warehouse-ingest"
+url = "https://ingest.analytics.internal.example.com/v2/webhooks/github/events?tenant=main"
+secret = "{STANDARD_SECRET}"
+
+[[sources]]
+name = "stripe-payments-eu"
+provider = "stripe"
+secrets = ["{SECRETS["stripe"]}"]
+public_url = "https://hookd.example/hooks/stripe-payments-eu"
+
+[sources.reconcile]
+api_url = "{api}"
+allow_insecure = true
+token = "rk_test_wide"
+
+[[sources.destinations]]
+name = "billing-service"
+url = "https://billing.payments.internal.example.com/api/webhooks/stripe/receive"
+secret = "{STANDARD_SECRET}"
+
+[[sources]]
+name = "slack"
+provider = "slack"
+secrets = ["{SECRETS["slack"]}"]
+"""
+    )
+    return path
+
+
+async def seed_reconcile_states(url: str) -> None:
+    """github: drift with long problems; stripe: could not check, and disabled by hand
+    with a long reason; both with a failed last run."""
+    engine = db.create_engine(url)
+    now = datetime.now(UTC)
+    try:
+        async with engine.begin() as conn:
+            for source in ("github-enterprise-main", "stripe-payments-eu"):
+                await rstate.ensure_state(conn, source, now)
+                await insert_run_row(conn, source, now)
+            await audit.record_registration(
+                conn, "github-enterprise-main", ok=False, now=now, registered={},
+                problems=[
+                    "the hook posts to https://old-host.example.com/hooks/github?…, not to "
+                    "the source's public_url https://hookd.example/hooks/github-enterprise-main",
+                    "the hook does not send issues.opened, pull_request.*, release.*, which "
+                    "the source's handlers or destinations take",
+                ],
+            )  # fmt: skip
+            await audit.record_registration(
+                conn, "stripe-payments-eu", ok=False, problems=(), registered={}, now=now,
+                unread="provider_unreachable: connect timeout: GET https://api.stripe.com/"
+                "v1/webhook_endpoints (gave up after 4 attempts)",
+            )  # fmt: skip
+            await audit.disable(
+                conn, "stripe-payments-eu", by="admin session:admin", now=now,
+                reason="the provider's API keys are being rotated by the payments team; "
+                "re-enable after the change window closes on Friday",
+            )  # fmt: skip
+    finally:
+        await engine.dispose()
+
+
+async def insert_run_row(conn: AsyncConnection, source: str, now: datetime) -> None:
+    run_id = new_id(int(now.timestamp() * 1000))
+    await conn.execute(
+        sa.insert(RECONCILE_RUNS).values(
+            id=run_id, source=source, status="failed", trigger="schedule", dry_run=False,
+            started_at=now, finished_at=now, items_checked=0, items_missing=0,
+            items_repaired=0, pages=0, api_calls=1, rate_limited=0,
+            error="provider_unreachable: connect timeout",
+        )
+    )  # fmt: skip
+    await conn.execute(
+        sa.update(RECONCILE_STATE)
+        .where(RECONCILE_STATE.c.source == source)
+        .values(last_run_id=run_id)
+    )
+
+
+async def test_the_sources_page_fits_1280_px_and_the_login_names_both_tokens(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """At 1280x800 the sources page (three sources, drift with its reasons, a
+    registration that could not be checked, a disabled source, long destination URLs)
+    needs no horizontal scrolling; "could not check" is not drift; the login page says
+    the read token opens it too."""
+    chromium = require_tool("chromium")
+    env = {
+        "HOOKD_CONFIG": str(wide_config(tmp_path)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_READ_TOKEN": READ_TOKEN,
+        "HOOKD_RECONCILE_SCHEDULE": "false",
+    }
+    with HookdServer(env, tmp_path) as server:
+        await seed_reconcile_states(sqlite_url)
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(5000)
+                await page.goto(server.url + "/admin/login")
+                label = page.locator("label[for=token]")
+                await expect(label).to_contain_text("HOOKD_ADMIN_TOKEN")
+                await expect(label).to_contain_text("HOOKD_READ_TOKEN")
+                await expect(label).to_contain_text("read")
+                await page.fill("input[name=token]", TOKEN)
+                await page.get_by_role("button", name="Log in").click()
+                await page.wait_for_url("**/admin")
+                await expect(page.get_by_text("could not check", exact=True)).to_be_visible()
+                await expect(page.locator(".bad", has_text="drift")).to_have_count(1)
+                await expect(page.get_by_role("button", name="Disable")).to_have_count(1)
+                await page.screenshot(path=str(tmp_path / "admin-sources-1280.png"), full_page=True)
+                width = await page.evaluate("document.documentElement.scrollWidth")
+                assert width <= 1280, f"the sources page is {width} px wide at 1280"
+            finally:
+                await browser.close()

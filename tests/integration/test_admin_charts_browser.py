@@ -202,3 +202,88 @@ async def test_the_activity_page_draws_a_sources_day_as_svg_charts_in_the_browse
             finally:
                 await browser.close()
     assert all(p.stat().st_size > 10_000 for p in saved)
+
+
+async def test_failed_runs_have_their_own_colour_and_legend_entry_in_the_browser(
+    tmp_path: Path, sqlite_url: str, record_property: Callable[[str, object], None]
+) -> None:
+    """Seven runs that failed (the provider unreachable), one of them after repairing two
+    events, beside runs that found nothing and one that found misses: the failed ones
+    are drawn in a colour of their own with a legend entry, not as "found nothing"; the
+    coverage timeline's failed holes share that colour."""
+    chromium = require_tool("chromium")
+    now = datetime.now(UTC)
+    engine = db.create_engine(sqlite_url)
+    try:
+        for hour in range(12, 0, -1):
+            started = now - timedelta(hours=hour)
+            failed = hour <= 7
+            await insert_run(
+                engine, "stripe", started, missing=2 if hour == 3 or hour == 10 else 0, late=0,
+                status="failed" if failed else "succeeded",
+                error="provider_unreachable: connect timeout" if failed else None,
+            )  # fmt: skip
+            async with engine.begin() as conn:
+                await coverage.record(
+                    conn, source="stripe", start=started - timedelta(hours=1), end=started,
+                    outcome="failed" if failed else "complete", now=started, run_id=None,
+                    reason="provider_unreachable" if failed else None,
+                )  # fmt: skip
+    finally:
+        await engine.dispose()
+    env = {
+        "HOOKD_CONFIG": str(config(tmp_path)),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_RECONCILE_SCHEDULE": "false",
+    }
+    with HookdServer(env, tmp_path) as server:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1280, "height": 800})
+                page.set_default_timeout(10_000)
+                await page.goto(server.url + "/admin/login")
+                await page.fill("input[name=token]", TOKEN)
+                await page.get_by_role("button", name="Log in").click()
+                await page.wait_for_url("**/admin")
+                await page.goto(server.url + "/admin/sources/stripe/activity")
+                runs = page.locator("svg.chart").nth(2)
+                await expect(runs.locator("rect.bar-failed")).to_have_count(7)
+                # Only the four runs that succeeded without a miss are "found nothing".
+                await expect(runs.locator("rect.bar-none")).to_have_count(4)
+                await expect(runs.locator("rect.bar-missed")).to_have_count(2)
+                title = (
+                    await runs.locator("g", has=page.locator("rect.bar-failed"))
+                    .first.locator("title")
+                    .text_content()
+                )
+                assert title is not None and "failed" in title and "provider_unreachable" in title
+                legend = page.locator(".legend").nth(2)
+                await expect(legend.locator(".key.bar-failed")).to_be_visible()
+                await expect(legend).to_contain_text("failed")
+                await expect(legend).to_contain_text("(7)")
+                await expect(legend).to_contain_text("succeeded and found nothing (4)")
+
+                async def fill(locator: Any) -> str:
+                    return str(await locator.evaluate("e => getComputedStyle(e).fill"))
+
+                failed = await fill(runs.locator("rect.bar-failed").first)
+                nothing = await fill(runs.locator("rect.bar-none").first)
+                missed = await fill(runs.locator("rect.bar-missed").first)
+                assert failed not in ("none", "rgb(0, 0, 0)", nothing, missed)
+                key = await legend.locator(".key.bar-failed").evaluate(
+                    "e => getComputedStyle(e).backgroundColor"
+                )
+                assert key == failed
+                path = artifacts(tmp_path) / "admin-activity-failed-runs.png"
+                await page.screenshot(path=str(path), full_page=True)
+                record_property("artifact", str(path))
+
+                # The coverage timeline draws failed holes in the same colour.
+                await page.goto(server.url + "/admin/sources/stripe/coverage?since=13h")
+                hole = page.locator("svg.timeline rect.cov-failed").first
+                await expect(hole).to_be_visible()
+                assert await fill(hole) == failed
+            finally:
+                await browser.close()

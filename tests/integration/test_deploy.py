@@ -178,6 +178,29 @@ def test_alert_unit_tests_catch_a_summed_database_family(
     assert "FAILED" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    "loose_expr",
+    [
+        "max by (source) (hookd_source_registration_ok) < 1",
+        "max by (source) (hookd_source_registration_ok) != 1",
+    ],
+)
+def test_alert_unit_tests_catch_a_drift_rule_that_fires_on_could_not_check(
+    tmp_path: Path, loose_expr: str
+) -> None:
+    """-1 (the registration could not be read) is not drift: the unit tests fail if the
+    drift rule fires on anything but 0."""
+    promtool = require_tool("promtool")
+    text = ALERTS.read_text()
+    exact = "max by (source) (hookd_source_registration_ok) == 0"
+    assert exact in text
+    (tmp_path / "alerts.yml").write_text(text.replace(exact, loose_expr))
+    shutil.copy(PROMETHEUS / "alerts_test.yml", tmp_path / "alerts_test.yml")
+    result = run([promtool, "test", "rules", str(tmp_path / "alerts_test.yml")])
+    assert result.returncode != 0, result.stdout
+    assert "could not be read fires no drift alert" in result.stdout + result.stderr
+
+
 def test_prometheus_config_passes_promtool_check(tmp_path: Path) -> None:
     """The config as compose mounts it: credentials_file is resolved next to it."""
     promtool = require_tool("promtool")

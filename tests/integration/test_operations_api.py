@@ -198,3 +198,22 @@ async def test_admin_lists_operations_with_progress_and_asks_one_to_stop(
     assert asked.status_code == 303
     assert "Cancel asked" in after.text and "Cancel asked</dt>" in after.text
     assert shown["cancel_requested_at"] is not None and not shown["done"]
+
+
+async def test_admin_operations_list_shows_each_operations_filter(
+    sources: Sources, sqlite_url: str
+) -> None:
+    """Which events an operation chose is in the list, not only on its own page."""
+    async with running_app(sources, sqlite_url, admin_token="ops-admin") as (_, client):
+        for flt in ({"source": "x", "status": "dead"}, {"type": "invoice.*"}):
+            started = await client.post(
+                "/api/operations", json={"action": "replay", "filter": flt}, headers=ADMIN
+            )
+            assert started.status_code == 202, started.text
+            await done(client, started.json()["id"], ADMIN)
+        assert (await client.post("/admin/login", data={"token": "ops-admin"})).status_code == 303
+        listing = (await client.get("/admin/operations")).text
+    rows = re.findall(r"<tr>.*?</tr>", listing, flags=re.S)[1:]
+    assert len(rows) == 2
+    assert "<code>type = invoice.*</code>" in rows[0]
+    assert "<code>source = x</code>" in rows[1] and "<code>status = dead</code>" in rows[1]

@@ -31,7 +31,7 @@ from tests.support.asgi import running_app
 from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT
+from tests.support.server import ROOT, free_port
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -48,6 +48,12 @@ ELSEWHERE = "https://old-host.example/hooks/{provider}?token=abc"
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 Emulator = GitHubEmulator | StripeEmulator
+# A run's registration check as its resource shows it.
+AS_EXPECTED = {"ok": True, "state": "ok", "reason": None, "problems": []}
+
+
+def drift(*problems: str) -> dict[str, Any]:
+    return {"ok": False, "state": "drift", "reason": None, "problems": list(problems)}
 
 
 def sources_toml(
@@ -175,7 +181,7 @@ async def test_a_correct_registration_reports_ok_on_the_run_the_source_and_the_m
     world: World,
 ) -> None:
     run = await world.reconcile()
-    assert run["registration"] == {"ok": True, "problems": []}
+    assert run["registration"] == AS_EXPECTED
     reconcile = await world.source()
     assert reconcile["registration"]["ok"] is True
     assert reconcile["registration"]["registered"]["url"] == PUBLIC[world.provider]
@@ -189,10 +195,7 @@ async def test_an_inactive_github_hook_is_reported_with_the_reason(world: World)
     assert isinstance(world.emulator, GitHubEmulator)
     world.emulator.hook_active = False
     run = await world.reconcile()
-    assert run["registration"] == {
-        "ok": False,
-        "problems": ["the hook is inactive: GitHub sends it nothing"],
-    }
+    assert run["registration"] == drift("the hook is inactive: GitHub sends it nothing")
     reconcile = await world.source()
     assert reconcile["registration"]["ok"] is False
     assert reconcile["registration"]["registered"]["active"] is False
@@ -241,13 +244,10 @@ def moved(provider: str) -> tuple[str, Emulator, str]:
 async def test_a_changed_url_is_reported_with_the_reason_and_no_query(world: World) -> None:
     run = await world.reconcile()
     what = "hook" if world.provider == "github" else "endpoint"
-    assert run["registration"] == {
-        "ok": False,
-        "problems": [
-            f"the {what} posts to https://old-host.example/hooks/{world.provider}?…, not to "
-            f"the source's public_url {PUBLIC[world.provider]}"
-        ],
-    }
+    assert run["registration"] == drift(
+        f"the {what} posts to https://old-host.example/hooks/{world.provider}?…, not to "
+        f"the source's public_url {PUBLIC[world.provider]}"
+    )
     assert await world.metric("hookd_source_registration_ok") == 0
 
 
@@ -256,13 +256,9 @@ async def test_no_stripe_endpoint_posting_to_the_public_url_is_a_drift(world: Wo
     assert isinstance(world.emulator, StripeEmulator)
     world.emulator.add_webhook_endpoint("https://someone-else.example/stripe")
     run = await world.reconcile()
-    assert run["registration"] == {
-        "ok": False,
-        "problems": [
-            "no webhook endpoint posts to the source's public_url "
-            "https://hookd.example/hooks/stripe"
-        ],
-    }
+    assert run["registration"] == drift(
+        "no webhook endpoint posts to the source's public_url https://hookd.example/hooks/stripe"
+    )
 
 
 @pytest.mark.parametrize(
@@ -276,9 +272,9 @@ async def test_events_the_source_expects_and_the_hook_does_not_send_are_named(
     assert isinstance(world.emulator, GitHubEmulator)
     world.emulator.hook_events = ["push", "pull_request"]
     run = await world.reconcile()
-    assert run["registration"] == {"ok": False, "problems": ["the hook does not send issues"]}
+    assert run["registration"] == drift("the hook does not send issues")
     world.emulator.hook_events = ["*"]
-    assert (await world.reconcile())["registration"] == {"ok": True, "problems": []}
+    assert (await world.reconcile())["registration"] == AS_EXPECTED
 
 
 def destination(name: str, types: str) -> str:
@@ -311,19 +307,15 @@ async def test_without_expect_events_the_hook_must_send_what_handlers_and_destin
     assert isinstance(world.emulator, GitHubEmulator)
     world.emulator.hook_events = ["push", "pull_request"]
     run = await world.reconcile()
-    assert run["registration"] == {
-        "ok": False,
-        "problems": [f"the hook does not send issues.opened, release.*, {NEEDED_BY}"],
-    }
+    assert run["registration"] == drift(
+        f"the hook does not send issues.opened, release.*, {NEEDED_BY}"
+    )
     assert await world.metric("hookd_source_registration_ok") == 0
     world.emulator.hook_events = ["issues", "push"]
     run = await world.reconcile()
-    assert run["registration"] == {
-        "ok": False,
-        "problems": [f"the hook does not send release.*, {NEEDED_BY}"],
-    }
+    assert run["registration"] == drift(f"the hook does not send release.*, {NEEDED_BY}")
     world.emulator.hook_events = ["issues", "release"]
-    assert (await world.reconcile())["registration"] == {"ok": True, "problems": []}
+    assert (await world.reconcile())["registration"] == AS_EXPECTED
     assert await world.metric("hookd_source_registration_ok") == 1
 
 
@@ -405,3 +397,77 @@ async def test_the_admin_sources_page_shows_the_drift_and_its_reason(world: Worl
     page = (await world.client.get("/admin")).text
     assert '<span class="bad">drift</span>' in page
     assert "the hook is inactive: GitHub sends it nothing" in page
+
+
+async def hookd_in_process(pg_url: str, config: str, *argv: str) -> tuple[int, str]:
+    """``hookd ARGV`` (a ``sources`` command) in this process: its exit status and output."""
+    sources = parse_sources(config, Path("hookd.toml"), env={})
+    args = build_parser().parse_args(list(argv))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await cmd_sources(args, Settings(database_url=pg_url), sources)
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize("world", ["github"], indirect=True)
+async def test_a_registration_that_cannot_be_read_is_could_not_check_not_drift(
+    world: World, pg_url: str
+) -> None:
+    """The token lists the deliveries but cannot read the hook (GitHub answers 404):
+    nothing is known of the registration. The run, the source, `hookd sources`, the
+    admin pages and the metric (-1, on which the drift alert does not fire) say "could
+    not check" and why, not drift; the next check that reads it is ok again."""
+    assert isinstance(world.emulator, GitHubEmulator)
+    world.emulator.hook_status = 404
+    run = await world.reconcile()
+    unread = run["registration"]
+    assert (unread["ok"], unread["state"], unread["problems"]) == (None, "could_not_check", [])
+    assert unread["reason"].startswith("provider_refused: HTTP 404 from GET "), unread
+    assert unread["reason"].endswith(f"/{HOOK}")
+    reconcile = await world.source()
+    assert {k: reconcile["registration"][k] for k in ("ok", "state", "reason", "problems")} == {
+        "ok": None,
+        "state": "could_not_check",
+        "reason": unread["reason"],
+        "problems": [],
+    }
+    assert reconcile["registration"]["checked_at"] is not None
+    assert await world.metric("hookd_source_registration_ok") == -1
+    assert await world.metric("hookd_source_registration_checked_timestamp_seconds") > 0
+    config = sources_toml("github", world.api_url)
+    code, out = await hookd_in_process(pg_url, config, "sources", "list")
+    assert code == 0 and f"could not check: {unread['reason']}" in out, out
+    assert "drift" not in out
+
+    assert (await world.client.post("/admin/login", data={"token": TOKEN})).status_code == 303
+    for path in ("/admin", f"/admin/runs/{run['id']}"):
+        page = (await world.client.get(path)).text
+        assert '<span class="unknown">could not check</span>' in page, path
+        assert unread["reason"] in page
+        assert "drift" not in page, path
+
+    world.emulator.hook_status = None
+    assert (await world.reconcile())["registration"] == AS_EXPECTED
+    assert await world.metric("hookd_source_registration_ok") == 1
+
+
+async def test_sources_check_of_an_unreachable_api_says_it_could_not_check(pg_url: str) -> None:
+    """Nothing listens at the API's address: `hookd sources check` says it could not
+    check and why (exit 1: the check did not pass), not that the registration differs."""
+    config = sources_toml("github", f"http://127.0.0.1:{free_port()}")
+    code, out = await hookd_in_process(pg_url, config, "sources", "check", "github")
+    assert code == 1
+    assert out.startswith("github: could not check the registration: provider_unreachable: ")
+    assert "differs" not in out
+    code, out = await hookd_in_process(pg_url, config, "sources", "check", "github", "--json")
+    checked = json.loads(out)
+    assert code == 1
+    assert (checked["checked"], checked["ok"], checked["state"]) == (
+        False,
+        None,
+        "could_not_check",
+    )
+    assert checked["reason"].startswith("provider_unreachable: ")
+    code, out = await hookd_in_process(pg_url, config, "sources", "list", "--json")
+    [source] = [json.loads(line) for line in out.splitlines()]
+    assert source["reconcile"]["registration"]["state"] == "could_not_check"

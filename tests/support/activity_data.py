@@ -47,13 +47,21 @@ async def insert_rows(engine: AsyncEngine, rows: list[dict[str, Any]]) -> None:
 
 
 async def insert_run(
-    engine: AsyncEngine, source: str, started_at: datetime, *, missing: int, late: int
+    engine: AsyncEngine,
+    source: str,
+    started_at: datetime,
+    *,
+    missing: int,
+    late: int,
+    status: str = "succeeded",
+    error: str | None = None,
 ) -> str:
     run_id = new_id(int(started_at.timestamp() * 1000))
     values: dict[str, Any] = {
         "id": run_id,
         "source": source,
-        "status": "succeeded",
+        "status": status,
+        "error": error,
         "trigger": "schedule",
         "dry_run": False,
         "started_at": started_at,

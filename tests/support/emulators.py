@@ -8,7 +8,8 @@ reordering, so that tests can check that reconciliation repairs what was lost.
 - :class:`GitHubEmulator`: webhook deliveries of one hook (repository, organisation
   or GitHub App): list (``Link`` pagination), get, redeliver; and the hook itself
   (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``; an App's
-  ``GET /app/hook/config``) as ``hook_active``, ``hook_events``, ``hook_url`` say.
+  ``GET /app/hook/config``) as ``hook_active``, ``hook_events``, ``hook_url`` say
+  (``hook_status``: an error status the hook's own paths answer instead).
 - :class:`StripeEmulator`: ``GET /v1/events`` (``starting_after``/``ending_before``,
   ``created[...]``, ``types[]``, 30-day retention) and the webhook endpoints
   (``GET /v1/webhook_endpoints[/{id}]``, ``add_webhook_endpoint``).
@@ -278,6 +279,7 @@ class GitHubEmulator(_Emulator):
         self.hook_events: list[str] = ["*"]
         self.hook_url: str | None = None
         self.hook_last_response: dict[str, Any] | None = None
+        self.hook_status: int | None = None
         super().__init__()
 
     # -- recording ---------------------------------------------------------------
@@ -649,9 +651,13 @@ class GitHubEmulator(_Emulator):
         return document
 
     async def _hook(self, request: Request) -> Response:
+        if self.hook_status is not None:
+            return self._error(self.hook_status, "Not Found")
         return JSONResponse(self.hook_document(str(request.base_url)))
 
     async def _hook_config(self, _: Request) -> Response:
+        if self.hook_status is not None:
+            return self._error(self.hook_status, "Not Found")
         return JSONResponse(self.hook_config())
 
     async def _get(self, request: Request) -> Response:

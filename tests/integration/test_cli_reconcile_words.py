@@ -13,6 +13,7 @@ import pytest
 from store import coverage as ledger
 from store import db
 from store import reconcile as rstate
+from store.destinations import WHOLE_SOURCE, set_pause
 from store.status import CoverageOutcome
 from tests.integration.test_cli import hookd
 from tests.support.constants import SECRETS, SOURCES_TOML
@@ -120,3 +121,62 @@ async def test_coverage_after_enable_and_a_good_run_does_not_say_disabled(
     holes = [i for i in json.loads(report.stdout)["intervals"] if i["state"] == "hole"]
     kinds = [r["kind"] for h in holes for r in h["reasons"]]
     assert kinds and set(kinds) <= {"pending", "settling"}, holes
+
+
+# -- 5 and 7: sources list and reconcile print times as ISO 8601, and pause reasons ---
+
+
+async def test_sources_list_shows_the_cursor_as_iso_and_the_pause_reason(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "hookd.toml"
+    config.write_text(RECONCILED_TOML)
+    cursor = datetime(2026, 2, 3, 4, 5, 6, 500000, tzinfo=UTC)
+    engine = db.create_engine(sqlite_url)
+    try:
+        async with engine.begin() as conn:
+            await rstate.ensure_state(conn, "billing", cursor)
+            await rstate.update_state(conn, "billing", None, cursor=cursor.timestamp())
+            await set_pause(
+                conn,
+                "github",
+                WHOLE_SOURCE,
+                paused=True,
+                by="cli user:ops",
+                reason="handler bug #12",
+                now=datetime(2026, 2, 4, tzinfo=UTC),
+            )
+    finally:
+        await engine.dispose()
+    listed = hookd(sqlite_url, "sources", "list", HOOKD_CONFIG=str(config))
+    assert listed.returncode == 0, listed.stderr
+    [billing] = [line for line in listed.stdout.splitlines() if line.startswith("billing ")]
+    assert "2026-02-03T04:05:06.500000Z" in billing
+    assert str(cursor.timestamp()) not in listed.stdout
+    [github] = [line for line in listed.stdout.splitlines() if line.startswith("github ")]
+    assert "paused (since 2026-02-04T00:00:00Z, by cli user:ops): handler bug #12" in github, github
+    # JSON keeps the number: the documented field is unix seconds.
+    as_json = hookd(sqlite_url, "sources", "list", "--json", HOOKD_CONFIG=str(config))
+    [entry] = [e for e in map(json.loads, as_json.stdout.splitlines()) if e["name"] == "billing"]
+    assert entry["reconcile"]["cursor"] == cursor.timestamp()
+
+
+def test_a_run_line_shows_its_cursors_as_iso() -> None:
+    from types import SimpleNamespace
+
+    from hookd.cli.reconcile import describe_outcome
+
+    outcome = SimpleNamespace(
+        source="billing",
+        status="succeeded",
+        run_id="R",
+        checked=1,
+        missing=0,
+        repaired=0,
+        cursor_before=1770000000.25,
+        cursor_after=1770000600.0,
+        ack_violations=0,
+        registration_problems=(),
+    )
+    line = describe_outcome(outcome, dry_run=False)
+    assert "cursor=2026-02-02T02:40:00.250000Z->2026-02-02T02:50:00Z" in line, line

@@ -217,11 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The options of `hookd replay` that make it a bulk operation (`hookd.cli.operations`).
 BULK_REPLAY_OPTIONS = ("since", "until", "type", "destination", "origin", "object")
+# Its three forms, as its usage line and its usage errors show them.
+REPLAY_FORMS = (
+    "hookd replay EVENT_ID ...",
+    "hookd replay --source S --status dead",
+    "hookd replay --since TIME [--until TIME] [--source S] [--status STATUS] [--type GLOB] "
+    "[--origin O] [--destination D] [--object KEY] [--dry-run] [--wait]",
+)
 
 
 def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     replay = sub.add_parser(
         "replay",
+        usage="\n       ".join(REPLAY_FORMS),
         help="run events' handlers again, on the same rows: by id, or in bulk by filter",
         description=(
             "Run events' handlers again, on the same rows. By id (EVENT_ID ...), every dead\n"

@@ -121,6 +121,17 @@ class Settings(BaseSettings):
             return 1 if (os.cpu_count() or 1) >= 2 else 0
         return self.processors
 
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config(cls, value: object) -> object:
+        # Empty would be Path(""), the current directory: "Is a directory: '.'".
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(
+                "is empty; set it to the sources file's path (or unset it for ./hookd.toml, "
+                "or pass --config PATH)"
+            )
+        return value
+
     @field_validator("sqlite_writer", mode="before")
     @classmethod
     def _sqlite_writer(cls, value: object) -> str:

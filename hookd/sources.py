@@ -773,11 +773,22 @@ def _adapter(path: Path, label: str, config: SourceConfig) -> Provider:
     return provider.configurable.bind(config.verify)
 
 
+class SourcesFileMissing(ConfigError):
+    """No sources file at ``path``. The command line, which knows whether the path came
+    from ``--config``, HOOKD_CONFIG or the default, words the hint itself."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path}: sources file not found (set HOOKD_CONFIG)")
+        self.path = path
+
+
 def load_sources(path: Path, env: Mapping[str, str] | None = None) -> Sources:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{path}: sources file not found (set HOOKD_CONFIG)") from None
+        raise SourcesFileMissing(path) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a sources file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read sources file: {exc}") from None
     return parse_sources(text, path, env)

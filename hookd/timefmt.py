@@ -8,7 +8,7 @@ formatter both need it, and neither may import the other.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 def iso_z(value: datetime) -> str:
@@ -20,3 +20,9 @@ def iso_z(value: datetime) -> str:
 def iso_z_or_none(value: datetime | None) -> str | None:
     """``iso_z`` for a column that may be NULL."""
     return None if value is None else iso_z(value)
+
+
+def iso_z_seconds(value: float | None) -> str | None:
+    """Unix seconds (a reconciliation cursor, a window's end) as ``iso_z`` writes a
+    moment, in UTC; None stays None."""
+    return None if value is None else iso_z(datetime.fromtimestamp(value, UTC))

@@ -11,8 +11,10 @@ amounts to for a range of time, at a given moment:
   it), ``not_checked`` (the source was disabled; also said of a source disabled right
   now, from its cursor on), ``beyond_retention`` (older than the provider keeps: no
   run can check it any more), ``settling`` (younger than the settle window: a run
-  judges it later), ``pending`` (after the last checked moment: the next run's work),
-  or ``not_recorded`` (no record: before the ledger began, or a run that died).
+  judges it later), ``pending`` (after the last checked moment: the next run's work;
+  also what a past disable's window still holds from the cursor on once a good run
+  has moved the cursor into it), or
+  ``not_recorded`` (no record: no run has covered it yet, or before the ledger's records).
 
 Adjacent pieces with the same state and reasons are merged.
 """
@@ -121,6 +123,8 @@ class Situation:
     cursor: float | None = None
     # Set when the source's reconciliation is disabled right now: why.
     disabled: str | None = None
+    # Where the source's coverage ledger begins (None: it has no record yet).
+    ledger_start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +216,18 @@ def merge(
 def _reasons(over: Sequence[CoverageRow], start: float, sit: Situation) -> list[Reason]:
     reasons: list[Reason] = []
     seen: set[tuple[str, str | None]] = set()
+    # A past disable's window (recorded from the cursor of then to the enable): once a
+    # good run has moved the cursor into it, what is left of it from the cursor on is
+    # the next runs' work (pending, settling), not time lost to the disable.
+    ahead = sit.cursor is not None and start >= sit.cursor and sit.disabled is None
     for r in sorted(over, key=lambda r: (r.recorded_at, r.id)):
+        if (
+            ahead
+            and r.outcome == CoverageOutcome.NOT_CHECKED
+            and sit.cursor is not None
+            and sit.cursor > _ts(r.start_at)
+        ):
+            continue
         # One reason per outcome and text: a run that failed ten times says it once,
         # as the last one to fail.
         key = (r.outcome, r.reason)
@@ -228,15 +243,28 @@ def _reasons(over: Sequence[CoverageRow], start: float, sit: Situation) -> list[
         )
     elif start >= sit.now - sit.settle_s:
         reasons.append(
-            Reason(SETTLING, f"younger than settle_s ({sit.settle_s:g} s): a run judges it later")
+            Reason(
+                SETTLING,
+                f"not judged yet: younger than the settle window ({sit.settle_s:g} s); "
+                "a run judges it later",
+            )
         )
     elif not reasons and sit.cursor is not None and start >= sit.cursor:
         reasons.append(Reason(PENDING, "after the last checked moment: the next run checks it"))
     if not reasons:
-        reasons.append(
-            Reason(NOT_RECORDED, "no record: before the ledger began, or a run that died")
-        )
+        reasons.append(Reason(NOT_RECORDED, _unrecorded(start, sit)))
     return _ordered(reasons)
+
+
+def _unrecorded(start: float, sit: Situation) -> str:
+    """Why a moment no record covers has none. A run that dies never moves the cursor,
+    so what it left is after the cursor (``pending``): before the cursor, a missing
+    record is one made before the ledger began, or since removed by retention."""
+    if sit.ledger_start is None or (sit.cursor is None and start >= sit.ledger_start):
+        return "no run covered this yet"
+    if start < sit.ledger_start:
+        return "no record: before the coverage ledger began"
+    return "no record: before the ledger's records (begun later, or pruned by retention)"
 
 
 def _ordered(reasons: list[Reason]) -> list[Reason]:

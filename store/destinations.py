@@ -107,6 +107,20 @@ async def set_pause(
     return PauseRow(source, destination, paused, by[:128], reason, now), True
 
 
+async def source_pause(conn: AsyncConnection, source: str) -> PauseRow | None:
+    """The switch that pauses ``source`` whole, while it is paused; else None."""
+    row = (
+        await conn.execute(
+            sa.select(*PAUSE_COLUMNS).where(
+                PAUSES.c.source == source,
+                PAUSES.c.destination == WHOLE_SOURCE,
+                PAUSES.c.paused.is_(True),
+            )
+        )
+    ).first()
+    return None if row is None else PauseRow._make(row)
+
+
 async def all_pauses(conn: AsyncConnection) -> dict[tuple[str, str], PauseRow]:
     result = await conn.execute(sa.select(*PAUSE_COLUMNS))
     return {(r.source, r.destination): PauseRow._make(r) for r in result}

@@ -9,7 +9,8 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -20,10 +21,15 @@ from hookd.cli.parser import (
     EXIT_WAIT_DEAD,
     EXIT_WAIT_TIMEOUT,
     EXIT_WAIT_UNKNOWN,
+    REPLAY_FORMS,
 )
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from store.status import EventStatus
+from hookd.timefmt import iso_z
+from store.status import RUNNABLE_STATUSES, EventStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
@@ -68,28 +74,50 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
                 shown = json.dumps(value) if isinstance(value, dict) else value
                 print(f"{key.ljust(width)}  {'' if shown is None else shown}")
             print("history" + ("" if past else "  (nothing yet)"))
-            for line in history_lines(past):
+            due = detail.next_attempt_at if res["status"] in RUNNABLE_STATUSES else None
+            for line in history_lines(past, due):
                 print("  " + line)
         return EXIT_OK
 
 
-def history_lines(entries: list[dict[str, Any]]) -> list[str]:
-    """An event's history, oldest first, one line per attempt or replay."""
+def history_lines(
+    entries: list[dict[str, Any]], next_attempt_at: datetime | None = None
+) -> list[str]:
+    """An event's history, oldest first, one line per attempt or replay. A ``retry``
+    says when the next attempt came (the next one's start), or for the last entry when
+    it is due (``next_attempt_at``, the event's own, while it waits)."""
     lines = []
-    for e in entries:
+    for i, e in enumerate(entries):
         if e["kind"] == "replay":
             who = e["via"] + (f" ({e['by']})" if e["by"] else "")
             reset = f"{e['attempts_reset']} attempt(s) reset"
             what = f"replay by {who}: was {e['status_before']}, {reset}"
         else:
-            took = "" if e["duration_s"] is None else f" in {e['duration_s'] * 1000:.1f} ms"
-            what = f"attempt {e['attempt']}: {e['outcome']}{took}"
-            if e["worker"]:
-                what += f" on {e['worker']}"
+            parts = [f"attempt {e['attempt']}: {e['outcome']}"]
+            took = "" if e["duration_s"] is None else f"took {e['duration_s'] * 1000:.1f} ms"
+            on = f"on {e['worker']}" if e["worker"] else ""
+            if took or on:
+                parts.append(" ".join(p for p in (took, on) if p))
+            if e["outcome"] == "retry":
+                parts.append(_next_attempt(entries[i + 1 :], next_attempt_at))
             if e["error"]:
-                what += f": {e['error']}"
+                parts.append(f"error: {e['error']}")
+            what = "; ".join(p for p in parts if p)
         lines.append(f"{e['at']}  {what}")
     return lines
+
+
+def _next_attempt(later: list[dict[str, Any]], due: datetime | None) -> str:
+    from store.destinations import PARKED_FROM
+
+    if later:
+        following = later[0]
+        return f"next attempt at {following['at']}" if following["kind"] == "attempt" else ""
+    if due is None:
+        return ""
+    if due >= PARKED_FROM:
+        return "next attempt when its paused destination is resumed"
+    return f"next attempt at {iso_z(due)}"
 
 
 EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")
@@ -112,6 +140,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     deadline = time.monotonic() + args.timeout
     status = "unknown"
     last_error: str | None = None
+    source: str | None = None
     async with database(settings) as engine:
         while True:
             try:
@@ -128,7 +157,7 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                 if row is None:
                     print(f"hookd: no event {args.id}", file=sys.stderr)
                     return EXIT_WAIT_UNKNOWN
-                status, last_error = row.status, row.last_error
+                status, last_error, source = row.status, row.last_error, row.source
                 if status in (EventStatus.PROCESSED, EventStatus.SUPERSEDED):
                     # superseded: not run, a newer event of its object was ([sources.order])
                     print(f"{args.id} {status}")
@@ -140,18 +169,42 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
             if remaining <= 0:
                 # A retrying event says why, so the wait is not a blind one.
                 why = f"; last error: {last_error}" if last_error else ""
+                if source is not None:
+                    why += await _paused_note(engine, source)
                 print(f"{args.id} {status}: not done after {args.timeout:g}s{why}")
                 return EXIT_WAIT_TIMEOUT
             await asyncio.sleep(min(args.interval, remaining))
+
+
+async def _paused_note(engine: AsyncEngine, source: str) -> str:
+    """Why a waiting event of a paused source does not run; empty when it is not paused
+    (or the database does not answer)."""
+    from store.destinations import source_pause
+
+    try:
+        async with engine.connect() as conn:
+            pause = await source_pause(conn, source)
+    except (OSError, ConnectionError, sa_exc.DBAPIError):
+        return ""
+    if pause is None:
+        return ""
+    why = f": {pause.reason}" if pause.reason else ""
+    return (
+        f"; its source {source!r} is paused (since {iso_z(pause.changed_at)} by "
+        f"{pause.changed_by}{why}): it runs after `hookd sources resume {source}`"
+    )
 
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     from hookd.ops import EventOps, cli_requester
 
     if bool(args.ids) == bool(args.source or args.status):
-        raise ConfigError("usage: hookd replay EVENT_ID ... | --source S --status dead")
+        raise ConfigError(f"usage: {' | '.join(REPLAY_FORMS)} (see hookd replay --help)")
     if not args.ids and not (args.source and args.status):
-        raise ConfigError("usage: --source and --status go together")
+        raise ConfigError(
+            "--source S alone selects nothing: add --status dead (its dead events) or "
+            "--since TIME (a bulk replay of its events); see hookd replay --help"
+        )
     async with database(settings) as engine, waking(settings) as wake:
         events = EventOps(engine, wake)
         # --status has the one choice "dead"; the source need not be in the sources file.

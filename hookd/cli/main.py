@@ -31,7 +31,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.logs import say
 from hookd.settings import Settings
-from hookd.sources import load_sources
+from hookd.sources import SourcesFileMissing, load_sources
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +54,12 @@ def _main(argv: Sequence[str] | None) -> int:
         configure_logs(settings.log_level, settings.log_json)
         code = _dispatch(args, settings)
         sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+    except SourcesFileMissing as exc:
+        print(
+            f"hookd: {exc.path}: sources file not found; {_config_hint(args, settings)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     except ConfigError as exc:
         say(str(exc), level=logging.ERROR)
         return EXIT_USAGE
@@ -67,6 +73,15 @@ def _main(argv: Sequence[str] | None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     return code
+
+
+def _config_hint(args: argparse.Namespace, settings: Settings) -> str:
+    """What to do about a missing sources file, named by where its path came from."""
+    if args.config is not None:
+        return "check the path given to --config"
+    if "config" in settings.model_fields_set:  # the environment or .env
+        return "check HOOKD_CONFIG (environment or .env), or pass --config PATH"
+    return "no ./hookd.toml here (the default): pass --config PATH or set HOOKD_CONFIG"
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR0911, PLR0912

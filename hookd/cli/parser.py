@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
     )
 
-    for add in (_add_prune, _add_try, _add_coverage, _add_operations):
+    for add in (_add_prune, _add_try, _add_coverage, _add_operations, _add_send_test):
         add(sub)
 
     events = sub.add_parser("events", help="inspect stored events")
@@ -196,32 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev_show.add_argument("--json", action="store_true", help="print one JSON object")
     ev_show.add_argument("--body", action="store_true", help="also print the stored body")
 
-    send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
-    send.add_argument("source")
-    send.add_argument(
-        "--count", type=positive_int, default=1, help="events to send (default: %(default)s)"
-    )
-    send.add_argument(
-        "--url",
-        help="where to send (default: where hookd serve listens: "
-        f"http://$HOOKD_HOST:$HOOKD_PORT/hooks/SOURCE, else "
-        f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/hooks/SOURCE)",
-    )
-    send.add_argument(
-        "--signing-key",
-        help="sources verified with a public key (standard whpk_, sendgrid, discord): the "
-        "private key to sign with (or HOOKD_SEND_TEST_KEY)",
-    )
     return parser
 
 
 # The options of `hookd replay` that make it a bulk operation (`hookd.cli.operations`).
 BULK_REPLAY_OPTIONS = ("since", "until", "type", "destination", "origin", "object")
+# Its three forms, as its usage line and its usage errors show them.
+REPLAY_FORMS = (
+    "hookd replay EVENT_ID ...",
+    "hookd replay --source S --status dead",
+    "hookd replay --since TIME [--until TIME] [--source S] [--status STATUS] [--type GLOB] "
+    "[--origin O] [--destination D] [--object KEY] [--dry-run] [--wait]",
+)
 
 
 def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     replay = sub.add_parser(
         "replay",
+        usage="\n       ".join(REPLAY_FORMS),
         help="run events' handlers again, on the same rows: by id, or in bulk by filter",
         description=(
             "Run events' handlers again, on the same rows. By id (EVENT_ID ...), every dead\n"
@@ -263,6 +255,38 @@ def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="bulk: run the operation here and print its progress until it ends (without it, "
         "hookd serve or hookd worker runs it)",
+    )
+
+
+def _add_send_test(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
+    send.add_argument("source")
+    send.add_argument(
+        "--count", type=positive_int, default=1, help="events to send (default: %(default)s)"
+    )
+    send.add_argument(
+        "--url",
+        help="where to send (default: where hookd serve listens: "
+        f"http://$HOOKD_HOST:$HOOKD_PORT/hooks/SOURCE, else "
+        f"http://{DEFAULT_HOST}:{DEFAULT_PORT}/hooks/SOURCE)",
+    )
+    send.add_argument(
+        "--type",
+        metavar="TYPE",
+        help="the event type to send (github: X-GitHub-Event; stripe, standard: the body's "
+        "type; slack: event.type); default: the provider's sample's",
+    )
+    send.add_argument(
+        "--body",
+        type=Path,
+        metavar="FILE",
+        help="send this file's bytes as the body, signed as the provider signs "
+        "(github, stripe, slack, standard); default: a sample event",
+    )
+    send.add_argument(
+        "--signing-key",
+        help="sources verified with a public key (standard whpk_, sendgrid, discord): the "
+        "private key to sign with (or HOOKD_SEND_TEST_KEY)",
     )
 
 

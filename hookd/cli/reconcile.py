@@ -20,6 +20,7 @@ from hookd.cli.parser import EXIT_FAIL, EXIT_OK, LEASE_WAIT_S
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
+from hookd.timefmt import iso_z_seconds
 from store.status import RunStatus, RunTrigger
 
 if TYPE_CHECKING:
@@ -136,7 +137,8 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
         audits += f" registration_drift={'; '.join(outcome.registration_problems)!r}"
     if outcome.registration_unread is not None:
         audits += f" registration_not_checked={outcome.registration_unread!r}"
-    return f"{head} {counts} cursor={outcome.cursor_before}->{outcome.cursor_after}{audits}"
+    before, after = iso_z_seconds(outcome.cursor_before), iso_z_seconds(outcome.cursor_after)
+    return f"{head} {counts} cursor={before}->{after}{audits}"
 
 
 async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
@@ -172,13 +174,13 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
                 "name": res["name"],
                 "provider": res["provider"],
                 "reconcile": rc.get("state", "off"),
-                "cursor": rc.get("cursor"),
+                "cursor": iso_z_seconds(rc.get("cursor")),
                 "last_run": last.get("status"),
                 "next_run_at": rc.get("next_run_at"),
                 "pending": res["pending"],
                 "dead": res["dead"],
                 "reason": rc.get("reason"),
-                "processing": "paused" if res.get("paused") else "active",
+                "processing": _processing_word(res),
                 "by": rc.get("disabled_by"),
                 "registration": _registration_word(rc.get("registration")),
             }
@@ -201,6 +203,21 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
         ),
     )
     return EXIT_OK
+
+
+def _processing_word(resource: dict[str, Any]) -> str:
+    """Active, or paused with since when, by whom and why (``hookd sources pause``)."""
+    if not resource.get("paused"):
+        return "active"
+    pause = resource.get("pause") or {}
+    said = ", ".join(
+        f"{label} {pause[key]}" for key, label in (("at", "since"), ("by", "by")) if pause.get(key)
+    )
+    return (
+        "paused"
+        + (f" ({said})" if said else "")
+        + (f": {pause['reason']}" if pause.get("reason") else "")
+    )
 
 
 def _registration_word(registration: dict[str, Any] | None) -> str | None:

@@ -75,13 +75,15 @@ class CoverageOps:
     ) -> coverage.Report:
         """``name``'s coverage from ``since`` (default: where its ledger begins, or the
         provider's retention before any run) to ``until`` (default: now less its
-        settle window, the last moment a run could have judged)."""
+        settle window, the last moment a run could have judged; now, when ``since`` is
+        later than that: the tail then is a ``settling`` hole)."""
         source = self._sources.reconcilable(name)
         now = now or datetime.now(UTC)
         end = parse_time("until", until, now) if until else None
         start = parse_time("since", since, now) if since else None
         async with self._engine.connect() as conn:
             state = await rstate.get_state(conn, source.name)
+            first = await ledger.first_start(conn, source.name)
             situation = coverage.Situation(
                 now=now.timestamp(),
                 settle_s=coverage.settle_s(source),
@@ -90,14 +92,17 @@ class CoverageOps:
                 disabled=(state.disabled_reason or "no reason recorded")
                 if state is not None and state.disabled
                 else None,
+                ledger_start=None if first is None else first.timestamp(),
             )
             if end is None:
                 end = coverage.at(situation.now - situation.settle_s)
+                if start is not None and start >= end:  # a recent --since: up to now
+                    end = now
             if start is None:
-                first = await ledger.first_start(conn, source.name)
                 start = first or coverage.at(situation.now - situation.retention_s)
             if start >= end:
-                raise BadRequest("since", "since must be before until")
+                said = "until" if until else "now"
+                raise BadRequest("since", f"since must be before {said}")
             if (end - start).total_seconds() > MAX_RANGE_S:
                 raise BadRequest("since", "the range may span ten years at most")
             rows = await ledger.records(conn, source.name, start, end)

@@ -131,6 +131,21 @@ class Envelope:
 # (secret, seq, now) -> (headers, body): a realistic event, signed as the provider signs.
 SampleEvent = Callable[[str, int, int], tuple[dict[str, str], bytes]]
 
+# (secret, body, event type or None for the provider's sample type, now) -> the headers
+# that sign ``body`` as the provider signs it (``hookd send-test --body/--type``).
+SignBody = Callable[[str, bytes, str | None, int], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class BodySigner:
+    """How ``hookd send-test`` signs a body of the user's (``--body FILE``) or sets the
+    event type (``--type``): ``sign``, and where the type travels: a header (``sign``
+    puts it there) or, at ``type_path``, in the JSON body."""
+
+    sign: SignBody
+    type_path: tuple[str, ...] = ()
+
+
 # Query parameters, each name with every value it was given, in order.
 QueryMap = Mapping[str, Sequence[str]]
 # (method, query, keys) -> the answer to a registration challenge that comes before any
@@ -168,6 +183,8 @@ class Provider:
     sample_event: SampleEvent
     # Its list API, when it has one to reconcile against.
     reconcile: Reconciling | None = None
+    # ``hookd send-test --type/--body``; None: only its sample can be sent.
+    body_signer: BodySigner | None = None
     # Per-source settings of its scheme, when it has any (see ``Configurable``).
     configurable: Configurable | None = None
     # For a provider that signs the URL it posts to (Twilio, Square, HubSpot): the

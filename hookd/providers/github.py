@@ -18,6 +18,7 @@ from pydantic import field_validator
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
+    BodySigner,
     Envelope,
     HeaderMap,
     Key,
@@ -116,6 +117,12 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return github_headers(secret, body, "issues", str(uuid.uuid4())), body
 
 
+def sign_body(secret: str, body: bytes, event: str | None, now: int) -> dict[str, str]:
+    """``body`` as GitHub would deliver it for ``event`` (X-GitHub-Event; the stored type
+    adds the body's ``action``)."""
+    return github_headers(secret, body, event or "issues", str(uuid.uuid4()))
+
+
 class GitHubReconcile(ReconcileConfig):
     """``[sources.reconcile]`` of a GitHub source: whose hook deliveries to list."""
 
@@ -163,6 +170,7 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    body_signer=BodySigner(sign_body),
     reconcile=Reconciling(
         settings=GitHubReconcile,
         api_url="https://api.github.com",

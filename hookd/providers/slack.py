@@ -18,6 +18,7 @@ from pydantic import Field
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
+    BodySigner,
     Envelope,
     HeaderMap,
     Key,
@@ -208,6 +209,10 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return slack_headers(secret, body, now), body
 
 
+def sign_body(secret: str, body: bytes, _type: str | None, now: int) -> dict[str, str]:
+    return slack_headers(secret, body, now)
+
+
 class SlackReconcile(ReconcileConfig):
     """``[sources.reconcile]`` of a Slack source: the channels to read, and how fast."""
 
@@ -237,6 +242,7 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    body_signer=BodySigner(sign_body, type_path=("event", "type")),
     reconcile=Reconciling(
         settings=SlackReconcile,
         api_url="https://slack.com/api",

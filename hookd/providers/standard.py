@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
+    BodySigner,
     Ed25519Key,
     Envelope,
     HeaderMap,
@@ -210,6 +211,10 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return standard_headers(secret, body, f"msg_{uuid.uuid4().hex}", now), body
 
 
+def sign_body(secret: str, body: bytes, _type: str | None, now: int) -> dict[str, str]:
+    return standard_headers(secret, body, f"msg_{uuid.uuid4().hex}", now)
+
+
 def _signing_key_needed(secret: str) -> str | None:
     """A ``whpk_`` public key verifies v1a but cannot sign a sample."""
     return "the whsk_ private key" if secret.startswith("whpk_") else None
@@ -225,5 +230,6 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    body_signer=BodySigner(sign_body, type_path=("type",)),
     signing_key_needed=_signing_key_needed,
 )

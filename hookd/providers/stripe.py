@@ -16,6 +16,7 @@ from pydantic import field_validator
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
+    BodySigner,
     Envelope,
     HeaderMap,
     HmacKey,
@@ -115,6 +116,10 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return stripe_headers(secret, body, now), body
 
 
+def sign_body(secret: str, body: bytes, _type: str | None, now: int) -> dict[str, str]:
+    return stripe_headers(secret, body, now)
+
+
 class StripeReconcile(ReconcileConfig):
     """``[sources.reconcile]`` of a Stripe source: the token, and what the registration
     check (each run, `hookd sources check`) compares the webhook endpoint with."""
@@ -156,6 +161,7 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
+    body_signer=BodySigner(sign_body, type_path=("type",)),
     # A token is all Stripe's events API needs; its own keys are the registration check's.
     reconcile=Reconciling(
         settings=StripeReconcile,

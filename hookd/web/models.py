@@ -452,8 +452,9 @@ class CoverageReason(_Body):
         "`unrecoverable`: beyond the provider's retention when a run came to it; "
         "`not_checked`: reconciliation was disabled; `beyond_retention`: older than the "
         "provider keeps, no run can check it any more; `settling`: younger than the "
-        "source's settle_s; `pending`: after the last checked moment, the next run's; "
-        "`not_recorded`: no record (before the ledger began, or a run that died)."
+        "source's settle_s, not judged yet; `pending`: after the last checked moment, the "
+        "next run's; `not_recorded`: no record (no run has covered it yet, or from before "
+        "the ledger's records)."
     )
     detail: str | None
     run_id: Ulid | None = Field(description="The run that recorded it, when one did.")

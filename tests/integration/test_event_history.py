@@ -284,7 +284,7 @@ async def test_the_api_the_cli_and_the_admin_page_show_the_history_to_the_read_t
     listed_history = [line.split("  ", 2)[-1] for line in lines[lines.index("history") + 1 :]]
     cli = cli_requester()
     by_cli = f"cli ({cli.by})" if cli.by else "cli"
-    assert [line.split(" in ")[0] for line in listed_history] == [
+    assert [line.split("; ")[0] for line in listed_history] == [
         "attempt 1: processed",
         "replay by api (token:admin): was processed, 1 attempt(s) reset",
         "attempt 1: processed",

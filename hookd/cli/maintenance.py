@@ -11,7 +11,7 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from hookd.cli.context import database
+from hookd.cli.context import database, database_warnings, warn
 from hookd.cli.events import print_table
 from hookd.cli.parser import EXIT_OK
 from hookd.errors import ConfigError
@@ -30,6 +30,7 @@ def cmd_db_upgrade(settings: Settings) -> int:
         f"hookd: database {db.describe(settings.database_url)} at schema "
         f"{migrate.head_revision(settings.database_url)}"
     )
+    warn(asyncio.run(database_warnings(settings)))
     return EXIT_OK
 
 

@@ -107,7 +107,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
     if args.command == "destinations":
         return asyncio.run(cmd_destinations(args, settings, load_sources(settings.config)))
     if args.command == "db":
-        return cmd_db_upgrade(settings)
+        return cmd_db_upgrade(args, settings)
     if args.command == "events":
         return asyncio.run(cmd_events(args, settings))
     if args.command == "keys":

@@ -20,11 +20,13 @@ from hookd.sources import Sources
 from hookd.timefmt import iso_z, iso_z_or_none
 
 
-def cmd_db_upgrade(settings: Settings) -> int:
+def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     """Unlike the other commands, no pre-flight check: this is what creates the SQLite
-    file and brings an older schema to this version's."""
+    file and brings an older schema to this version's. A database that holds other
+    tables and no hookd schema is refused, unless ``--yes``."""
     from store import db, migrate
 
+    migrate.check_target(settings.database_url, other_tables_ok=args.yes)
     migrate.upgrade(settings.database_url)
     print(
         f"hookd: database {db.describe(settings.database_url)} at schema "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -231,3 +232,81 @@ def test_serve_and_worker_warn_of_autovacuum_once_at_start(
         worker.stop()
     lines = worker.log_path.read_text().splitlines()
     assert len([line for line in lines if line.startswith(AUTOVACUUM)]) == 1
+
+
+async def pg_execute(database: str, *statements: str) -> list[str]:
+    """Run statements in a test's own database; the names of its tables, after."""
+    dsn = services.PG_DSN.rsplit("/", 1)[0] + f"/{database}"
+    conn = await asyncpg.connect(dsn, timeout=5)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+        rows = await conn.fetch(
+            "SELECT table_schema || '.' || table_name AS name FROM information_schema.tables "
+            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1"
+        )
+        return [row["name"] for row in rows]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+def test_db_upgrade_refuses_a_postgres_database_that_holds_other_tables(
+    empty_pg: str, tmp_path: Path
+) -> None:
+    """A wrong HOOKD_DATABASE_URL (the `postgres` database, another application's) is
+    not filled with hookd's tables; --yes says it is meant."""
+    theirs = asyncio.run(pg_execute(empty_pg, "CREATE TABLE accounts (id int)"))
+    assert theirs == ["public.accounts"]
+    url = pg_url(empty_pg)
+    refused = run_hookd(tmp_path, "db", "upgrade", HOOKD_DATABASE_URL=url)
+    line = one_line(refused)
+    assert line.startswith(f"hookd: database '{empty_pg}' on 127.0.0.1:5432 holds 1 table ")
+    assert "(accounts) and no hookd schema" in line
+    assert "--yes" in line and "createdb" in line
+    assert PASSWORD not in refused.stderr
+    assert asyncio.run(pg_execute(empty_pg)) == theirs, "nothing was migrated"
+
+    meant = run_hookd(tmp_path, "db", "upgrade", "--yes", HOOKD_DATABASE_URL=url)
+    assert meant.returncode == 0, meant.stderr
+    assert "public.alembic_version" in asyncio.run(pg_execute(empty_pg))
+    again = run_hookd(tmp_path, "db", "upgrade", HOOKD_DATABASE_URL=url)
+    assert again.returncode == 0, again.stderr  # hookd's schema now: no question asked
+
+
+@pytest.mark.postgres
+def test_db_upgrade_refuses_another_applications_alembic_revision(
+    empty_pg: str, tmp_path: Path
+) -> None:
+    asyncio.run(
+        pg_execute(
+            empty_pg,
+            "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)",
+            "INSERT INTO alembic_version VALUES ('1f2e3d4c5b6a')",
+            "CREATE TABLE orders (id int)",
+        )
+    )
+    for args in (["db", "upgrade"], ["db", "upgrade", "--yes"]):
+        line = one_line(run_hookd(tmp_path, *args, HOOKD_DATABASE_URL=pg_url(empty_pg)))
+        assert "Alembic revision '1f2e3d4c5b6a', which is not one of hookd's" in line
+    assert asyncio.run(pg_execute(empty_pg)) == ["public.alembic_version", "public.orders"]
+
+
+def test_db_upgrade_refuses_a_sqlite_file_that_holds_other_tables(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (id integer)")
+    conn.close()
+    url = f"sqlite+aiosqlite:///{path}"
+    line = one_line(run_hookd(tmp_path, "db", "upgrade", HOOKD_DATABASE_URL=url))
+    assert line == (
+        f"hookd: database SQLite file {path.resolve()} holds 1 table (notes) and no hookd "
+        "schema: it looks like another application's database; set HOOKD_DATABASE_URL to a "
+        "new file for hookd, or pass --yes to add hookd's tables to this one"
+    )
+    with sqlite3.connect(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
+    conn.close()
+    meant = run_hookd(tmp_path, "db", "upgrade", "--yes", HOOKD_DATABASE_URL=url)
+    assert meant.returncode == 0, meant.stderr
+    assert run_hookd(tmp_path, "db", "upgrade", HOOKD_DATABASE_URL=url).returncode == 0

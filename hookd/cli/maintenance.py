@@ -9,7 +9,7 @@ import asyncio
 import json
 import signal
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hookd.cli.context import database, database_warnings, warn
 from hookd.cli.events import print_table
@@ -18,6 +18,10 @@ from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
 from hookd.timefmt import iso_z, iso_z_or_none
+
+# How far ahead of this machine's clock `hookd prune --as-of` may be: another
+# machine's "now", a few seconds off.
+AS_OF_TOLERANCE = timedelta(minutes=1)
 
 
 def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
@@ -57,15 +61,11 @@ async def cmd_keys_rotate(settings: Settings) -> int:
 async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
     """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
     batches, its lease given back) by SIGTERM or SIGINT."""
-    from hookd.errors import BadRequest
-    from hookd.ops import parse_as_of, prune_sources
+    from hookd.ops import prune_sources
     from store import prune as store_prune
     from store.ids import worker_id
 
-    try:
-        as_of = datetime.now(UTC) if args.as_of is None else parse_as_of(args.as_of)
-    except BadRequest as exc:
-        raise ConfigError(f"prune: --as-of: {exc.detail}") from None
+    as_of = _as_of(args)
     if args.source is not None and sources.get(args.source) is None:
         raise ConfigError(f"{sources.path}: no source named {args.source!r}")
     stop = asyncio.Event()
@@ -145,6 +145,27 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
         )
         return 128 + received[0].value
     return EXIT_OK
+
+
+def _as_of(args: argparse.Namespace) -> datetime:
+    """``--as-of`` (default: now); a time ahead of now is refused unless ``--dry-run``."""
+    from hookd.errors import BadRequest
+    from hookd.ops import parse_as_of
+
+    now = datetime.now(UTC)
+    try:
+        as_of = now if args.as_of is None else parse_as_of(args.as_of)
+    except BadRequest as exc:
+        raise ConfigError(f"prune: --as-of: {exc.detail}") from None
+    if as_of > now + AS_OF_TOLERANCE and not args.dry_run:
+        # A time ahead would really delete what the policy still keeps today; counting
+        # what it would remove (--dry-run) changes nothing.
+        raise ConfigError(
+            f"prune: --as-of: {iso_z(as_of)} is in the future (now {iso_z(now)}): it would "
+            "delete what the retention policy still keeps; give a past time, leave --as-of "
+            "out to prune as of now, or add --dry-run to count what that time would remove"
+        )
+    return as_of
 
 
 def _partitions_line(

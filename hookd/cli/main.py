@@ -111,7 +111,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
     if args.command == "events":
         return asyncio.run(cmd_events(args, settings))
     if args.command == "keys":
-        return asyncio.run(cmd_keys_rotate(settings))
+        return asyncio.run(cmd_keys_rotate(args, settings))
     if args.command == "prune":
         return asyncio.run(cmd_prune(args, settings, load_sources(settings.config)))
     if args.command == "try":

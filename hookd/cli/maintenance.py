@@ -10,14 +10,18 @@ import json
 import signal
 import sys
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from hookd.cli.context import database, database_warnings, warn
 from hookd.cli.events import print_table
-from hookd.cli.parser import EXIT_OK
+from hookd.cli.parser import EXIT_FAIL, EXIT_OK
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
 from hookd.timefmt import iso_z, iso_z_or_none
+
+if TYPE_CHECKING:
+    from store.keys import Rotated
 
 # How far ahead of this machine's clock `hookd prune --as-of` may be: another
 # machine's "now", a few seconds off.
@@ -40,9 +44,11 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def cmd_keys_rotate(settings: Settings) -> int:
+async def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit status 0: every stored body is under the first key; 1: bodies no key
+    opens were skipped (or, with ``--stop-on-error``, the rotation stopped at one)."""
     from store.crypto import BodyCipher
-    from store.keys import rotate_bodies
+    from store.keys import BodyUnopened, rotate_bodies
 
     cipher = BodyCipher(settings.encryption_keys)
     if not cipher.enabled:
@@ -50,12 +56,41 @@ async def cmd_keys_rotate(settings: Settings) -> int:
             "environment: HOOKD_ENCRYPTION_KEYS: set the new key first, followed by the old ones"
         )
     async with database(settings) as engine:
-        done = await rotate_bodies(engine, cipher)
+        try:
+            done = await rotate_bodies(engine, cipher, stop_on_error=args.stop_on_error)
+        except BodyUnopened as stop:
+            print(
+                f"hookd: keys rotate: event {stop.event_id}: no key in HOOKD_ENCRYPTION_KEYS "
+                f"opens its body; stopped there ({_rotated(stop.done)} before it); add the "
+                "key it was stored with and run again, or run without --stop-on-error to "
+                'skip such bodies (docs/operations.md, "Encryption keys")',
+                file=sys.stderr,
+            )
+            return EXIT_FAIL
+    if not done.unopened:
+        print(f"hookd: {_rotated(done)}; the other keys can now be removed")
+        return EXIT_OK
+    print(f"hookd: {_rotated(done)}")
+    ids = ", ".join(done.unopened_ids)
+    more = done.unopened - len(done.unopened_ids)
+    if more:
+        ids += f" and {more} more"
+    body = "body" if done.unopened == 1 else "bodies"
     print(
-        f"hookd: {done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
-        "with the first key; the other keys can now be removed"
+        f"hookd: keys rotate: {done.unopened} {body} no key opens, left as they were: "
+        f"ids {ids}; their events cannot be processed or replayed until the key they were "
+        "stored with is back in HOOKD_ENCRYPTION_KEYS (docs/operations.md, "
+        '"Encryption keys")',
+        file=sys.stderr,
     )
-    return EXIT_OK
+    return EXIT_FAIL
+
+
+def _rotated(done: Rotated) -> str:
+    return (
+        f"{done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
+        "with the first key"
+    )
 
 
 async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:

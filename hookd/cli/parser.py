@@ -367,8 +367,25 @@ def _add_db_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     keys = sub.add_parser("keys", help="encryption keys of stored bodies")
     keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    keysub.add_parser(
-        "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
+    rotate = keysub.add_parser(
+        "rotate",
+        help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key",
+        description="Re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key "
+        "(plain ones are encrypted). A body no listed key opens is left as it was and "
+        "named at the end; the rotation goes on.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  every stored body is under the first key\n"
+            f"  {EXIT_FAIL}  bodies no key opens were skipped (their ids are printed), or "
+            "--stop-on-error stopped at one\n"
+            f"  {EXIT_USAGE}  no key set, or no key opens any stored body (nothing changed)"
+        ),
+    )
+    rotate.add_argument(
+        "--stop-on-error",
+        action="store_true",
+        help="stop at the first body no key opens, naming its event, instead of skipping it",
     )
 
 

@@ -156,7 +156,10 @@ class DestinationConfig(FilterConfig):
     @classmethod
     def _name(cls, value: str) -> str:
         if not NAME_RE.fullmatch(value):
-            raise ValueError("must match [a-z0-9][a-z0-9-]{0,63}")
+            raise ValueError(
+                "must be 1 to 64 lowercase letters, digits and '-', starting with a letter or "
+                "digit ([a-z0-9][a-z0-9-]{0,63})"
+            )
         return value
 
     @field_validator("url")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from hookd.errors import ConfigError
+from hookd.errors import ConfigError, validation_problem
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # The most processor processes HOOKD_PROCESSORS may ask for.
@@ -217,9 +217,8 @@ class Settings(BaseSettings):
             return cls(**overrides)
         except ValidationError as exc:
             err = exc.errors()[0]
-            # Our own validators' text, without pydantic's "Value error, " prefix.
-            cause = (err.get("ctx") or {}).get("error")
-            message = str(cause) if err["type"] == "value_error" and cause else err["msg"]
+            # Our own validators' text, and pydantic's in hookd's words.
+            message = validation_problem(err, kinds=False)
             if not err["loc"]:  # a rule across several variables names them itself
                 raise ConfigError(f"environment: {message}") from None
             key = "HOOKD_" + str(err["loc"][0]).upper()

@@ -8,7 +8,6 @@ file raises ``ConfigError`` whose text is one line naming file, source and key.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
 import math
 import os
@@ -22,9 +21,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
-from pydantic_core import PydanticKnownError
+from pydantic_core import ErrorDetails, PydanticKnownError
 
-from hookd.errors import ConfigError
+from hookd.errors import ConfigError, did_you_mean, input_kind, validation_problem
 from hookd.ordering import OrderConfig
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key, Provider
@@ -158,7 +157,11 @@ class SourceConfig(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not NAME_RE.fullmatch(value):
-            raise ValueError("must match [a-z0-9][a-z0-9-]{0,63}")
+            # The name is the path of the source's URL (/hooks/NAME) and a label in metrics.
+            raise ValueError(
+                "must be 1 to 64 lowercase letters, digits and '-', starting with a letter or "
+                "digit ([a-z0-9][a-z0-9-]{0,63})"
+            )
         return value
 
     @field_validator("provider", mode="before")
@@ -303,8 +306,25 @@ _TABLES: dict[tuple[str, ...], type[BaseModel]] = {
 
 
 def _suggestion(key: str, valid: Sequence[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(key, valid)
+
+
+def _source_problem(err: ErrorDetails, named: Sequence[Any]) -> str:
+    """What is wrong with a source's key, from the first error of its table."""
+    if err["type"] == "extra_forbidden":
+        return "unknown key" + _did_you_mean(_table_loc(named))
+    if tuple(err["loc"]) == ("provider",):
+        return _provider_problem(err.get("input"))
+    return validation_problem(err)
+
+
+def _provider_problem(value: object) -> str:
+    """A ``provider`` that is not one: the closest registered name first, then all."""
+    names = _expected(list(PROVIDERS))
+    if not isinstance(value, str):
+        return f"must be the name of a provider ({names}), not {input_kind(value)}"
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    return f"unknown provider {shown!r}{did_you_mean(value, list(PROVIDERS))}; use one of {names}"
 
 
 def _did_you_mean(loc: Sequence[Any]) -> str:
@@ -358,11 +378,7 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
             err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
             named = _named_entries(err["loc"], resolved)
             loc = [p for p in named if not isinstance(p, int) or err["type"] != "extra_forbidden"]
-            message = (
-                "unknown key" + _did_you_mean(_table_loc(named))
-                if err["type"] == "extra_forbidden"
-                else err["msg"]
-            )
+            message = _source_problem(err, named)
             raise ConfigError(f"{path}: {label}: key {_key_path(loc)!r}: {message}") from None
         _check_destinations(path, label, config)
         if config.name in by_name:
@@ -705,7 +721,9 @@ def _default_retention(path: Path, table: object, env: Mapping[str, str]) -> dic
         err = exc.errors()[0]
         loc = ["retention", *err["loc"]]
         message = (
-            "unknown key" + _did_you_mean(loc) if err["type"] == "extra_forbidden" else err["msg"]
+            "unknown key" + _did_you_mean(loc)
+            if err["type"] == "extra_forbidden"
+            else validation_problem(err)
         )
         raise ConfigError(f"{path}: key {_key_path(loc)!r}: {message}") from None
     return resolved

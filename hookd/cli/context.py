@@ -65,12 +65,27 @@ async def preflight(settings: Settings) -> None:
     async with database(settings) as engine:
         with db.opening(settings.database_url):
             await check_schema(engine, settings.database_url)
-            autovacuum = await db.autovacuum_on(engine)
-        if not autovacuum:
-            say(
-                "PostgreSQL has autovacuum off: the events table will bloat "
-                "and its query plans go stale, and processing slows as it grows "
-                "(see docs/scaling.md); turn it on, or run VACUUM ANALYZE events, "
-                "handler_runs regularly",
-                level=logging.WARNING,
-            )
+
+
+AUTOVACUUM_OFF = (
+    "PostgreSQL has autovacuum off: the events table will bloat and its query plans go "
+    "stale, and processing slows as it grows (see docs/scaling.md); turn it on, or run "
+    "VACUUM ANALYZE events, handler_runs regularly"
+)
+
+
+async def database_warnings(settings: Settings) -> list[str]:
+    """What is worth a warning about a database that works: PostgreSQL's autovacuum
+    off. Said once, by the commands that run hookd on it (``serve``, ``worker``) and
+    by ``db upgrade``, after their own checks passed; not by every command."""
+    from store import db
+
+    async with database(settings) as engine:
+        with db.opening(settings.database_url):
+            return [] if await db.autovacuum_on(engine) else [AUTOVACUUM_OFF]
+
+
+def warn(lines: list[str]) -> None:
+    """Each line as hookd's warnings are said: plain, or a JSON record (``say``)."""
+    for line in lines:
+        say(line, level=logging.WARNING)

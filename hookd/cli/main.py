@@ -124,11 +124,11 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:  # noqa: PLR
     if args.command == "destinations":
         return asyncio.run(cmd_destinations(args, settings, load_sources(settings.config)))
     if args.command == "db":
-        return cmd_db_upgrade(settings)
+        return cmd_db_upgrade(args, settings)
     if args.command == "events":
         return asyncio.run(cmd_events(args, settings))
     if args.command == "keys":
-        return asyncio.run(cmd_keys_rotate(settings))
+        return asyncio.run(cmd_keys_rotate(args, settings))
     if args.command == "prune":
         return asyncio.run(cmd_prune(args, settings, load_sources(settings.config)))
     if args.command == "try":

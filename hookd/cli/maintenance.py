@@ -9,33 +9,46 @@ import asyncio
 import json
 import signal
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from hookd.cli.context import database
+from hookd.cli.context import database, database_warnings, warn
 from hookd.cli.events import print_table
-from hookd.cli.parser import EXIT_OK
+from hookd.cli.parser import EXIT_FAIL, EXIT_OK
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
 from hookd.timefmt import iso_z, iso_z_or_none
 
+if TYPE_CHECKING:
+    from store.keys import Rotated
 
-def cmd_db_upgrade(settings: Settings) -> int:
+# How far ahead of this machine's clock `hookd prune --as-of` may be: another
+# machine's "now", a few seconds off.
+AS_OF_TOLERANCE = timedelta(minutes=1)
+
+
+def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     """Unlike the other commands, no pre-flight check: this is what creates the SQLite
-    file and brings an older schema to this version's."""
+    file and brings an older schema to this version's. A database that holds other
+    tables and no hookd schema is refused, unless ``--yes``."""
     from store import db, migrate
 
+    migrate.check_target(settings.database_url, other_tables_ok=args.yes)
     migrate.upgrade(settings.database_url)
     print(
         f"hookd: database {db.describe(settings.database_url)} at schema "
         f"{migrate.head_revision(settings.database_url)}"
     )
+    warn(asyncio.run(database_warnings(settings)))
     return EXIT_OK
 
 
-async def cmd_keys_rotate(settings: Settings) -> int:
+async def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    """Exit status 0: every stored body is under the first key; 1: bodies no key
+    opens were skipped (or, with ``--stop-on-error``, the rotation stopped at one)."""
     from store.crypto import BodyCipher
-    from store.keys import rotate_bodies
+    from store.keys import BodyUnopened, rotate_bodies
 
     cipher = BodyCipher(settings.encryption_keys)
     if not cipher.enabled:
@@ -43,26 +56,51 @@ async def cmd_keys_rotate(settings: Settings) -> int:
             "environment: HOOKD_ENCRYPTION_KEYS: set the new key first, followed by the old ones"
         )
     async with database(settings) as engine:
-        done = await rotate_bodies(engine, cipher)
+        try:
+            done = await rotate_bodies(engine, cipher, stop_on_error=args.stop_on_error)
+        except BodyUnopened as stop:
+            print(
+                f"hookd: keys rotate: event {stop.event_id}: no key in HOOKD_ENCRYPTION_KEYS "
+                f"opens its body; stopped there ({_rotated(stop.done)} before it); add the "
+                "key it was stored with and run again, or run without --stop-on-error to "
+                'skip such bodies (docs/operations.md, "Encryption keys")',
+                file=sys.stderr,
+            )
+            return EXIT_FAIL
+    if not done.unopened:
+        print(f"hookd: {_rotated(done)}; the other keys can now be removed")
+        return EXIT_OK
+    print(f"hookd: {_rotated(done)}")
+    ids = ", ".join(done.unopened_ids)
+    more = done.unopened - len(done.unopened_ids)
+    if more:
+        ids += f" and {more} more"
+    body = "body" if done.unopened == 1 else "bodies"
     print(
-        f"hookd: {done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
-        "with the first key; the other keys can now be removed"
+        f"hookd: keys rotate: {done.unopened} {body} no key opens, left as they were: "
+        f"ids {ids}; their events cannot be processed or replayed until the key they were "
+        "stored with is back in HOOKD_ENCRYPTION_KEYS (docs/operations.md, "
+        '"Encryption keys")',
+        file=sys.stderr,
     )
-    return EXIT_OK
+    return EXIT_FAIL
+
+
+def _rotated(done: Rotated) -> str:
+    return (
+        f"{done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
+        "with the first key"
+    )
 
 
 async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
     """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
     batches, its lease given back) by SIGTERM or SIGINT."""
-    from hookd.errors import BadRequest
-    from hookd.ops import parse_as_of, prune_sources
+    from hookd.ops import prune_sources
     from store import prune as store_prune
     from store.ids import worker_id
 
-    try:
-        as_of = datetime.now(UTC) if args.as_of is None else parse_as_of(args.as_of)
-    except BadRequest as exc:
-        raise ConfigError(f"prune: --as-of: {exc.detail}") from None
+    as_of = _as_of(args)
     if args.source is not None and sources.get(args.source) is None:
         raise ConfigError(f"{sources.path}: no source named {args.source!r}")
     stop = asyncio.Event()
@@ -142,6 +180,27 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
         )
         return 128 + received[0].value
     return EXIT_OK
+
+
+def _as_of(args: argparse.Namespace) -> datetime:
+    """``--as-of`` (default: now); a time ahead of now is refused unless ``--dry-run``."""
+    from hookd.errors import BadRequest
+    from hookd.ops import parse_as_of
+
+    now = datetime.now(UTC)
+    try:
+        as_of = now if args.as_of is None else parse_as_of(args.as_of)
+    except BadRequest as exc:
+        raise ConfigError(f"prune: --as-of: {exc.detail}") from None
+    if as_of > now + AS_OF_TOLERANCE and not args.dry_run:
+        # A time ahead would really delete what the policy still keeps today; counting
+        # what it would remove (--dry-run) changes nothing.
+        raise ConfigError(
+            f"prune: --as-of: {iso_z(as_of)} is in the future (now {iso_z(now)}): it would "
+            "delete what the retention policy still keeps; give a past time, leave --as-of "
+            "out to prune as of now, or add --dry-run to count what that time would remove"
+        )
+    return as_of
 
 
 def _partitions_line(

@@ -158,17 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_audits(srcsub)
     _add_pauses(srcsub, sub)
 
-    dbp = sub.add_parser("db", help="database schema")
-    dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    dbsub.add_parser("upgrade", help="apply migrations up to this version's schema")
-
-    keys = sub.add_parser("keys", help="encryption keys of stored bodies")
-    keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    keysub.add_parser(
-        "rotate", help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key"
-    )
-
-    for add in (_add_prune, _add_try, _add_coverage, _add_operations, _add_send_test):
+    for add in (_add_db_keys, _add_prune, _add_try, _add_coverage, _add_operations, _add_send_test):
         add(sub)
 
     events = sub.add_parser("events", help="inspect stored events")
@@ -380,6 +370,47 @@ def _add_coverage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=f"end of the range: {when} (default: now less the source's settle_s)",
     )
     coverage.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_db_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hookd db upgrade`` and ``hookd keys rotate``."""
+    dbp = sub.add_parser("db", help="database schema")
+    dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    upgrade = dbsub.add_parser(
+        "upgrade",
+        help="apply migrations up to this version's schema",
+        description="Apply migrations up to this version's schema. A new database is "
+        "created (SQLite) or filled (PostgreSQL); a database that already holds other "
+        "tables and no hookd schema is refused (a wrong HOOKD_DATABASE_URL), unless --yes.",
+    )
+    upgrade.add_argument(
+        "--yes",
+        action="store_true",
+        help="add hookd's tables to a database that already holds other tables",
+    )
+
+    keys = sub.add_parser("keys", help="encryption keys of stored bodies")
+    keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    rotate = keysub.add_parser(
+        "rotate",
+        help="re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key",
+        description="Re-encrypt every stored body with the first HOOKD_ENCRYPTION_KEYS key "
+        "(plain ones are encrypted). A body no listed key opens is left as it was and "
+        "named at the end; the rotation goes on.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "exit status:\n"
+            f"  {EXIT_OK}  every stored body is under the first key\n"
+            f"  {EXIT_FAIL}  bodies no key opens were skipped (their ids are printed), or "
+            "--stop-on-error stopped at one\n"
+            f"  {EXIT_USAGE}  no key set, or no key opens any stored body (nothing changed)"
+        ),
+    )
+    rotate.add_argument(
+        "--stop-on-error",
+        action="store_true",
+        help="stop at the first body no key opens, naming its event, instead of skipping it",
+    )
 
 
 def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,7 +18,7 @@ import socket
 import time
 from types import FrameType
 
-from hookd.cli.context import preflight
+from hookd.cli.context import database_warnings, preflight, warn
 from hookd.cli.parser import DEFAULT_HOST, EXIT_OK, listen_port
 from hookd.errors import ConfigError
 from hookd.logs import say
@@ -50,6 +50,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     BodyCipher(settings.encryption_keys)
     asyncio.run(preflight(settings))
     check_listen(args.host, args.port)
+    warn(asyncio.run(database_warnings(settings)))  # every check passed: once, here
     if settings.redis_url:
         from processing.wakeups import warn_if_redis_unreachable
 
@@ -244,5 +245,6 @@ def cmd_worker(settings: Settings) -> int:
     sources = load_sources(settings.config)
     warn_about(sources)
     asyncio.run(preflight(settings))
-    asyncio.run(worker.run(settings, sources))
+    warnings = asyncio.run(database_warnings(settings))
+    asyncio.run(worker.run(settings, sources, checked=lambda: warn(warnings)))
     return EXIT_OK

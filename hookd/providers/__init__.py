@@ -32,7 +32,7 @@ from hookd.providers import (
 )
 from hookd.providers.base import Provider
 
-# In the order hookd lists them (the OpenAPI enum, "Input should be ..." messages).
+# In the order hookd lists them (the OpenAPI enum, the line on an unknown provider).
 PROVIDERS: dict[str, Provider] = {}
 
 

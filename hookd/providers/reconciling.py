@@ -172,8 +172,13 @@ def validate_table(
         return settings
     place = {key: i for i, key in enumerate(order)}
     errors.sort(key=lambda e: place.get(str(e["loc"][0]), len(place)) if e["loc"] else -1)
+    # The context too: hookd words its errors from it (hookd.errors.validation_problem).
     details: list[InitErrorDetails] = [
-        {"type": PydanticCustomError(e["type"], e["msg"]), "loc": e["loc"], "input": e["input"]}
+        {
+            "type": PydanticCustomError(e["type"], e["msg"], e.get("ctx")),
+            "loc": e["loc"],
+            "input": e["input"],
+        }
         for e in errors
     ]
     raise ValidationError.from_exception_data(model.__name__, details)

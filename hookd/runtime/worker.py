@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -379,7 +380,12 @@ async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
         await asyncio.wait_for(runtime.processor.drain(0.0), grace_s)
 
 
-async def run(settings: Settings, sources: Sources) -> None:
+async def run(
+    settings: Settings, sources: Sources, checked: Callable[[], None] | None = None
+) -> None:
+    """The worker until SIGTERM or SIGINT. ``checked`` is called once the checks that
+    stop start-up have passed (the command line's warnings come then, not before an
+    error)."""
     from hookd.metrics import worker as workermetrics
 
     port = settings.worker_metrics_port
@@ -393,7 +399,9 @@ async def run(settings: Settings, sources: Sources) -> None:
     metrics = (
         asyncio.create_task(workermetrics.serve(sock, tokens, stop)) if sock is not None else None
     )
-    # After the checks that stop start-up (the metrics port, the keys): this one warns.
+    # After the checks that stop start-up (the metrics port, the keys): these warn.
+    if checked is not None:
+        checked()
     await warn_if_redis_unreachable(
         settings.redis_url,
         "processing from the database (a sweep every HOOKD_SWEEP_S) and reconnecting "

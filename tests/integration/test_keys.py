@@ -18,9 +18,11 @@ from hookd.providers.signing import sample_event
 from hookd.sources import Sources
 from store import db
 from store.crypto import BodyCipher
+from store.events import insert_events
 from store.models import EVENTS
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import new_event
 from tests.support.server import ROOT
 from tests.support.services import PG_DSN, in_ci
 
@@ -128,3 +130,69 @@ async def test_a_database_dump_holds_no_secret_token_or_encrypted_body(
     assert "COPY public.events" in dump, "the dump must contain the events"
     for secret in [*SECRETS.values(), TOKEN, key, marker]:
         assert secret not in dump, f"{secret[:6]}… is in the dump"
+
+
+async def store_bodies(url: str, cipher: BodyCipher, count: int, tag: str) -> list[str]:
+    """``count`` events whose bodies are sealed with ``cipher``; their ids."""
+    engine = db.create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            stored = await insert_events(
+                conn,
+                [new_event(f"{tag}-{i}", body=f"{tag} body {i}".encode()) for i in range(count)],
+                cipher,
+            )
+        return [s.event_id for s in stored]
+    finally:
+        await engine.dispose()
+
+
+async def test_rotation_skips_and_names_the_bodies_no_key_opens(sqlite_url: str) -> None:
+    """A key lost: its bodies are named and left as they were, the rest rotated, and
+    the exit status says something was skipped; --stop-on-error stops at the first."""
+    old, new, lost = (Fernet.generate_key().decode() for _ in range(3))
+    kept = await store_bodies(sqlite_url, BodyCipher(old), 3, "kept")
+    orphans = await store_bodies(sqlite_url, BodyCipher(lost), 12, "lost")
+    kept += await store_bodies(sqlite_url, BodyCipher(old), 2, "later")
+    orphans.sort()  # in id order, as the rotation meets them
+    before = sum(1 for i in kept if i < orphans[0])
+
+    stopped = hookd(sqlite_url, f"{new},{old}", "keys", "rotate", "--stop-on-error")
+    assert stopped.returncode == 1, stopped.stderr
+    assert stopped.stderr == (
+        f"hookd: keys rotate: event {orphans[0]}: no key in HOOKD_ENCRYPTION_KEYS opens its "
+        f"body; stopped there ({before} bodies re-encrypted, 0 plain bodies encrypted with "
+        "the first key before it); add the key it was stored with and run again, or run without "
+        '--stop-on-error to skip such bodies (docs/operations.md, "Encryption keys")\n'
+    )
+    assert stopped.stdout == ""
+
+    rotated = hookd(sqlite_url, f"{new},{old}", "keys", "rotate")
+    assert rotated.returncode == 1, rotated.stderr
+    assert rotated.stdout == (
+        "hookd: 5 bodies re-encrypted, 0 plain bodies encrypted with the first key\n"
+    )
+    assert rotated.stderr == (
+        "hookd: keys rotate: 12 bodies no key opens, left as they were: ids "
+        f"{', '.join(orphans[:10])} and 2 more; their events cannot be processed or "
+        "replayed until the key they were stored with is back in HOOKD_ENCRYPTION_KEYS "
+        '(docs/operations.md, "Encryption keys")\n'
+    )
+    stored = {event_id: body for event_id, body, _ in await bodies(sqlite_url)}
+    assert all(BodyCipher(new).open(stored[i], True).startswith(b"kept") for i in kept[:3])
+    assert all(BodyCipher(lost).open(stored[i], True).startswith(b"lost") for i in orphans)
+
+
+async def test_rotation_with_keys_that_open_nothing_changes_nothing(sqlite_url: str) -> None:
+    """No key opens any body: the keys are wrong, not one lost. Plain bodies are not
+    encrypted with a key nobody keeps; exit 2."""
+    old = Fernet.generate_key().decode()
+    await store_bodies(sqlite_url, BodyCipher(""), 2, "plain")
+    await store_bodies(sqlite_url, BodyCipher(old), 2, "sealed")
+    before = await bodies(sqlite_url)
+    wrong = hookd(sqlite_url, Fernet.generate_key().decode(), "keys", "rotate")
+    assert wrong.returncode == 2, wrong.stderr
+    [line] = wrong.stderr.splitlines()
+    assert line.startswith("hookd: environment: HOOKD_ENCRYPTION_KEYS: no key opens any")
+    assert "nothing changed" in line
+    assert await bodies(sqlite_url) == before

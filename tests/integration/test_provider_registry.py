@@ -40,7 +40,7 @@ P = Path("hookd.toml")
 SECRET = "fifth-webhook-secret"
 TOKEN = "fifth-api-token"
 STREAM = "orders"
-# Every provider hookd registers, as pydantic lists them in "Input should be ...".
+# Every provider hookd registers, as an unknown provider's line lists them.
 BUILT_IN = ", ".join(repr(name) for name in PROVIDERS)
 
 
@@ -145,14 +145,17 @@ def test_config_errors_for_the_fifth_provider_are_the_usual_one_liners(fifth: No
     )
     unknown = source_toml("").replace('"fifth"', '"sixth"')
     assert error_of(unknown) == (
-        f"hookd.toml: source 'f5': key 'provider': Input should be {BUILT_IN} or 'fifth'"
+        "hookd.toml: source 'f5': key 'provider': unknown provider 'sixth' "
+        "(did you mean 'fifth'?); use one of "
+        f"{BUILT_IN} or 'fifth'"
     )
 
 
 def test_without_registration_there_is_no_fifth_provider() -> None:
     *first, last = (repr(name) for name in PROVIDERS)
     assert error_of(source_toml("")) == (
-        f"hookd.toml: source 'f5': key 'provider': Input should be {', '.join(first)} or {last}"
+        "hookd.toml: source 'f5': key 'provider': unknown provider 'fifth'; "
+        f"use one of {', '.join(first)} or {last}"
     )
 
 

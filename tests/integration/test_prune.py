@@ -4,6 +4,7 @@ event's key keeps answering redeliveries and reconciliation as "already stored".
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.errors import Conflict, NotFound
 from hookd.metrics import db as dbmetrics
@@ -25,11 +27,12 @@ from hookd.ops import EventOps, prune_sources
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
 from store import claims, db
+from store import events as store_events
 from store import prune as store_prune
 from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.events import insert_events
-from store.ids import new_id
+from store.ids import new_id, new_ids
 from store.models import (
     EVENT_KEYS,
     EVENTS,
@@ -264,34 +267,50 @@ async def test_redeliveries_racing_a_prune_never_make_a_second_row(pg_url: str) 
 # -- the policy, on rows made directly ------------------------------------------------
 
 
-async def add_events(url: str, source: str, statuses: dict[str, int]) -> dict[str, list[str]]:
+async def add_events(
+    url: str, source: str, statuses: dict[str, int], *, days_ago: float = 0
+) -> dict[str, list[str]]:
     """Events of ``source`` in each status (with a body, headers and, for the processed
-    ones, a ledger row); status -> ids."""
+    ones, a ledger row), received ``days_ago`` (their ids minted then); status -> ids."""
     engine = db.create_engine(url)
     out: dict[str, list[str]] = {}
-    now = datetime.now(UTC)
+    now = datetime.now(UTC) - timedelta(days=days_ago)
+    ms = int(now.timestamp() * 1000)
     try:
-        async with engine.begin() as conn:
-            for status, n in statuses.items():
-                stored = await insert_events(
-                    conn,
-                    [
-                        new_event(f"{source}-{status}-{i}", source=source, body=b"x" * 300)
-                        for i in range(n)
-                    ],
-                    PLAIN,
-                )
-                ids = [s.event_id for s in stored]
-                out[status] = ids
-                if status != "pending":
-                    await conn.execute(
-                        sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status=status)
-                    )
-                if status == "processed":
-                    await claims.record_handlers(conn, [(i, "h") for i in ids], now)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store_events, "new_ids", lambda n: new_ids(n, ms))
+            async with engine.begin() as conn:
+                await _add(conn, source, statuses, now, out)
     finally:
         await engine.dispose()
     return out
+
+
+async def _add(
+    conn: AsyncConnection,
+    source: str,
+    statuses: dict[str, int],
+    now: datetime,
+    out: dict[str, list[str]],
+) -> None:
+    for status, n in statuses.items():
+        stored = await insert_events(
+            conn,
+            [
+                dataclasses.replace(
+                    new_event(f"{source}-{status}-{i}", source=source, body=b"x" * 300),
+                    received_at=now,
+                )
+                for i in range(n)
+            ],
+            PLAIN,
+        )
+        ids = [s.event_id for s in stored]
+        out[status] = ids
+        if status != "pending":
+            await conn.execute(sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status=status))
+        if status == "processed":
+            await claims.record_handlers(conn, [(i, "h") for i in ids], now)
 
 
 async def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -632,9 +651,9 @@ def prune_cli(url: str, config: Path, *args: str) -> subprocess.CompletedProcess
 
 
 async def test_hookd_prune_command(sqlite_url: str, sources_file: Path) -> None:
-    await add_events(sqlite_url, "github", {"processed": 3, "pending": 2})
-    await add_events(sqlite_url, "stripe", {"dead": 1})
-    later = str(int(time.time() + 31 * 86_400))
+    await add_events(sqlite_url, "github", {"processed": 3, "pending": 2}, days_ago=31)
+    await add_events(sqlite_url, "stripe", {"dead": 1}, days_ago=31)
+    later = str(int(time.time()))  # now, as a user would copy it
 
     dry = prune_cli(sqlite_url, sources_file, "--dry-run", "--json", "--as-of", later)
     assert dry.returncode == 0, dry.stderr
@@ -672,6 +691,31 @@ async def test_hookd_prune_command(sqlite_url: str, sources_file: Path) -> None:
         assert len(refused.stderr.splitlines()) == 1, refused.stderr
         assert said in refused.stderr
         assert refused.stdout == ""
+
+
+async def test_hookd_prune_refuses_a_time_in_the_future(
+    sqlite_url: str, sources_file: Path
+) -> None:
+    """`--as-of` a month ahead would delete what the policy keeps today: refused, and
+    nothing deleted; with --dry-run it only counts."""
+    await add_events(sqlite_url, "github", {"processed": 3})
+    ahead = datetime.now(UTC) + timedelta(days=31)
+    for when in (str(int(ahead.timestamp())), ahead.isoformat()):
+        refused = prune_cli(sqlite_url, sources_file, "--as-of", when)
+        assert refused.returncode == 2, refused
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("hookd: prune: --as-of: ")
+        assert "is in the future (now " in line and "give a past time" in line
+        assert refused.stdout == ""
+    assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 3
+    counted = prune_cli(sqlite_url, sources_file, "--dry-run", "--json", "--as-of", when)
+    assert counted.returncode == 0, counted.stderr
+    assert json.loads(counted.stdout.splitlines()[0])["event"] == 3
+    assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 3
+    # A few seconds ahead (another machine's clock) is still now.
+    soon = str(int(time.time()) + 20)
+    assert prune_cli(sqlite_url, sources_file, "--as-of", soon).returncode == 0
+    assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 3
 
 
 async def test_show_and_wait_of_a_pruned_event_say_how_it_ended(

@@ -381,7 +381,7 @@ async def test_the_window_is_capped_at_what_the_provider_keeps(
     [
         ("paddle", "", "'reconcile.notification_setting_id': is required for paddle"),
         ("paddle", 'notification_setting_id = "ntf_1"', "must be a notification setting ID"),
-        ("square", 'repair = "redeliver"', "'reconcile.repair': Input should be 'fetch'"),
+        ("square", 'repair = "redeliver"', "'reconcile.repair': must be 'fetch'"),
         ("square", 'event_types = ["payment updated"]', "is not a Square ID or event type"),
         ("gitlab", 'project = "octo/hello"', "'reconcile.hook_id': is required for gitlab"),
         ("gitlab", "hook_id = 7", "'reconcile.project': is required for gitlab"),

@@ -150,12 +150,12 @@ def test_reconcile_interval_bounds_are_checked() -> None:
 
 
 SLACK = '[[sources]]\nname = "sl"\nprovider = "slack"\nsecrets = ["s"]\n'
-# How pydantic lists the registered providers: "'a', 'b' or 'c'".
+# How an unknown provider's line lists the registered ones: "'a', 'b' or 'c'".
 EXPECTED_PROVIDERS = "{} or {}".format(
     ", ".join(repr(name) for name in list(PROVIDERS)[:-1]), repr(list(PROVIDERS)[-1])
 )
 UNKNOWN = '[[sources]]\nname = "x"\nprovider = "nosuchprovider"\nsecrets = ["s"]\n'
-HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app"'
+HOOK_FORMAT = 'must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks/ID" or "app"'
 
 
 @pytest.mark.parametrize(
@@ -164,13 +164,13 @@ HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks
         # Another provider's key: a wrong value is named before the key is refused.
         (
             GH + '[sources.reconcile]\ntoken = "t"\nhook = "app"\nchannels = "C1"\n',
-            "source 'gh': key 'reconcile.channels': Input should be a valid tuple",
+            "source 'gh': key 'reconcile.channels': must be an array (in brackets: "
+            '["a", "b"]), not a string',
         ),
         (
             '[[sources]]\nname = "st"\nprovider = "standard"\nsecrets = ["whsec_dGVzdA=="]\n'
             '[sources.reconcile]\napp_id = "x"\n',
-            "source 'st': key 'reconcile.app_id': "
-            "Input should be a valid integer, unable to parse string as an integer",
+            "source 'st': key 'reconcile.app_id': must be a whole number, not a string",
         ),
         # Several wrong values: the provider keys' come before the schedule's, GitHub's
         # before Slack's.
@@ -185,13 +185,12 @@ HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks
         (
             SLACK + '[sources.reconcile]\ntoken = "t"\nchannels = ["C"]\nevery_s = 10\n'
             'max_every_s = 5\nrepair = "x"\n',
-            "source 'sl': key 'reconcile.repair': Input should be 'fetch' or 'redeliver'",
+            "source 'sl': key 'reconcile.repair': must be 'fetch' or 'redeliver', not 'x'",
         ),
         (
             SLACK + '[sources.reconcile]\ntoken = "t"\nchannels = ["C"]\nevery_s = 10\n'
             'max_every_s = 5\nrepair = "fetch"\n',
-            "source 'sl': key 'reconcile': Value error, needs min_every_s <= every_s <= "
-            "max_every_s",
+            "source 'sl': key 'reconcile': needs min_every_s <= every_s <= max_every_s",
         ),
         # An unknown provider's table is still read; an unknown key in it comes first.
         (
@@ -200,13 +199,14 @@ HOOK_FORMAT = 'Value error, must be "repos/OWNER/REPO/hooks/ID", "orgs/ORG/hooks
         ),
         (
             UNKNOWN + '[sources.reconcile]\nrepair = "x"\n',
-            "source 'x': key 'provider': Input should be " + EXPECTED_PROVIDERS,
+            "source 'x': key 'provider': unknown provider 'nosuchprovider'; use one of "
+            + EXPECTED_PROVIDERS,
         ),
         # A wrong value elsewhere in the source comes before another provider's key.
         (
             GH.replace('"s"]', '"s"]\ntolerance_s = 0')
             + '[sources.reconcile]\ntoken = "t"\nhook = "repos/o/r/hooks/1"\nchannels = ["C1"]\n',
-            "source 'gh': key 'tolerance_s': Input should be greater than 0",
+            "source 'gh': key 'tolerance_s': must be greater than 0",
         ),
     ],
 )
@@ -359,3 +359,119 @@ def test_a_url_signing_source_keeps_what_its_provider_declares(provider: str) ->
     assert adapter.reconcile == registered.reconcile
     assert adapter.accepted_status == registered.accepted_status
     assert adapter.verify is not registered.verify
+
+
+# Pydantic's own sentences, which a sources file or HOOKD_* line must never carry.
+PYDANTIC_WORDING = (
+    "Input should",
+    "Value error",
+    "Field required",
+    "valid tuple",
+    "instance of",
+    "after validation",
+    "unable to parse",
+)
+FWD = '[sources.forward]\nurl = "https://x.example"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            GH.replace('["s"]', '"s"'),
+            'key \'secrets\': must be an array (in brackets: ["a", "b"]), not a string',
+        ),
+        (GH.replace('["s"]', "[]"), "key 'secrets': needs at least 1 entry"),
+        (GH.replace('secrets = ["s"]\n', ""), "key 'secrets': is required; add it"),
+        (GH + 'tolerance_s = "x"\n', "key 'tolerance_s': must be a whole number, not a string"),
+        (
+            GH + "tolerance_s = 1.5\n",
+            "key 'tolerance_s': must be a whole number, not a number with a fraction",
+        ),
+        (GH + "tolerance_s = 100000\n", "key 'tolerance_s': must be 86400 or less"),
+        (GH + "max_attempts = 0\n", "key 'max_attempts': must be 1 or more"),
+        (
+            GH + 'forward = "x"\n',
+            "key 'forward': must be a table (key = { ... } or a [section] of its own), "
+            "not a string",
+        ),
+        (GH + FWD, "key 'forward.secret': is required; add it"),
+        (
+            GH + '[sources.retention]\nkeep_body_days = "x"\n',
+            "key 'retention.keep_body_days': must be a number, not a string",
+        ),
+        (
+            GH + "public_url = 3\n",
+            "key 'public_url': must be a string (in quotes: \"...\"), not a whole number",
+        ),
+        (
+            GH.replace('"gh"', '"Git Hub"'),
+            "key 'name': must be 1 to 64 lowercase letters, digits and '-', starting with a "
+            "letter or digit ([a-z0-9][a-z0-9-]{0,63})",
+        ),
+    ],
+)
+def test_config_errors_are_said_in_hookds_words_not_pydantics(text: str, expected: str) -> None:
+    message = error_of(text)
+    name = "Git Hub" if "Git Hub" in text else "gh"
+    assert message == f"hookd.toml: source {name!r}: {expected}"
+    assert not any(words in message for words in PYDANTIC_WORDING), message
+
+
+@pytest.mark.parametrize(
+    ("written", "suggestion"),
+    [("githb", "github"), ("Github", "github"), ("stripee", "stripe"), ("slak", "slack")],
+)
+def test_misspelt_provider_suggests_the_closest_and_lists_them_all(
+    written: str, suggestion: str
+) -> None:
+    message = error_of(GH.replace('"github"', f'"{written}"'))
+    assert message == (
+        f"hookd.toml: source 'gh': key 'provider': unknown provider {written!r} "
+        f"(did you mean {suggestion!r}?); use one of {EXPECTED_PROVIDERS}"
+    )
+
+
+def test_a_provider_that_is_not_a_string_is_one_line() -> None:
+    message = error_of(GH.replace('"github"', "5"))
+    assert message == (
+        "hookd.toml: source 'gh': key 'provider': must be the name of a provider "
+        f"({EXPECTED_PROVIDERS}), not a whole number"
+    )
+
+
+def test_a_wrong_word_suggests_the_closest_allowed_one() -> None:
+    message = error_of(
+        GH + '[sources.order]\nkey = "id"\nversion = "created"\nstale = "supersed"\n'
+    )
+    assert message == (
+        "hookd.toml: source 'gh': key 'order.stale': must be 'supersede' or 'run', "
+        "not 'supersed' (did you mean 'supersede'?)"
+    )
+
+
+def test_a_wrong_type_never_quotes_the_value_it_got() -> None:
+    """A secret written where a list is wanted: the line names its kind, not its text."""
+    message = error_of(GH.replace('["s"]', '"whsec_TOPSECRET"'))
+    assert "TOPSECRET" not in message
+    assert message.endswith("not a string")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("HOOKD_COMMIT_BATCH_MAX", "lots", "must be a whole number"),
+        ("HOOKD_COMMIT_BATCH_MAX", "0", "must be 1 or more"),
+        ("HOOKD_BODY_TIMEOUT_S", "soon", "must be a number"),
+        ("HOOKD_BODY_TIMEOUT_S", "900", "must be 300 or less"),
+        ("HOOKD_LOG_JSON", "maybe", "must be true or false"),
+        ("HOOKD_WORKER_METRICS_PORT", "70000", "must be 65535 or less"),
+    ],
+)
+def test_bad_settings_are_said_in_hookds_words(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env()
+    assert str(info.value) == f"environment: {variable}: {expected}"

@@ -165,15 +165,14 @@ def test_token_verifies_any_secret_and_refuses_others() -> None:
         (
             "hmac",
             'header = "X"\nalgorithm = "md5"\ndedupe = "body_sha256"\n',
-            "key 'verify.algorithm': Input should be 'sha1', 'sha256' or 'sha512'",
+            "key 'verify.algorithm': must be 'sha1', 'sha256' or 'sha512', not 'md5'",
         ),
-        ("hmac", 'dedupe = "body_sha256"\n', "key 'verify.header': Field required"),
-        ("hmac", None, "key 'verify.dedupe': Field required"),
+        ("hmac", 'dedupe = "body_sha256"\n', "key 'verify.header': is required; add it"),
+        ("hmac", None, "key 'verify.dedupe': is required; add it"),
         (
             "hmac",
             'header = "X"\ndedupe = "id"\n',
-            "key 'verify.dedupe': Value error, must be "
-            '"header:<Name>", "json:<dotted.path>" or "body_sha256"',
+            'key \'verify.dedupe\': must be "header:<Name>", "json:<dotted.path>" or "body_sha256"',
         ),
         (
             "hmac",
@@ -191,16 +190,16 @@ def test_token_verifies_any_secret_and_refuses_others() -> None:
             'header = "X"\ndedupe = "body_sha256"\nalgoritm = "sha1"\n',
             "key 'verify.algoritm': unknown key (did you mean 'algorithm'?)",
         ),
-        ("token", 'dedupe = "body_sha256"\n', "key 'verify.header': Field required"),
+        ("token", 'dedupe = "body_sha256"\n', "key 'verify.header': is required; add it"),
         (
             "token",
             'header = "X Y"\ndedupe = "body_sha256"\n',
-            "key 'verify.header': Value error, must be a header name (letters, digits and '-')",
+            "key 'verify.header': must be a header name (letters, digits and '-')",
         ),
         (
             "github",
             'header = "X"\n',
-            "key 'verify': Value error, github sources take no verify table",
+            "key 'verify': github sources take no verify table",
         ),
     ],
 )

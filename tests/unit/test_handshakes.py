@@ -95,13 +95,13 @@ def test_handshakes_are_accepted(provider: str, handshake: str) -> None:
 def test_unknown_handshake_is_a_one_line_error() -> None:
     assert config_error("hmac", "slack") == (
         "hookd.toml: source 'h': key 'verify.handshake': "
-        "Input should be 'dropbox', 'x_crc' or 'graph'"
+        "must be 'dropbox', 'x_crc' or 'graph', not 'slack'"
     )
 
 
 def test_x_crc_needs_an_hmac_source() -> None:
     assert config_error("token", "x_crc") == (
-        "hookd.toml: source 'h': key 'verify.handshake': Value error, x_crc answers with an "
+        "hookd.toml: source 'h': key 'verify.handshake': x_crc answers with an "
         'HMAC keyed with the consumer secret: use provider = "hmac"'
     )
 

@@ -79,17 +79,17 @@ def test_the_table_takes_a_path_or_a_list_and_defaults_to_supersede() -> None:
     [
         (
             'key = "data..id"\nversion = "created"\n',
-            "key 'order.key': Value error, 'data..id' is not a dotted JSON path",
+            "key 'order.key': 'data..id' is not a dotted JSON path",
         ),
         (
             'key = 3\nversion = "created"\n',
-            "key 'order.key': Value error, must be a JSON path or a list of them",
+            "key 'order.key': must be a JSON path or a list of them",
         ),
-        ('version = "created"\n', "key 'order.key': Field required"),
-        ('key = "id"\n', "key 'order.version': Field required"),
+        ('version = "created"\n', "key 'order.key': is required; add it"),
+        ('key = "id"\n', "key 'order.version': is required; add it"),
         (
             'key = "id"\nversion = "created"\nstale = "skip"\n',
-            "key 'order.stale': Input should be 'supersede' or 'run'",
+            "key 'order.stale': must be 'supersede' or 'run', not 'skip'",
         ),
         (
             'key = "id"\nversion = "created"\nstal = "run"\n',

@@ -121,7 +121,7 @@ def test_every_provider_declares_a_horizon_and_the_default_keeps_keys_longer() -
         ),
         (
             "[retention]\nkeep_dead_days = 0\n",
-            "hookd.toml: key 'retention.keep_dead_days': Input should be greater than 0",
+            "hookd.toml: key 'retention.keep_dead_days': must be greater than 0",
         ),
         ("retention = 3\n", "hookd.toml: key 'retention': must be a table ([retention])"),
     ],
@@ -133,8 +133,7 @@ def test_a_wrong_top_level_retention_names_its_key(table: str, expected: str) ->
 def test_a_wrong_source_retention_names_the_source() -> None:
     message = refusal(STRIPE + "[sources.retention]\nkeep_events_days = -1\n")
     assert message == (
-        "hookd.toml: source 'billing': key 'retention.keep_events_days': "
-        "Input should be greater than 0"
+        "hookd.toml: source 'billing': key 'retention.keep_events_days': must be greater than 0"
     )
 
 

@@ -380,7 +380,7 @@ async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
         await asyncio.wait_for(runtime.processor.drain(0.0), grace_s)
 
 
-async def run(
+async def run(  # noqa: PLR0915 - one lifecycle, start to stop, in order
     settings: Settings, sources: Sources, checked: Callable[[], None] | None = None
 ) -> None:
     """The worker until SIGTERM or SIGINT. ``checked`` is called once the checks that

@@ -8,8 +8,8 @@ surrogates, over-long text, invalid UTF-8, numbers past every range, deep nestin
 empty and non-ASCII text. Against a real ``hookd serve`` on PostgreSQL and on SQLite.
 
 Every valid delivery must be acknowledged (202) and stored; no request may get a 5xx;
-a hostile one is either stored (202, its labels in a safe form) or refused on its own
-(400). ``store.values`` says which, per field.
+a hostile one is either stored (202, its labels in a safe form; 200 when the same one
+came before) or refused on its own (400). ``store.values`` says which, per field.
 """
 
 from __future__ import annotations
@@ -318,7 +318,11 @@ def figures(per_database: dict[str, Any], **counts: Any) -> dict[str, Any]:
         "every_valid_delivery_stored": all(d["valid_stored"] == d["valid"] for d in every),
         "no_5xx": all(d["server_errors"] == 0 for d in every),
         "every_request_answered": all(d["no_answer"] == 0 for d in every),
-        "hostile_only_202_or_400": all(set(d["hostile_statuses"]) <= {"202", "400"} for d in every),
+        # 200: a hostile value sent again (the full counts send each pair several
+        # times) whose event id was stored the first time is a duplicate.
+        "hostile_only_stored_duplicate_or_400": all(
+            set(d["hostile_statuses"]) <= {"200", "202", "400"} for d in every
+        ),
         "no_commit_failed": all(d["commit_failures_logged"] == 0 for d in every),
         "stored_types_safe": all(d["unsafe_types_stored"] == 0 for d in every),
         "no_traceback_in_server_log": all(d["tracebacks"] == 0 for d in every),
@@ -331,7 +335,7 @@ def report(figures: dict[str, Any]) -> str:
     lines = [
         f"{figures['groups']} groups of {figures['group_size']} correctly signed deliveries "
         f"(seed {figures['seed']}), each group sent at once so that it shares a commit group, "
-        "one or two of each group carrying a hostile value in a field hookd extracts "
+        "three of each group carrying a hostile value in a field hookd extracts "
         f"({', '.join(f'`{f}`' for f in figures['fields'])}), to a real `hookd serve` on "
         "each database:",
         "",
@@ -351,7 +355,7 @@ def report(figures: dict[str, Any]) -> str:
         "Hostile values and how they were answered (both databases; 400 is "
         "`malformed_payload` for a body that is not UTF-8 JSON or a value the provider's "
         "envelope refuses, `unstorable_value` for an event id no row can hold; 202 is "
-        "stored, its labels in a safe form):",
+        "stored, its labels in a safe form; 200 is the same hostile event sent again):",
         "",
         "| value | " + " | ".join(dbs) + " |",
         "| --- | " + " | ".join("---" for _ in dbs) + " |",

@@ -23,6 +23,7 @@ from store.history import UNKNOWN, Requester, record_replays
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
 from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
+from store.values import safe_text
 
 
 def one_of(
@@ -385,7 +386,7 @@ async def mark_failed(
     ``error_type`` the exception's type name.
     """
     values: dict[str, object] = {
-        "last_error": error[:2000],
+        "last_error": safe_text(error, 2000),  # it may quote a payload (store.values)
         "last_error_handler": None if handler is None else handler[:255],
         "last_error_type": None if error_type is None else error_type[:128],
         **_unleased(now),

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z, iso_z_or_none
 from store.models import EVENT_HISTORY, utc_binder
+from store.values import safe_text
 
 # The longest error summary kept per attempt (the column's length).
 ERROR_CHARS = 500
@@ -81,8 +82,9 @@ def one_line(text: str | None, limit: int = ERROR_CHARS) -> str | None:
     """``text`` on one line, at most ``limit`` characters (an ellipsis says it was cut)."""
     if text is None:
         return None
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    # A handler's error may quote its payload: a NUL or a lone surrogate in it would
+    # fail the statement that records the outcomes of every event finished with it.
+    return safe_text(" ".join(text.split()), limit)
 
 
 def _attempt_row(a: Attempt) -> dict[str, Any]:

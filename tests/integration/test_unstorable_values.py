@@ -20,10 +20,12 @@ from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.crypto import BodyCipher
 from store.fastpath import inserter_for
 from store.values import MAX_TYPE_CHARS, Unstorable, safe_text, storable
+from tests.support import handlers
 from tests.support.constants import SECRETS
 from tests.support.data import new_event, scalar
 from tests.support.server import HookdServer
 from tests.support.signing import hex_hmac
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -138,3 +140,38 @@ async def test_a_delivery_with_a_nul_or_overlong_action_hurts_no_other_delivery(
     safe = "SELECT count(*) FROM events WHERE type = 'issues.opened\ufffdevil'"
     assert await scalar(db_url, safe) == 1
     assert await scalar(db_url, "SELECT max(length(type)) FROM events") == MAX_TYPE_CHARS
+
+
+async def test_a_handler_error_quoting_a_nul_never_fails_the_outcomes_written_with_it(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A handler's error may quote its payload. Its NUL or lone surrogate failed the
+    statement that records the outcomes of every event finished in the same window, on
+    PostgreSQL (a NUL) and on both (a surrogate), so those events were never recorded
+    and ran again. Now each error is stored in a safe form and the others are processed."""
+    env = {
+        "HOOKD_CONFIG": str(handlers.config(tmp_path, "hostile_error", max_attempts=1)),
+        "HOOKD_DATABASE_URL": db_url,
+    }
+    requests = [
+        github(i, "poison") if i % 10 == 3 else sample_event("github", SECRETS["github"], i)
+        for i in range(40)
+    ]
+    with HookdServer(env, tmp_path) as server:
+        limits = httpx.Limits(max_connections=40)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30) as client:
+            answers = await asyncio.gather(
+                *(client.post("/hooks/github", content=b, headers=h) for h, b in requests)
+            )
+        assert [a.status_code for a in answers] == [202] * 40
+
+        async def settled() -> bool:
+            done = "SELECT count(*) FROM events WHERE status IN ('processed', 'dead')"
+            return await scalar(db_url, done) == 40
+
+        await wait_for(settled, timeout_s=60, interval_s=0.2, message="not all settled")
+    assert await scalar(db_url, "SELECT count(*) FROM events WHERE status = 'processed'") == 36
+    dead = "SELECT count(*) FROM events WHERE status = 'dead' AND last_error LIKE '%bad value%'"
+    assert await scalar(db_url, dead) == 4
+    history = "SELECT count(*) FROM event_history WHERE error LIKE '%bad value \ufffd and%'"
+    assert await scalar(db_url, history) == 4

@@ -141,6 +141,13 @@ async def echo_failure(event: Event) -> None:
     raise RuntimeError(event.body.decode(errors="replace"))
 
 
+async def hostile_error(event: Event) -> None:
+    """Fails for an event whose body says "poison", its error quoting what a payload
+    can hold and no database column can (a NUL, a lone surrogate); others succeed."""
+    if b"poison" in event.body:
+        raise ValueError("bad value \x00 and \ud800 from the payload")
+
+
 async def value_error(_: Event) -> None:
     """Always fails the same way: a retrying event's error is predictable."""
     raise ValueError("boom")

@@ -177,6 +177,7 @@ def test_a_run_line_shows_its_cursors_as_iso() -> None:
         cursor_after=1770000600.0,
         ack_violations=0,
         registration_problems=(),
+        registration_unread=None,
     )
     line = describe_outcome(outcome, dry_run=False)
     assert "cursor=2026-02-02T02:40:00.250000Z->2026-02-02T02:50:00Z" in line, line

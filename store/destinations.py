@@ -272,9 +272,25 @@ class Blocker(NamedTuple):
 
 async def still_blocked(conn: AsyncConnection, blockers: Iterable[Blocker]) -> bool:
     """Whether any of ``blockers`` still holds, reading each one's row ``FOR SHARE``: a
-    resume or a breaker closing waits for this transaction, and so unparks what it parks."""
+    resume or a breaker closing waits for this transaction, and so unparks what it parks.
+
+    SQLite has no row locks, and its driver starts a transaction at the first write, so
+    a read before it sees a state that may end before the park is written. A write that
+    changes nothing takes the database's write lock first: the read then sees the last
+    switch, and any later one waits for this park and unparks it."""
     held = False
-    for blocker in sorted(set(blockers)):
+    ordered = sorted(set(blockers))
+    if ordered and conn.dialect.name == "sqlite":
+        first = ordered[0]
+        await conn.execute(
+            sa.update(DESTINATION_BREAKERS)
+            .where(
+                DESTINATION_BREAKERS.c.source == first.source,
+                DESTINATION_BREAKERS.c.destination == first.destination,
+            )
+            .values(state=DESTINATION_BREAKERS.c.state)
+        )
+    for blocker in ordered:
         if blocker.kind == "paused":
             select = sa.select(PAUSES.c.paused).where(
                 PAUSES.c.source == blocker.source, PAUSES.c.destination == blocker.destination

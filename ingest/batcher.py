@@ -10,6 +10,11 @@ joins one (``store.values``), and a statement that still fails for what a row ho
 (``store.fastpath.tied_to_rows``) is retried in halves until the row is alone, so only
 that request is refused (400) and every other one is committed and acknowledged.
 
+With a ``handoff`` (``hookd serve`` without Redis, ``processing.handoff``), a batch's new
+events are committed already leased to one processor process and handed to it with
+their rows after the commit (insert as claimed); only what was committed pending
+(no processor free, events of an object) is announced through ``on_commit``.
+
 It also keeps count of failed commits in a row, for readiness: a receiver whose
 database answers but refuses every commit (disk full, read-only, locked) must leave
 the load balancer rather than answer 503 to every delivery.
@@ -22,10 +27,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from hookd.errors import HookdError
 from ingest.metrics import COMMIT_SECONDS
-from store.events import NewEvent, Stored
+from store.events import Lease, NewEvent, NewRow, Stored
 from store.fastpath import Inserter, tied_to_rows
 from store.values import Unstorable
 
@@ -45,6 +51,21 @@ class StoreUnavailable(HookdError):
 _Item = tuple[NewEvent, "asyncio.Future[Stored]"]
 
 
+class HandoffTarget(Protocol):
+    """A processor that takes a batch's new events: whose lease they are committed
+    with, and where their rows go once committed."""
+
+    def lease(self) -> Lease: ...
+
+    def hand(self, rows: Sequence[NewRow]) -> None: ...
+
+
+class Handoff(Protocol):
+    def choose(self) -> HandoffTarget | None:
+        """The processor the next batch goes to; None: commit it pending."""
+        ...
+
+
 def _consume(task: asyncio.Task[None]) -> None:
     if not task.cancelled():
         task.exception()
@@ -60,8 +81,10 @@ class GroupCommitter:
         commit_timeout_s: float = 10.0,
         committers: int = 1,
         on_commit: OnCommit | None = None,
+        handoff: Handoff | None = None,
     ) -> None:
         self._inserter = inserter
+        self._handoff = handoff
         self._batch_max = batch_max
         self._window_s = window_s
         self._commit_timeout_s = commit_timeout_s
@@ -203,7 +226,7 @@ class GroupCommitter:
         for future, result in stored:
             if not future.done():
                 future.set_result(result)
-            if result.created:
+            if result.created and result.row is None:  # a handed row needs no wake-up
                 created.append(result.event_id)
         if created and self._on_commit is not None:
             try:
@@ -212,8 +235,15 @@ class GroupCommitter:
                 log.warning("dispatch after commit failed", extra={"error": type(exc).__name__})
 
     async def _insert(self, batch: list[_Item]) -> list[tuple[asyncio.Future[Stored], Stored]]:
+        target = self._handoff.choose() if self._handoff is not None else None
+        events = [event for event, _ in batch]
         async with asyncio.timeout(self._commit_timeout_s):
-            results = await self._inserter.insert([event for event, _ in batch])
+            if target is None:
+                results = await self._inserter.insert(events)
+            else:
+                results = await self._inserter.insert(events, target.lease())
+        if target is not None:
+            target.hand([r.row for r in results if r.row is not None])
         return [(future, result) for (_, future), result in zip(batch, results, strict=True)]
 
     async def _alone(

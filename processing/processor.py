@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -193,6 +193,13 @@ def attempt_outcome(result: _Result, retry_at: datetime | None) -> str | None:
     return None
 
 
+def _drain_ended(task: asyncio.Task[int]) -> None:
+    """A drain started by handed events ended; its failure is logged (their leases are
+    taken over when they expire, by the sweep's drain)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("handed events' drain failed", extra={"error": type(exc).__name__})
+
+
 def _abandoned(taken: list[EventRow], now: datetime) -> list[history.Attempt]:
     """The attempt before each takeover: it ran out its lease without an outcome."""
     return [
@@ -344,6 +351,10 @@ class Processor:
         self._woken = False
         # The last claim gave events of a source below its cap (see ``_exchange``).
         self._flowing = False
+        # Handed events given back because they came during a shutdown; the drain that
+        # handed events started (``accept``).
+        self._giving_back: set[asyncio.Task[None]] = set()
+        self._own_drain: asyncio.Task[int] | None = None
 
     # -- what the wake-ups and the shutdown call -------------------------------------
 
@@ -357,6 +368,47 @@ class Processor:
         a drain ends when what runs has finished."""
         self.stopping = True
         self._nudge.set()
+
+    def accept(self, rows: Sequence[EventRow]) -> int:
+        """Events a receiver committed leased to this processor and handed over with
+        their rows (insert as claimed, ``processing.handoff``): read ahead as a claim's
+        would be, with no claim and no read (a new event has no ledger). A row leased
+        to another owner is left to its lease; while stopping, they are given back at
+        once. The number taken."""
+        now = datetime.now(UTC)
+        mono = time.monotonic()
+        taken: list[_Held] = []
+        for row in rows:
+            expires = row.lease_expires_at
+            if row.lease_owner != self.owner or expires is None or row.id in self._held:
+                continue
+            held = _Held(row, frozenset(), mono + (expires - now).total_seconds())
+            self._held[row.id] = held
+            taken.append(held)
+        if self.stopping:
+            task = asyncio.create_task(self._release(taken), name="hookd-give-back")
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
+            return 0
+        for held in taken:
+            _claims(held.row.source).inc()
+            self._ready.setdefault(held.row.source, deque()).append(held)
+        if not taken:
+            return 0
+        if self._pumping:
+            self._start_ready()
+            self._nudge.set()
+        else:
+            # A drain of its own (it claims only at its poll): whatever else wakes this
+            # processor finds it running and joins it.
+            self._own_drain = asyncio.create_task(self.drain(math.inf), name="hookd-handed")
+            self._own_drain.add_done_callback(_drain_ended)
+        return len(taken)
+
+    def has_room(self) -> bool:
+        """Whether this processor takes handed events: it holds fewer than its slots
+        and two claims' worth."""
+        return len(self._held) < self._concurrency + 2 * self._batch_size
 
     @property
     def pumping(self) -> bool:
@@ -389,7 +441,14 @@ class Processor:
         another call only wakes it and waits for it to end."""
         if self._pumping:
             self.wake()
-            await self._idle.wait()
+            try:
+                await self._idle.wait()
+            except asyncio.CancelledError:
+                # A shutdown past its grace cancels its drain: the one that runs here,
+                # if handed events started it, is that drain.
+                if self._own_drain is not None:
+                    self._own_drain.cancel()
+                raise
             return 0
         return await self._pump(time.monotonic() + max_s, claims_left=math.inf)
 
@@ -414,8 +473,11 @@ class Processor:
         """The drain's loop: claim and write outcomes (one exchange), fill slots, wait."""
         once = claims_left == 1
         total = 0
-        exhausted = False
-        poll_at = -math.inf
+        # A drain started for handed events (``accept``) runs them first: it claims
+        # when woken or at the poll, not before it starts them.
+        handed = bool(self._ready) and not self._woken and not once
+        exhausted = handed
+        poll_at = time.monotonic() + CLAIM_POLL_S if handed else -math.inf
         beat_at = time.monotonic() + self._beat_every_s
         window_end = math.inf
         while True:
@@ -1256,6 +1318,22 @@ class ProcessorPool:
         if not members:
             raise ValueError("a pool needs a processor")
         self.members = members
+
+    def accept(self, rows: Sequence[EventRow]) -> int:
+        """Handed events (``Processor.accept``), each to the member whose lease it has."""
+        taken = 0
+        for member in self.members:
+            mine = [r for r in rows if r.lease_owner == member.owner]
+            if mine:
+                taken += member.accept(mine)
+        return taken
+
+    def has_room(self) -> bool:
+        return all(m.has_room() for m in self.members)
+
+    @property
+    def owners(self) -> list[str]:
+        return [m.owner for m in self.members]
 
     @property
     def owner(self) -> str:

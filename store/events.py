@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -57,6 +57,19 @@ class NewEvent:
 class Stored:
     event_id: str
     created: bool
+    # The row as committed, for a new event committed leased (``Lease``): what the
+    # receiver hands to the processor that holds the lease.
+    row: NewRow | None = None
+
+
+class Lease(NamedTuple):
+    """Whom a batch's new events are committed leased to, and until when: insert as
+    claimed (``hookd serve`` hands them to a local processor with their rows, so it
+    neither claims nor reads them). Events of a source with ``[sources.order]`` are
+    never leased so: they are claimed one per object."""
+
+    owner: str
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,8 @@ class NewRow(TypedDict):
     object_version: float | None
     payload_hash: str | None
     traceparent: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
 
 
 class KeyRow(TypedDict):
@@ -144,14 +159,18 @@ class Batch:
     first_of: dict[tuple[str, str], int]
 
     def resolve(self, created: set[str], existing: dict[tuple[str, str], str]) -> list[Stored]:
-        """One result per input, in order: new rows, repeats within the batch, and
-        rows another transaction committed first (``existing``)."""
+        """One result per input, in order: new rows (with the row, when it was committed
+        leased), repeats within the batch, and rows another transaction committed first
+        (``existing``)."""
         out: list[Stored] = []
+        leased = {r["id"]: r for r in self.rows if r["lease_owner"] is not None}
         for i, ev in enumerate(self.events):
             key = (ev.source, ev.dedupe_key)
             first = self.first_of[key]
             if self.ids[first] in created:
-                out.append(Stored(self.ids[first], created=first == i))
+                event_id = self.ids[first]
+                row = leased.get(event_id) if first == i else None
+                out.append(Stored(event_id, created=first == i, row=row))
             else:
                 out.append(Stored(existing[key], created=False))
         return out
@@ -161,7 +180,9 @@ class Batch:
         return (row["source"], row["dedupe_key"])
 
 
-def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
+def prepare(events: Sequence[NewEvent], cipher: BodyCipher, lease: Lease | None = None) -> Batch:
+    """The batch's rows: pending, or, with ``lease``, already claimed by its owner
+    (processing, attempt 1), except those of an object ([sources.order])."""
     now = datetime.now(UTC)
     first_of: dict[tuple[str, str], int] = {}
     rows: list[NewRow] = []
@@ -177,6 +198,7 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
         event_id = fresh[i]
         ids.append(event_id)
         body, encrypted = cipher.seal(ev.body)
+        leased = lease is not None and ev.object_key is None
         rows.append(
             {
                 "id": event_id,
@@ -191,8 +213,8 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
                 "headers": ev.headers,
                 "body": body,
                 "body_encrypted": encrypted,
-                "status": EventStatus.PENDING,
-                "attempts": 0,
+                "status": EventStatus.PROCESSING if leased else EventStatus.PENDING,
+                "attempts": 1 if leased else 0,
                 "next_attempt_at": ev.received_at,
                 "created_at": now,
                 "updated_at": now,
@@ -200,6 +222,8 @@ def prepare(events: Sequence[NewEvent], cipher: BodyCipher) -> Batch:
                 "object_version": ev.object_version,
                 "payload_hash": ev.payload_hash,
                 "traceparent": ev.traceparent,
+                "lease_owner": lease.owner if leased and lease else None,
+                "lease_expires_at": lease.expires_at if leased and lease else None,
             }
         )
     # One lock order for every batch: two concurrent batches that share keys

@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from store import sqlite_write
 from store.crypto import BodyCipher
 from store.db import check_url
-from store.events import KEY_RACE_TRIES, Batch, NewEvent, NewRow, Stored, prepare
+from store.events import KEY_RACE_TRIES, Batch, Lease, NewEvent, NewRow, Stored, prepare
 from store.ids import new_id
 from store.sqlite_write import (
     OBJECT_COLUMNS,
@@ -59,7 +59,8 @@ from store.status import EventOrigin, EventStatus
 # loop more than everything else per row, and the database has the other core.
 # The bodies go beside it as one bytea[] ($3, row n at index n + 1): asyncpg sends
 # them as they are, with no base64 to encode here and decode there.
-# Every new row starts as pending with no attempt, as ``prepare`` writes it.
+# A new row starts as pending with no attempt, or leased (processing, attempt 1) when
+# the batch is committed as claimed, as ``prepare`` writes it.
 #
 # Keys are inserted in the batch's order (sorted by key in ``prepare``): two
 # batches sharing keys wait on each other instead of deadlocking. The statement
@@ -73,7 +74,9 @@ WITH u AS MATERIALIZED (
                                         dedupe_key text, type text, origin text,
                                         received_at timestamptz, occurred_at timestamptz,
                                         verified_with text, headers json,
-                                        body_encrypted bool, traceparent text{object_types})
+                                        body_encrypted bool, traceparent text,
+                                        lease_owner text, lease_expires_at timestamptz
+                                        {object_types})
 ),
 k AS (
   INSERT INTO event_keys (source, dedupe_key, event_id, received_at)
@@ -85,11 +88,13 @@ e AS (
   INSERT INTO events (id, source, provider, dedupe_key, type, origin, received_at,
                       occurred_at, verified_with, headers, body, body_encrypted, status,
                       attempts, next_attempt_at, created_at, updated_at,
-                      traceparent{object_columns})
+                      traceparent, lease_owner, lease_expires_at{object_columns})
   SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
          u.occurred_at, u.verified_with, u.headers, ($3::bytea[])[u.n + 1],
-         u.body_encrypted, '{pending}', 0, u.received_at, $2, $2,
-         u.traceparent{object_values}
+         u.body_encrypted,
+         CASE WHEN u.lease_owner IS NULL THEN '{pending}' ELSE '{processing}' END,
+         CASE WHEN u.lease_owner IS NULL THEN 0 ELSE 1 END, u.received_at, $2, $2,
+         u.traceparent, u.lease_owner, u.lease_expires_at{object_values}
   FROM u JOIN k ON k.event_id = u.id
   ORDER BY u.n
   RETURNING id
@@ -101,7 +106,11 @@ FROM (SELECT u.source, u.dedupe_key FROM u WHERE u.id NOT IN (SELECT event_id FR
 JOIN event_keys x ON x.source = c.source AND x.dedupe_key = c.dedupe_key
 """
 PG_INSERT = _PG_INSERT.format(
-    object_types="", object_columns="", object_values="", pending=EventStatus.PENDING
+    object_types="",
+    object_columns="",
+    object_values="",
+    pending=EventStatus.PENDING,
+    processing=EventStatus.PROCESSING,
 )
 # The same for a batch with events of an object: three more columns, read from the
 # JSON where the batch's rows have them (NULL where they do not).
@@ -110,6 +119,7 @@ PG_INSERT_OBJECTS = _PG_INSERT.format(
     object_columns=", " + ", ".join(OBJECT_COLUMNS),
     object_values=", u.object_key, u.object_version, u.payload_hash",
     pending=EventStatus.PENDING,
+    processing=EventStatus.PROCESSING,
 )
 
 PG_EXISTING = """
@@ -151,7 +161,10 @@ class Inserter(Protocol):
         """Open what the first insert would otherwise wait for (may do nothing)."""
         ...
 
-    async def insert(self, events: Sequence[NewEvent]) -> list[Stored]: ...
+    async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
+        """Commit what is new (leased to ``lease``'s owner, when given), find what was
+        there; one result per event, in order."""
+        ...
 
     async def probe(self) -> None:
         """Insert a row and delete it again in one committed transaction, through the
@@ -218,8 +231,8 @@ class PgInserter:
                     )
         return self._pool
 
-    async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
-        batch = prepare(events, self._cipher)
+    async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
+        batch = prepare(events, self._cipher, lease)
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             try:
@@ -319,10 +332,14 @@ def _pg_payload(rows: list[NewRow], *, objects: bool = False) -> tuple[str, list
     if objects:
         for item, row in zip(items, rows, strict=True):
             item.update(_object_fields(row))
-    # Only while tracing is on; absent, the column reads NULL.
+    # Only while tracing is on, and only for rows committed leased (insert as claimed);
+    # absent, the column reads NULL.
     for item, row in zip(items, rows, strict=True):
         if row["traceparent"] is not None:
             item["traceparent"] = row["traceparent"]
+        if row["lease_owner"] is not None:
+            item["lease_owner"] = row["lease_owner"]
+            item["lease_expires_at"] = row["lease_expires_at"]
     return orjson.dumps(items).decode(), [row["body"] for row in rows]
 
 
@@ -352,8 +369,8 @@ class SqliteInserter:
     async def start(self) -> None:
         return None
 
-    async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
-        batch = prepare(events, self._cipher)
+    async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
+        batch = prepare(events, self._cipher, lease)
         loop = asyncio.get_running_loop()
         created, existing = await loop.run_in_executor(
             self._executor, self._writer.write, batch.rows
@@ -482,8 +499,8 @@ class SqliteProcessInserter:
             await stdin.drain()
         return await future
 
-    async def insert(self, events: Sequence[NewEvent]) -> list[Stored]:
-        batch = prepare(events, self._cipher)
+    async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
+        batch = prepare(events, self._cipher, lease)
         created, existing = await self._call(sqlite_write.INSERT, batch.rows)
         return batch.resolve(created, existing)
 

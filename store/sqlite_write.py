@@ -54,6 +54,8 @@ COLUMNS = (
     "created_at",
     "updated_at",
     "traceparent",
+    "lease_owner",
+    "lease_expires_at",
 )
 
 KEY_COLUMNS = ("source", "dedupe_key", "event_id", "received_at")
@@ -103,6 +105,8 @@ def sqlite_params(
             sqlite_time(r["created_at"]),
             sqlite_time(r["updated_at"]),
             r["traceparent"],
+            r["lease_owner"],
+            sqlite_time(r["lease_expires_at"]),
         )
         if objects:
             params += (r["object_key"], r["object_version"], r["payload_hash"])

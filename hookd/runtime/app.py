@@ -28,6 +28,7 @@ from hookd.web import admin, api, health
 from hookd.web.headers import PathHeaders
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
+from processing.handoff import HandoffClient
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
@@ -64,6 +65,8 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
     # else (HOOKD_PROCESSORS=0, or an app built outside serve) processing in this loop.
     sockets = [] if waker else processor_sockets()
     local_waker = LocalWaker(sockets) if sockets else None
+    # ... and new events committed leased to one of them, handed over with their rows.
+    handoff = HandoffClient(sockets) if sockets else None
     consumer = (
         None if waker or local_waker else InProcessConsumer(runtime.processor, settings.sweep_s)
     )
@@ -83,6 +86,7 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         commit_timeout_s=settings.commit_timeout_s,
         committers=committers,
         on_commit=dispatcher.on_commit,
+        handoff=handoff,
     )
     # Duplicates of reconciled keys: late deliveries, written off the request path.
     late_notes = LateNotes(engine)
@@ -111,6 +115,8 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await inserter.start()
+        if handoff is not None:
+            await handoff.start()
         await committer.start()
         await late_notes.start()
         receiver.deadlines.start()
@@ -141,6 +147,8 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
             await committer.stop()
             await late_notes.stop()
             await inserter.close()
+            if handoff is not None:
+                await handoff.close()
             if scheduler is not None:
                 await scheduler.stop()
             await runs.stop()

@@ -3,8 +3,11 @@
 ``hookd serve`` starts ``HOOKD_PROCESSORS`` of them (``hookd.runtime.processors``) so
 that handlers, claims and ledger writes run beside the receiver, not in its event loop.
 Each binds a Unix datagram socket; the receivers' ``LocalWaker`` sends it a datagram
-after commits, and it drains on every one, as ``InProcessConsumer`` does, with a sweep
-every ``HOOKD_SWEEP_S`` for a wake-up that was lost. The reconciliation schedule, the
+after commits that left events pending, and it drains on every one, as
+``InProcessConsumer`` does, with a sweep every ``HOOKD_SWEEP_S`` for a wake-up that was
+lost. Beside it, a stream socket takes
+the events receivers commit already leased to it, with their rows (insert as claimed,
+``processing.handoff``). The reconciliation schedule, the
 prune schedule and bulk operations stay in the receiver.
 
 It stops on SIGTERM or SIGINT (the batch in hand finishes, or hands its claims back;
@@ -28,9 +31,10 @@ from hookd import tracing
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.logs import say
-from hookd.runtime.worker import build_runtime
+from hookd.runtime.worker import Runtime, build_runtime
 from hookd.settings import Settings
 from hookd.sources import load_sources
+from processing.handoff import HandoffServer, handoff_path
 from processing.wakeups import InProcessConsumer
 
 log = logging.getLogger("hookd.processor")
@@ -77,11 +81,24 @@ def _stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, index
         loop.add_signal_handler(sig, on_signal, sig)
 
 
+def handoff_server(settings: Settings, runtime: Runtime, path: str) -> HandoffServer:
+    """Where receivers hand new events over, committed leased to one of this process's
+    processors, with their rows (``processing.handoff``)."""
+    return HandoffServer(
+        handoff_path(path),
+        owners=runtime.processor.owners,
+        lease_s=settings.lease_s,
+        accept=runtime.processor.accept,
+        room=runtime.processor.has_room,
+    )
+
+
 async def run(settings: Settings, index: int, path: str) -> None:
     sources = load_sources(settings.config)
     sock = bind(path)
     runtime = build_runtime(settings, sources)
     consumer = InProcessConsumer(runtime.processor, settings.sweep_s)
+    handoff = handoff_server(settings, runtime, path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -90,9 +107,7 @@ async def run(settings: Settings, index: int, path: str) -> None:
         while True:
             try:
                 sock.recv(64)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            except OSError:  # drained (BlockingIOError), or the socket is gone
                 break
         consumer.wake()
 
@@ -115,6 +130,7 @@ async def run(settings: Settings, index: int, path: str) -> None:
         loop.add_reader(sys.stdin.fileno(), on_stdin)
     try:
         await consumer.start()
+        await handoff.start()
         log.info(
             "processor started",
             extra={
@@ -126,6 +142,7 @@ async def run(settings: Settings, index: int, path: str) -> None:
         )
         await stop.wait()
     finally:
+        await handoff.close()
         loop.remove_reader(sock.fileno())
         if watching:
             loop.remove_reader(sys.stdin.fileno())

@@ -262,6 +262,19 @@ def checks(args: argparse.Namespace, events: int) -> dict[str, Any]:
     return c
 
 
+def pg_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The server settings the drain depends on most: with autovacuum off (hookd's worker
+    warns of it) nothing but hookd's own analyze keeps the statistics fresh; commits
+    wait for the WAL flush unless synchronous_commit or fsync is off."""
+    names = ("server_version", "autovacuum", "synchronous_commit", "fsync", "shared_buffers")
+    listed = ", ".join(f"'{n}'" for n in names)
+    rows = ib.psql(
+        soak.pg_args(args),
+        f"SELECT name || '=' || setting FROM pg_settings WHERE name IN ({listed}) ORDER BY name",
+    )
+    return dict(line.split("=", 1) for line in rows.splitlines())
+
+
 def processed_span(args: argparse.Namespace) -> tuple[float, float]:
     """First and last ``processed_at``, epoch seconds."""
     row = ib.psql(
@@ -463,7 +476,7 @@ def run(args: argparse.Namespace, work: Path, stack: contextlib.ExitStack) -> di
         HOOKD_WORKER_METRICS_PORT="0",
     )
     soak.db_upgrade(work, env)
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"postgres_settings": pg_settings(args)}
     print(f"[backlog] storing {args.events:,} events in {args.pg_db}...", flush=True)
     result["store"] = asyncio.run(store_events(url, args.events, args.store_batch))
     stored = int(ib.psql(p, "SELECT count(*) FROM events", db=args.pg_db))
@@ -502,8 +515,8 @@ def run(args: argparse.Namespace, work: Path, stack: contextlib.ExitStack) -> di
 
 
 def errors_of(r: dict[str, Any]) -> list[str]:
-    if "error" in r:
-        return [r["error"]]
+    if "failed" in r:
+        return [r["failed"]]
     out = []
     if r.get("drain_timed_out"):
         out.append(f"{r['left']:,} events still not processed after the drain timeout")
@@ -547,8 +560,8 @@ def num(value: float | None, spec: str = ",.0f") -> str:
 
 def table(r: dict[str, Any], workers: int) -> str:
     """The rates and the per-event costs, as two Markdown tables."""
-    if "error" in r:
-        return f"failed: {r['error']}"
+    if "failed" in r:
+        return f"failed: {r['failed']}"
     rates, cpu, db = r["rates"], r.get("cpu") or {}, r["database"]["per_event"]
     steady = cpu.get("steady") or {}
     once = "yes" if r["checks"]["once_ok"] else "NO"
@@ -643,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
                     result = run(args, work, stack)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                     print(f"[backlog] FAILED: {exc}", file=sys.stderr, flush=True)
-                    result = {"error": str(exc)[:500]}
+                    result = {"failed": str(exc)[:500]}
         except KeyboardInterrupt:
             interrupted = True
             print(

@@ -391,7 +391,10 @@ async def drain(
         cpu0 = cpu_now(workers, redis_pid, args.pg_db, probe_pid)
         d.launched_wall, d.launched = time.time(), time.monotonic()
         workers += launch_workers(args, env, work, stack)
-        print(f"[backlog] launched {args.workers} workers: pids {[w.pid for w in workers]}")
+        print(
+            f"[backlog] launched {args.workers} workers: pids {[w.pid for w in workers]}",
+            flush=True,
+        )
         prev = cpu0
         while True:
             await asyncio.sleep(args.interval)
@@ -410,7 +413,10 @@ async def drain(
             d.samples.append(sample)
             dt = max(t - (d.samples[-2]["t_s"] if len(d.samples) > 1 else 0.0), 1e-9)
             pct = "  ".join(f"{k} {100 * v / dt:4.0f}%" for k, v in step.items())
-            print(f"[backlog] {t:6.1f} s  processed {processed:>8,}  left {left:>8,}  {pct}")
+            print(
+                f"[backlog] {t:6.1f} s  processed {processed:>8,}  left {left:>8,}  {pct}",
+                flush=True,
+            )
             if left == 0:
                 d.done_after_s = t
                 break
@@ -481,7 +487,9 @@ def run(args: argparse.Namespace, work: Path, stack: contextlib.ExitStack) -> di
     result["store"] = asyncio.run(store_events(url, args.events, args.store_batch))
     stored = int(ib.psql(p, "SELECT count(*) FROM events", db=args.pg_db))
     s = result["store"]
-    print(f"[backlog] stored {stored:,} in {s['seconds']} s ({s['events_per_s']:,.0f}/s)")
+    print(
+        f"[backlog] stored {stored:,} in {s['seconds']} s ({s['events_per_s']:,.0f}/s)", flush=True
+    )
     if stored != args.events:
         raise RuntimeError(f"stored {stored} events, not {args.events}")
     result["machine_busy_before_pct"] = ib.background_busy_pct(args.wait_quiet)

@@ -177,13 +177,21 @@ def pg_dsn(args: argparse.Namespace) -> str:
 
 
 async def pg_stats(args: argparse.Namespace, *, settle: bool = False) -> dict[str, int]:
-    """This database's ``pg_stat_database`` counters, from a connection of its own (its
-    one transaction is counted when it closes). ``settle``: read until two reads 0.3 s
-    apart agree, for backends that flush their counters as they exit."""
+    """This database's ``pg_stat_database`` counters and its tables' autovacuum runs, in
+    one statement on a connection of its own (so one transaction, counted when it
+    closes). ``settle``: read until two reads 0.3 s apart agree, for backends that flush
+    their counters as they exit."""
     import asyncpg
 
-    columns = ", ".join(PG_COUNTERS)
-    sql = f"SELECT {columns} FROM pg_stat_database WHERE datname = $1"
+    columns = ", ".join(f"d.{c}" for c in PG_COUNTERS)
+    sql = (
+        f"SELECT {columns}, "
+        "(SELECT coalesce(sum(autovacuum_count), 0) FROM pg_stat_user_tables) "
+        "AS autovacuum_runs, "
+        "(SELECT coalesce(sum(autoanalyze_count), 0) FROM pg_stat_user_tables) "
+        "AS autoanalyze_runs "
+        "FROM pg_stat_database AS d WHERE d.datname = $1"
+    )
     conn = await asyncpg.connect(pg_dsn(args))
     try:
         row = dict(await conn.fetchrow(sql, args.pg_db))
@@ -194,16 +202,9 @@ async def pg_stats(args: argparse.Namespace, *, settle: bool = False) -> dict[st
             if again == row:
                 break
             row = again
-        autovac = await conn.fetchrow(
-            "SELECT coalesce(sum(autovacuum_count), 0) AS vacuums, "
-            "coalesce(sum(autoanalyze_count), 0) AS analyzes FROM pg_stat_user_tables"
-        )
     finally:
         await conn.close()
-    return {k: int(v) for k, v in row.items()} | {
-        "autovacuum_runs": int(autovac["vacuums"]),
-        "autoanalyze_runs": int(autovac["analyzes"]),
-    }
+    return {k: int(v) for k, v in row.items()}
 
 
 def per_event(
@@ -318,22 +319,60 @@ class Drain:
     probe_xacts: int = 0
 
 
-def cpu_now(workers: list[subprocess.Popen[bytes]], redis_pid: int, db: str, probe: int) -> dict:
-    """CPU seconds used so far by each group; ``machine`` is all cores' busy time.
-    PostgreSQL: this database's backends and the shared writers, less this script's probe
-    backend (its polls are the benchmark's, not hookd's)."""
-    try:
-        probe_s = sum(psutil.Process(probe).cpu_times()[:2])
-    except psutil.Error:
-        probe_s = 0.0
-    busy, _ = ib.machine_busy_s()
-    return {
-        "workers": sum(soak.cpu_seconds(w.pid) for w in workers),
-        "postgres": ib.postgres_cpu_s(db) - probe_s,
-        "redis": soak.cpu_seconds(redis_pid),
-        "bench": soak.self_cpu_s() + probe_s,
-        "machine": busy,
-    }
+# PostgreSQL's processes that work for every database, this one included (as in
+# ``bench/ingest.py``'s ``postgres_cpu_s``).
+PG_SHARED = ["checkpointer", "background writer", "walwriter", "autovacuum launcher"]
+# One round trip a sample: the backlog (through an index on ``status``: a scan of the
+# whole table, dead row versions and all, cost a fifth of what the workers used), and
+# the PostgreSQL processes working for this database now.
+POLL = (
+    "SELECT (SELECT count(*) FROM events WHERE status = ANY($1::text[])), "
+    "array(SELECT pid FROM pg_stat_activity WHERE (datname = $2 OR backend_type = ANY($3)) "
+    "AND pid <> pg_backend_pid())"
+)
+
+
+class Meter:
+    """CPU seconds used so far by each group, cheap enough to read twice a second: one
+    ``/proc/<pid>/stat`` per process, no scan of ``/proc``.
+
+    workers and Redis: their processes (neither starts children); PostgreSQL: the
+    backends of this database and the shared writers, as the poll lists them, less this
+    script's probe backend (its polls are the benchmark's, counted under ``bench``); a
+    backend that has exited keeps its last reading, so a pool closing a connection takes
+    nothing back. ``machine``: all cores' busy time."""
+
+    def __init__(self, workers: list[int], redis_pid: int, probe_pid: int) -> None:
+        self.workers = workers
+        self.redis_pid = redis_pid
+        self.probe_pid = probe_pid
+        self.postgres: dict[int, float] = {}  # pid: CPU seconds at its last reading
+        self.procs: dict[int, psutil.Process] = {}
+
+    def seconds(self, pid: int) -> float | None:
+        try:
+            proc = self.procs.setdefault(pid, psutil.Process(pid))
+            t = proc.cpu_times()
+        except psutil.Error:
+            return None
+        return float(t.user + t.system)
+
+    def read(self, pg_pids: list[int]) -> dict[str, float]:
+        for pid in pg_pids:
+            self.postgres[pid] = self.seconds(pid) or self.postgres.get(pid, 0.0)
+        for pid in set(self.postgres) - set(pg_pids):  # gone, or idle and not listed
+            now = self.seconds(pid)
+            if now is not None:
+                self.postgres[pid] = now
+        probe = self.seconds(self.probe_pid) or 0.0
+        busy, _ = ib.machine_busy_s()
+        return {
+            "workers": sum(self.seconds(pid) or 0.0 for pid in self.workers),
+            "postgres": sum(self.postgres.values()),
+            "redis": self.seconds(self.redis_pid) or 0.0,
+            "bench": soak.self_cpu_s() + probe,
+            "machine": busy,
+        }
 
 
 def cpu_split(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -378,36 +417,44 @@ async def drain(
     import asyncpg
 
     d = Drain()
-    probe = await asyncpg.connect(pg_dsn(args))
+    # A plain index scan marks the entries of row versions the drain has left behind as
+    # dead, so the next poll skips them; a bitmap scan visits them all again each time
+    # (with autovacuum off, every claim and outcome leaves one).
+    probe = await asyncpg.connect(pg_dsn(args), server_settings={"enable_bitmapscan": "off"})
     workers: list[subprocess.Popen[bytes]] = []
     try:
         probe_pid = int(await probe.fetchval("SELECT pg_backend_pid()"))
+        poll = await probe.prepare(POLL)
         d.probe_xacts += 1
-        listed = ", ".join(f"'{s}'" for s in NOT_DONE)
-        count_sql = (
-            "SELECT count(*) FILTER (WHERE status = 'processed'), "
-            f"count(*) FILTER (WHERE status IN ({listed})) FROM events"
-        )
-        cpu0 = cpu_now(workers, redis_pid, args.pg_db, probe_pid)
+
+        async def read(meter: Meter) -> tuple[int, dict[str, float]]:
+            left, pids = await poll.fetchrow(list(NOT_DONE), args.pg_db, PG_SHARED)
+            d.probe_xacts += 1
+            return int(left), meter.read(list(pids))
+
+        meter = Meter([], redis_pid, probe_pid)
+        _, cpu0 = await read(meter)
         d.launched_wall, d.launched = time.time(), time.monotonic()
         workers += launch_workers(args, env, work, stack)
+        meter.workers = [w.pid for w in workers]
         print(
-            f"[backlog] launched {args.workers} workers: pids {[w.pid for w in workers]}",
+            f"[backlog] launched {args.workers} workers: pids {meter.workers}",
             flush=True,
         )
         prev = cpu0
         while True:
             await asyncio.sleep(args.interval)
-            processed, left = await probe.fetchrow(count_sql)
-            d.probe_xacts += 1
-            now_cpu = cpu_now(workers, redis_pid, args.pg_db, probe_pid)
+            left, now_cpu = await read(meter)
+            # Nothing else adds events: what is not left was processed (or went dead,
+            # which the checks at the end count).
+            processed = args.events - left
             t = time.monotonic() - d.launched
             step = cpu_split(prev, now_cpu)
             prev = now_cpu
             sample = {
                 "t_s": round(t, 2),
-                "processed": int(processed),
-                "left": int(left),
+                "processed": processed,
+                "left": left,
                 "cpu_s": {k: round(v, 3) for k, v in cpu_split(cpu0, now_cpu).items()},
             }
             d.samples.append(sample)
@@ -420,7 +467,7 @@ async def drain(
             if left == 0:
                 d.done_after_s = t
                 break
-            d.left = int(left)
+            d.left = left
             exited = [w for w in workers if w.poll() is not None]
             if exited:
                 raise RuntimeError(f"hookd worker exited with {exited[0].returncode}")

@@ -77,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--wait-quiet",
         type=float,
-        help="ingest: wait up to this many seconds for a quiet machine (default 60; quick 2)",
+        help="ingest and S7: wait up to this many seconds for a quiet machine (default 60; "
+        "quick 2)",
     )
     p.add_argument("--soak-minutes", type=float, help="S5 and S6 soak length (default 10; quick 1)")
     args = p.parse_args(argv)

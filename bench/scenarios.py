@@ -383,6 +383,9 @@ def run_backlog(args: argparse.Namespace, info: dict[str, Any]) -> bool:
     out = RAW / "backlog.json"
     out.unlink(missing_ok=True)
     cmd = [PY, str(BENCH_DIR / "backlog.py"), "--pg-db", PG_BACKLOG_DB, "--out", str(out)]
+    # The drain shares the machine's cores with whatever else runs: like ingest, it waits
+    # for a quiet moment (after storing, before the launch).
+    cmd += ["--wait-quiet", str(args.wait_quiet)]
     cmd += ["--quick"] if args.quick else []
     started = time.monotonic()
     code = run_step(cmd)

@@ -17,9 +17,10 @@ backlog is really drained.
 3. A private Redis and ``--workers`` ``hookd worker`` processes (the no-op handler
    ``bench/handlers.py:noop``), launched together; their start-up sweep finds the
    backlog (nothing was enqueued in Redis: no receiver ran).
-4. Every ``--interval`` s until nothing is left to process: the backlog, and the CPU of
-   the workers, PostgreSQL (the backends of this database and the shared writers, less
-   this script's own probe), Redis, this script and everything else on the machine.
+4. Every ``--interval`` s until nothing is left to process: the events processed so far
+   (their ledger rows), and the CPU of the workers, PostgreSQL (the backends of this
+   database and the shared writers, less this script's own probe), Redis, this script
+   and everything else on the machine.
 5. The workers stopped, the database's ``pg_stat_database`` counters are compared with
    those before the launch (transactions committed, rows inserted, updated, deleted),
    less the probe's own transactions.
@@ -33,7 +34,7 @@ the events processed).
 
     .venv/bin/python bench/backlog.py                    # 100,000 events, 2 workers
     .venv/bin/python bench/backlog.py --quick            # 20,000 events
-    .venv/bin/python bench/backlog.py --events 5000 --workers 1 --out /tmp/backlog.json
+    .venv/bin/python bench/backlog.py --events 5000 --workers 1 --keep
 
 Exit status 1 when a check fails (or the drain times out), 2 when a tool is missing.
 """

@@ -25,6 +25,7 @@ SCENARIOS = {
     "S4": "s4_reconcile",
     "S5": "s5_soak",
     "S6": "s6_soak_quickstart",
+    "S7": "s7_backlog",
 }
 TITLES = {
     "S1": "Ingest on PostgreSQL",
@@ -33,6 +34,7 @@ TITLES = {
     "S4": "Reconciliation",
     "S5": "Soak",
     "S6": "Quickstart default sustained",
+    "S7": "Draining a backlog",
 }
 
 # Each scenario's last result by id ("S1"...): what the runner wrote to its JSON file.

@@ -33,6 +33,7 @@ PICTURES = {
     "S4": ["bench_reconcile.png"],
     "S5": ["bench_soak_rss.png", "bench_soak_latency.png", "bench_soak_processing.png"],
     "S6": ["bench_quickstart_soak_rss.png", "bench_quickstart_soak_processing.png"],
+    "S7": [],
 }
 
 
@@ -181,6 +182,10 @@ HOW_TO_RUN = [
     "worker) at its max rate for 10 minutes; every event processed once, backlog bounded, "
     "RSS flat | `bench/soak.py --deployment quickstart --fraction 1.0` | none: sustaining "
     "the max is the target, not a ratio |",
+    "| S7 | draining a backlog: 100,000 events stored first (no receiver running), then two "
+    "`hookd worker`s + Redis + no-op handler; events/s from the workers' launch to the last "
+    "processed, CPU and transactions per event | `bench/backlog.py` | none: the target is a "
+    "rate, not a ratio |",
     "",
 ]
 

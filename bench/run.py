@@ -28,6 +28,10 @@ S6  the Quickstart default sustained (``bench/soak.py --deployment quickstart --
     1.0``): ``hookd serve`` alone on SQLite, no Redis, no worker, at its max rate for 10
     minutes (quick: 1); every event processed once, backlog bounded, RSS flat. Baseline:
     the bare app at the same rate.
+S7  draining a backlog (``bench/backlog.py``): 100,000 events (quick: 20,000) stored with
+    no receiver running, then two ``hookd worker``s + Redis + no-op handler drain them;
+    events/s from the workers' launch to the last processed, CPU and transactions per
+    event, every event processed once. No baseline: the target is a rate.
 
 Writes ``bench/results/s*_*.json`` (raw numbers; gitignored), ``docs/img/bench_*.png`` and
 ``docs/benchmarks.md``. Text between ``<!-- analysis -->`` and ``<!-- /analysis -->`` in
@@ -58,7 +62,8 @@ from bench.scenarios import Terminated, machine, preflight, raise_terminated, st
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="Run hookd's benchmarks (S1-S6), each next to a bare baseline, and "
+        description="Run hookd's benchmarks (S1-S7), each next to a bare baseline where "
+        "there is one, and "
         "write docs/benchmarks.md and docs/img/bench_*.png."
     )
     p.add_argument("--quick", action="store_true", help="smoke test: under 9 minutes")
@@ -72,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--wait-quiet",
         type=float,
-        help="ingest: wait up to this many seconds for a quiet machine (default 60; quick 2)",
+        help="ingest and S7: wait up to this many seconds for a quiet machine (default 60; "
+        "quick 2)",
     )
     p.add_argument("--soak-minutes", type=float, help="S5 and S6 soak length (default 10; quick 1)")
     args = p.parse_args(argv)

@@ -3,8 +3,8 @@ run, each benchmark script in its own session, and its numbers in ``bench/result
 
 S1 and S2 share ``bench/ingest.py`` runs (one per deployment, the bare app each time); S3
 is ``bench/pipeline.py``, S4 ``bench/reconcile.py``, S5 ``bench/soak.py``, S6 ``bench/soak.py
---deployment quickstart``. Each writes ``bench/results/<scenario>.json`` with the script's own
-output under ``raw/``.
+--deployment quickstart``, S7 ``bench/backlog.py``. Each writes
+``bench/results/<scenario>.json`` with the script's own output under ``raw/``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ PG_INGEST_DB = "hookd_run_ingest"
 PG_PIPELINE_PREFIX = "hookd_run_pipe"
 PG_RECONCILE_PREFIX = "hookd_run_reconcile"
 PG_SOAK_DB = "hookd_run_soak"
+PG_BACKLOG_DB = "hookd_run_backlog"
 
 
 def load_module(name: str, path: Path) -> ModuleType:
@@ -121,11 +122,11 @@ def machine() -> dict[str, Any]:
 def preflight(wanted: list[str]) -> list[str]:
     problems = []
     # S6 alone (SQLite, serve alone) needs neither PostgreSQL nor Redis.
-    postgres = bool({"S1", "S2", "S3", "S4", "S5"} & set(wanted))
+    postgres = bool({"S1", "S2", "S3", "S4", "S5", "S7"} & set(wanted))
     tools = {"psql"} if postgres else set()
     if {"S1", "S2", "S5", "S6"} & set(wanted):
         tools.add("wrk")
-    if {"S1", "S3", "S5"} & set(wanted):
+    if {"S1", "S3", "S5", "S7"} & set(wanted):
         tools.add("redis-server")
     problems += [f"{tool} not found" for tool in sorted(tools) if shutil.which(tool) is None]
     if postgres and shutil.which("psql"):
@@ -376,6 +377,35 @@ def run_soak(args: argparse.Namespace, info: dict[str, Any], sid: str = "S5") ->
     return code == 0
 
 
+def run_backlog(args: argparse.Namespace, info: dict[str, Any]) -> bool:
+    """S7: ``bench/backlog.py``, 100,000 stored events (quick: 20,000) drained by two
+    workers, no receiver."""
+    out = RAW / "backlog.json"
+    out.unlink(missing_ok=True)
+    cmd = [PY, str(BENCH_DIR / "backlog.py"), "--pg-db", PG_BACKLOG_DB, "--out", str(out)]
+    # The drain shares the machine's cores with whatever else runs: like ingest, it waits
+    # for a quiet moment (after storing, before the launch).
+    cmd += ["--wait-quiet", str(args.wait_quiet)]
+    cmd += ["--quick"] if args.quick else []
+    started = time.monotonic()
+    code = run_step(cmd)
+    scenario: dict[str, Any] = {
+        "scenario": "S7",
+        "title": TITLES["S7"],
+        "when": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "quick": args.quick,
+        "seconds": round(time.monotonic() - started, 1),
+        "machine": info,
+        "exit_code": code,
+    }
+    if out.exists():
+        scenario |= {k: v for k, v in read_json(out).items() if k != "when"}
+    else:
+        scenario["error"] = f"backlog.py exited with {code} and wrote no results"
+    write_json(RESULTS / f"{SCENARIOS['S7']}.json", scenario)
+    return code == 0
+
+
 def steps(args: argparse.Namespace, info: dict[str, Any]) -> list[tuple[str, Callable[[], bool]]]:
     """The runs ``args.wanted`` asks for, in order, each named for the progress lines; S1
     and S2 are one step, as they share their ``ingest.py`` runs."""
@@ -391,4 +421,6 @@ def steps(args: argparse.Namespace, info: dict[str, Any]) -> list[tuple[str, Cal
         out.append(("S5", lambda: run_soak(args, info, "S5")))
     if "S6" in args.wanted:
         out.append(("S6", lambda: run_soak(args, info, "S6")))
+    if "S7" in args.wanted:
+        out.append(("S7", lambda: run_backlog(args, info)))
     return out

@@ -195,6 +195,34 @@ def soak_text(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def backlog_text(s: dict[str, Any]) -> str:
+    """S7: the script's own tables (rates; CPU and database work per event), and what
+    was stored and how."""
+    lines = [s.get("table", "")]
+    store, cfg = s.get("store"), s.get("config", {})
+    if store:
+        lines += [
+            "",
+            f"{store['events']:,} signed GitHub `issues.opened` deliveries stored first by "
+            f"the receiver's own insert, no receiver running ({store['events_per_s']:,.0f} "
+            f"events/s in batches of {store['batch']:,}), then {cfg.get('workers', '?')} "
+            "`hookd worker`s launched together with a private Redis and the no-op handler. "
+            'CPU in µs per event (and % of one core); "steady" leaves out the start-up and '
+            "the tail; PostgreSQL is this database's backends and the shared writers, less "
+            "the benchmark's probe; xact and rows are `pg_stat_database` deltas over the "
+            "drain, per event.",
+        ]
+    pg = s.get("postgres_settings")
+    if pg:
+        lines += [
+            "",
+            f"PostgreSQL {pg.get('server_version', '?').split()[0]}: autovacuum "
+            f"{pg.get('autovacuum', '?')}, synchronous_commit {pg.get('synchronous_commit', '?')}"
+            f", fsync {pg.get('fsync', '?')}.",
+        ]
+    return "\n".join(lines)
+
+
 BUSY = re.compile(r"(other processes used|machine already) (\d+)%")
 
 
@@ -236,4 +264,5 @@ RENDERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "S4": reconcile_table,
     "S5": soak_text,
     "S6": soak_text,
+    "S7": backlog_text,
 }

@@ -19,6 +19,8 @@ S3_EVENTS_PER_S, S3_LAG_P99_MS = 10_000.0, 250.0
 S4_REPAIRED_PER_S, S4_CALLS_PER_1000 = 1000.0, 12.0
 S5_RSS_GROWTH_PCT, S5_DRIFT = 10.0, 1.5
 S6_RSS_GROWTH_PCT = 10.0
+# Draining 100,000 stored events with two workers, from their launch to the last processed.
+S7_EVENTS_PER_S = 10_000.0
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -251,6 +253,39 @@ def quickstart_targets(sid: str, s: dict[str, Any]) -> list[Target]:
     return [(sid, name, "; ".join(parts), met)]
 
 
+def backlog_targets(sid: str, s: dict[str, Any]) -> list[Target]:
+    """S7: the backlog's events over the time from the workers' launch to the last one
+    processed (their start-up counts: a real catch-up pays it), and the exactly-once
+    check."""
+    rates, c = s.get("rates"), s.get("checks")
+    cfg = s.get("config", {})
+    workers = cfg.get("workers", "?")
+    name = f"≥ {S7_EVENTS_PER_S:,.0f} events/s draining a stored backlog ({workers} workers)"
+    if not rates or not c:
+        return [(sid, name, s.get("failed") or "failed", None)]
+    span = rates.get("span_events_per_s")
+    out: list[Target] = [
+        (
+            sid,
+            name,
+            f"{rates['events_per_s']:,.0f} events/s: {cfg.get('events', 0):,} in "
+            f"{rates['seconds_from_launch']:.1f} s from the launch (first processed after "
+            f"{rates['first_processed_after_s']:.1f} s; "
+            + ("-" if span is None else f"{span:,.0f}")
+            + " events/s first → last processed)",
+            rates["events_per_s"] >= S7_EVENTS_PER_S,
+        ),
+        (
+            sid,
+            "every stored event processed exactly once (check)",
+            f"{c['processed']:,} of {c['rows_total']:,} processed, {c['attempts_not_1']} with "
+            f"attempts ≠ 1, {c['dead']} dead, {c['ledger_rows']:,} handler ledger rows",
+            bool(c["once_ok"]),
+        ),
+    ]
+    return out
+
+
 JUDGES: list[tuple[str, Callable[[str, dict[str, Any]], list[Target]]]] = [
     ("S1", ingest_targets),
     ("S2", ingest_targets),
@@ -258,6 +293,7 @@ JUDGES: list[tuple[str, Callable[[str, dict[str, Any]], list[Target]]]] = [
     ("S4", reconcile_targets),
     ("S5", soak_targets),
     ("S6", quickstart_targets),
+    ("S7", backlog_targets),
 ]
 
 

@@ -35,7 +35,7 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
@@ -134,6 +134,39 @@ def parse_hello(line: bytes) -> tuple[list[str], float]:
     if not owners:
         raise ValueError("a hello without owners")
     return owners, float(words[2])
+
+
+def event_row(row: NewRow) -> EventRow:
+    """A row as committed (``store.events.prepare``) as the row a claim would return."""
+    return EventRow(
+        id=row["id"],
+        source=row["source"],
+        provider=row["provider"],
+        dedupe_key=row["dedupe_key"],
+        type=row["type"],
+        origin=row["origin"],
+        received_at=row["received_at"],
+        occurred_at=row["occurred_at"],
+        verified_with=row["verified_with"],
+        headers=row["headers"],
+        body=row["body"],
+        body_encrypted=row["body_encrypted"],
+        status=row["status"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        last_error=None,
+        last_error_handler=None,
+        last_error_type=None,
+        processed_at=None,
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        object_key=row["object_key"],
+        object_version=row["object_version"],
+        payload_hash=row["payload_hash"],
+        traceparent=row["traceparent"],
+    )
 
 
 def decode(payload: bytes) -> list[EventRow]:
@@ -269,6 +302,44 @@ class HandoffServer:
 
 
 # -- the receiver's side --------------------------------------------------------------
+
+
+class Local(Protocol):
+    """What ``InProcess`` hands to: a ``Processor`` or a ``ProcessorPool``."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def owners(self) -> list[str]: ...
+
+    def accept(self, rows: Sequence[EventRow]) -> int: ...
+
+    def has_room(self) -> bool: ...
+
+
+class InProcess:
+    """The handoff when processing runs in the receiver's own event loop
+    (``HOOKD_PROCESSORS=0``, or an app built outside ``hookd serve``): the committed
+    rows go straight to the processor, leased to its members in turn."""
+
+    def __init__(self, processor: Local, lease_s: float) -> None:
+        self._processor = processor
+        self._lease_s = lease_s
+        self._turn = itertools.cycle(processor.owners)
+        self.handed = 0
+
+    def choose(self) -> InProcess | None:
+        if self._processor.stopping or not self._processor.has_room():
+            return None
+        return self
+
+    def lease(self) -> Lease:
+        return Lease(next(self._turn), datetime.now(UTC) + timedelta(seconds=self._lease_s))
+
+    def hand(self, rows: Sequence[NewRow]) -> None:
+        if rows:
+            self.handed += self._processor.accept([event_row(r) for r in rows])
 
 
 class Target:

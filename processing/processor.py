@@ -411,6 +411,10 @@ class Processor:
         return len(self._held) < self._concurrency + 2 * self._batch_size
 
     @property
+    def owners(self) -> list[str]:
+        return [self.owner]
+
+    @property
     def pumping(self) -> bool:
         """Whether a drain runs in this process."""
         return self._pumping

@@ -66,13 +66,20 @@ class InProcessConsumer:
         self._stopping = True
         self._processor.stop_claiming()
         self._wake.set()
+        finishing = asyncio.ensure_future(self._finish(self._task))
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), grace_s)
+            await asyncio.wait_for(asyncio.shield(finishing), grace_s)
         except TimeoutError:
-            self._task.cancel()
+            finishing.cancel()  # and with it the drain it waits for
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await finishing
         self._task = None
+
+    async def _finish(self, task: asyncio.Task[None]) -> None:
+        """This consumer's loop ended, then any drain that handed events started
+        (``Processor.accept``): the events it runs have the same grace."""
+        await task
+        await self._processor.drain(0)
 
     async def _loop(self) -> None:
         failures = 0

@@ -158,12 +158,22 @@ class Batch:
     ids: list[str]
     first_of: dict[tuple[str, str], int]
 
-    def resolve(self, created: set[str], existing: dict[tuple[str, str], str]) -> list[Stored]:
+    def resolve(
+        self,
+        created: set[str],
+        existing: dict[tuple[str, str], str],
+        unleased: set[str] | frozenset[str] = frozenset(),
+    ) -> list[Stored]:
         """One result per input, in order: new rows (with the row, when it was committed
-        leased), repeats within the batch, and rows another transaction committed first
+        leased: not one of ``unleased``, committed pending because its source is paused),
+        repeats within the batch, and rows another transaction committed first
         (``existing``)."""
         out: list[Stored] = []
-        leased = {r["id"]: r for r in self.rows if r["lease_owner"] is not None}
+        leased = {
+            r["id"]: r
+            for r in self.rows
+            if r["lease_owner"] is not None and r["id"] not in unleased
+        }
         for i, ev in enumerate(self.events):
             key = (ev.source, ev.dedupe_key)
             first = self.first_of[key]

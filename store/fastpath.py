@@ -49,6 +49,7 @@ from store.events import KEY_RACE_TRIES, Batch, Lease, NewEvent, NewRow, Stored,
 from store.ids import new_id
 from store.sqlite_write import (
     OBJECT_COLUMNS,
+    WHOLE_SOURCE,
     SqliteWriter,
     with_objects,
 )
@@ -78,6 +79,14 @@ WITH u AS MATERIALIZED (
                                         lease_owner text, lease_expires_at timestamptz
                                         {object_types})
 ),
+-- A source paused whole is never handed over (``hookd sources pause``): what a claim
+-- would leave, read in this statement, so a pause committed before it is never crossed.
+v AS MATERIALIZED (
+  SELECT u.*, u.lease_owner IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM pauses p WHERE p.source = u.source AND p.destination = $4 AND p.paused
+  ) AS leased
+  FROM u
+),
 k AS (
   INSERT INTO event_keys (source, dedupe_key, event_id, received_at)
   SELECT u.source, u.dedupe_key, u.id, u.received_at FROM u ORDER BY u.n
@@ -92,16 +101,17 @@ e AS (
   SELECT u.id, u.source, u.provider, u.dedupe_key, u.type, u.origin, u.received_at,
          u.occurred_at, u.verified_with, u.headers, ($3::bytea[])[u.n + 1],
          u.body_encrypted,
-         CASE WHEN u.lease_owner IS NULL THEN '{pending}' ELSE '{processing}' END,
-         CASE WHEN u.lease_owner IS NULL THEN 0 ELSE 1 END, u.received_at, $2, $2,
-         u.traceparent, u.lease_owner, u.lease_expires_at{object_values}
-  FROM u JOIN k ON k.event_id = u.id
+         CASE WHEN u.leased THEN '{processing}' ELSE '{pending}' END,
+         CASE WHEN u.leased THEN 1 ELSE 0 END, u.received_at, $2, $2, u.traceparent,
+         CASE WHEN u.leased THEN u.lease_owner END,
+         CASE WHEN u.leased THEN u.lease_expires_at END{object_values}
+  FROM v AS u JOIN k ON k.event_id = u.id
   ORDER BY u.n
-  RETURNING id
+  RETURNING id, lease_owner IS NOT NULL AS leased
 )
-SELECT e.id, NULL::text AS source, NULL::text AS dedupe_key FROM e
+SELECT e.id, NULL::text AS source, NULL::text AS dedupe_key, e.leased FROM e
 UNION ALL
-SELECT x.event_id, x.source, x.dedupe_key
+SELECT x.event_id, x.source, x.dedupe_key, NULL::bool
 FROM (SELECT u.source, u.dedupe_key FROM u WHERE u.id NOT IN (SELECT event_id FROM k)) AS c
 JOIN event_keys x ON x.source = c.source AND x.dedupe_key = c.dedupe_key
 """
@@ -236,7 +246,7 @@ class PgInserter:
         pool = await self._get_pool()
         async with pool.acquire() as conn:
             try:
-                created, existing = await _pg_insert(conn, batch)
+                created, existing, unleased = await _pg_insert(conn, batch)
             except asyncpg.PostgresError:
                 raise  # the server answered: the connection is fine
             except BaseException:
@@ -247,7 +257,7 @@ class PgInserter:
                 # 503s well past commit_timeout_s.
                 conn.terminate()
                 raise
-        return batch.resolve(created, existing)
+        return batch.resolve(created, existing, unleased)
 
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)
@@ -257,7 +267,7 @@ class PgInserter:
         async with pool.acquire() as conn:
             try:
                 async with conn.transaction():
-                    await conn.fetch(PG_INSERT, payload, row["created_at"], bodies)
+                    await conn.fetch(PG_INSERT, payload, row["created_at"], bodies, WHOLE_SOURCE)
                     await conn.execute("DELETE FROM events WHERE id = $1", row["id"])
                     await conn.execute(
                         "DELETE FROM event_keys WHERE source = $1 AND dedupe_key = $2",
@@ -276,21 +286,23 @@ class PgInserter:
             self._pool = None
 
 
-async def _pg_insert(
-    conn: asyncpg.Connection, batch: Batch
-) -> tuple[set[str], dict[tuple[str, str], str]]:
-    """The new events' ids, and the ids the other keys hold."""
+async def _pg_insert(conn: asyncpg.Connection, batch: Batch) -> sqlite_write.Written:
+    """The new events' ids, the ids the other keys hold, and the new events committed
+    pending though the batch was leased (their source is paused)."""
     now = batch.rows[0]["created_at"]
     created: set[str] = set()
+    unleased: set[str] = set()
     existing: dict[tuple[str, str], str] = {}
     todo = batch.rows
     for _ in range(KEY_RACE_TRIES):
         objects = with_objects(todo)
         insert = PG_INSERT_OBJECTS if objects else PG_INSERT
         payload, bodies = _pg_payload(todo, objects=objects)
-        for r in await conn.fetch(insert, payload, now, bodies):
+        for r in await conn.fetch(insert, payload, now, bodies, WHOLE_SOURCE):
             if r[1] is None:
                 created.add(r[0])
+                if r[3] is False:
+                    unleased.add(r[0])
             else:
                 existing[(r[1], r[2])] = r[0]
         missing = [
@@ -305,7 +317,7 @@ async def _pg_insert(
         # very moment): inserted again, as new.
         todo = [r for r in todo if r["id"] not in created and batch.key(r) not in existing]
         if not todo:
-            return created, existing
+            return created, existing, unleased
     raise RuntimeError("event keys kept vanishing between insert and lookup")
 
 
@@ -372,10 +384,10 @@ class SqliteInserter:
     async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
         batch = prepare(events, self._cipher, lease)
         loop = asyncio.get_running_loop()
-        created, existing = await loop.run_in_executor(
+        created, existing, unleased = await loop.run_in_executor(
             self._executor, self._writer.write, batch.rows
         )
-        return batch.resolve(created, existing)
+        return batch.resolve(created, existing, unleased)
 
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)
@@ -501,8 +513,8 @@ class SqliteProcessInserter:
 
     async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
         batch = prepare(events, self._cipher, lease)
-        created, existing = await self._call(sqlite_write.INSERT, batch.rows)
-        return batch.resolve(created, existing)
+        (created, unleased), existing = await self._call(sqlite_write.INSERT, batch.rows)
+        return batch.resolve(created, existing, unleased)
 
     async def probe(self) -> None:
         batch = prepare([probe_event()], self._cipher)

@@ -69,6 +69,26 @@ SQLITE_ROWS = 32_766 // len(COLUMNS)
 SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
 
 
+# store.destinations.WHOLE_SOURCE: a pause's destination when the whole source is paused
+# (this module imports nothing of hookd's, to start fast).
+WHOLE_SOURCE = ""
+
+# What a batch's write answers: the ids of the new rows, the ids the other keys hold,
+# and the new rows committed pending though the batch was leased (a paused source).
+Written = tuple[set[str], dict[tuple[str, str], str], set[str]]
+
+
+def _pending(row: NewRow) -> NewRow:
+    """``row`` as an insert that is not claimed writes it: pending, no attempt, no lease."""
+    return {
+        **row,
+        "status": "pending",  # type: ignore[typeddict-item]
+        "attempts": 0,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+
+
 def with_objects(rows: list[NewRow]) -> bool:
     """Whether a row of the batch names an object ([sources.order])."""
     return any(row["object_key"] is not None for row in rows)
@@ -188,11 +208,10 @@ class SqliteWriter:
             self._statements[(table, len(columns), n)] = sql
         return sql
 
-    def _insert_rows(
-        self, conn: sqlite3.Connection, rows: list[NewRow]
-    ) -> tuple[set[str], dict[tuple[str, str], str]]:
+    def _insert_rows(self, conn: sqlite3.Connection, rows: list[NewRow]) -> Written:
         """The batch's keys, then the rows of the new ones, then the ids of the others;
-        inside the caller's transaction."""
+        inside the caller's transaction. Also the new ones committed pending though the
+        batch was leased (their source is paused)."""
         created: set[str] = set()
         key_params = sqlite_key_params(rows)
         width = len(KEY_COLUMNS)
@@ -202,6 +221,20 @@ class SqliteWriter:
             sql = self._statement("event_keys", KEY_COLUMNS, len(chunk) // width)
             created.update(row[0] for row in conn.execute(sql, chunk).fetchall())
         new = [r for r in rows if r["id"] in created]
+        unleased = set()
+        if any(r["lease_owner"] is not None for r in new):
+            # A source paused whole is never handed over: what a claim would leave,
+            # read in this transaction, so a pause committed before it is never crossed.
+            paused = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT source FROM pauses WHERE destination = ? AND paused",
+                    (WHOLE_SOURCE,),
+                )
+            }
+            if paused:
+                new = [_pending(r) if r["source"] in paused else r for r in new]
+                unleased = {r["id"] for r in new if r["source"] in paused}
         objects = with_objects(new)
         columns = COLUMNS + OBJECT_COLUMNS if objects else COLUMNS
         row_params = sqlite_params(new, objects=objects)
@@ -220,21 +253,21 @@ class SqliteWriter:
             ).fetchone()
             if found is not None:
                 existing[(r["source"], r["dedupe_key"])] = found[0]
-        return created, existing
+        return created, existing, unleased
 
-    def write(self, rows: list[NewRow]) -> tuple[set[str], dict[tuple[str, str], str]]:
+    def write(self, rows: list[NewRow]) -> Written:
         conn = self._connect()
         try:
             # One transaction: under SQLite's single writer nothing can change a key
             # between its insert and its lookup.
             with holding(self._turn_fd()):
                 conn.execute("BEGIN IMMEDIATE")
-                created, existing = self._insert_rows(conn, rows)
+                written = self._insert_rows(conn, rows)
                 conn.execute("COMMIT")
         except Exception:  # a SQLite error, or a value it cannot bind (a lone surrogate)
             self.discard()  # closing rolls back an open transaction
             raise
-        return created, existing
+        return written
 
     def probe(self, rows: list[NewRow]) -> None:
         conn = self._connect()
@@ -267,7 +300,8 @@ class SqliteWriter:
 # ``store.fastpath.SqliteProcessInserter``) reads requests on stdin and answers each on
 # stdout, in order, after its commit. A frame is a 4-byte big-endian length, then a
 # pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe"; the answer
-# ``("ok", created, existing)`` or ``("error", sqlite3 exception name, message)``. Both
+# ``("ok", (created, unleased), existing)`` (``Written``) or ``("error", sqlite3
+# exception name, message)``. Both
 # ends are this package, over a pipe no one else holds.
 FRAME = struct.Struct("!I")
 INSERT = "insert"
@@ -281,17 +315,17 @@ def answer(writer: SqliteWriter, op: str, rows: list[NewRow]) -> Reply:
     writer stays)."""
     try:
         if op == INSERT:
-            created, existing = writer.write(rows)
+            created, existing, unleased = writer.write(rows)
         else:
             writer.probe(rows)
-            created, existing = set(), {}
+            created, existing, unleased = set(), {}, set()
     except sqlite3.Error as exc:
         return ("error", type(exc).__name__, str(exc))
     except (UnicodeError, ValueError, TypeError, OverflowError) as exc:
         # A value of the batch that SQLite cannot bind: the batch fails, the writer
         # stays, and the receiver commits the batch without that row.
         return ("error", "DataError", type(exc).__name__)
-    return ("ok", created, existing)
+    return ("ok", (created, unleased), existing)
 
 
 def _read(stream: BinaryIO, n: int) -> bytes | None:

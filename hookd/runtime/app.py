@@ -28,7 +28,7 @@ from hookd.web import admin, api, health
 from hookd.web.headers import PathHeaders
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
-from processing.handoff import HandoffClient
+from processing.handoff import HandoffClient, InProcess
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
@@ -65,11 +65,13 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
     # else (HOOKD_PROCESSORS=0, or an app built outside serve) processing in this loop.
     sockets = [] if waker else processor_sockets()
     local_waker = LocalWaker(sockets) if sockets else None
-    # ... and new events committed leased to one of them, handed over with their rows.
+    # ... and new events committed leased to one of them, handed over with their rows
+    # (or, processing in this loop, to this process's processor).
     handoff = HandoffClient(sockets) if sockets else None
     consumer = (
         None if waker or local_waker else InProcessConsumer(runtime.processor, settings.sweep_s)
     )
+    in_process = InProcess(runtime.processor, settings.lease_s) if consumer else None
     dispatcher: ArqWaker | LocalWaker | InProcessConsumer | None = waker or local_waker or consumer
     assert dispatcher is not None
     inserter = fastpath.inserter_for(
@@ -86,7 +88,7 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         commit_timeout_s=settings.commit_timeout_s,
         committers=committers,
         on_commit=dispatcher.on_commit,
-        handoff=handoff,
+        handoff=handoff or in_process,
     )
     # Duplicates of reconciled keys: late deliveries, written off the request path.
     late_notes = LateNotes(engine)

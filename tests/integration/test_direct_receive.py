@@ -21,7 +21,7 @@ from hookd.sources import Sources
 from ingest import metrics
 from ingest.direct import DirectCycle
 from store import db
-from store.events import NewEvent, Stored
+from store.events import Lease, NewEvent, Stored
 from store.models import EVENTS
 from tests.support import rawhttp
 from tests.support.asgi import running_app, serving
@@ -214,7 +214,7 @@ async def test_a_failed_commit_is_503_and_the_retry_is_stored(
         inserter = app.state.committer._inserter
         real = inserter.insert
 
-        async def refuse(events: Sequence[NewEvent]) -> list[Stored]:
+        async def refuse(events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
             raise OSError("disk full")
 
         inserter.insert = refuse
@@ -252,10 +252,10 @@ async def test_a_stop_waits_for_the_commits_in_flight(sources: Sources, sqlite_u
     real = inserter.insert
     committing = asyncio.Event()
 
-    async def slow(events: Sequence[NewEvent]) -> list[Stored]:
+    async def slow(events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
         committing.set()
         await asyncio.sleep(0.5)
-        return list(await real(events))
+        return list(await real(events, lease))
 
     inserter.insert = slow
     sent = [github(f"stop-{n}") for n in range(5)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ from processing import handoff as handoff_module
 from processing.handoff import HandoffClient, HandoffServer, decode, encode, handoff_path
 from processing.processor import Processor, RetryPolicy
 from processing.wakeups import InProcessConsumer
-from store import claims, db, fastpath
+from store import claims, db, fastpath, sqlite_write
 from store.crypto import BodyCipher
+from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
@@ -308,3 +310,44 @@ def test_a_frame_carries_what_a_claim_would_return() -> None:
     assert handoff_module.parse_hello(b"hookd-handoff 1 30.0 a,b\n") == (["a", "b"], 30.0)
     with pytest.raises(ValueError):
         handoff_module.parse_hello(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_the_writer_knows_the_whole_source_pause_as_the_store_writes_it() -> None:
+    assert sqlite_write.WHOLE_SOURCE == WHOLE_SOURCE
+
+
+async def test_a_paused_source_is_never_handed_over_its_events_stay_pending(
+    either: AsyncEngine, db_url: str, socket_path: str
+) -> None:
+    """A pause committed before the insert: the insert leaves that source's events pending
+    (as a claim would), hands over only the others, and tells which."""
+    async with either.begin() as conn:
+        await set_pause(
+            conn, "other", WHOLE_SOURCE, paused=True, by="test", reason=None, now=datetime.now(UTC)
+        )
+    cipher = BodyCipher("")
+    inserter = fastpath.inserter_for(
+        db_url, cipher, committers=1, timeout_s=10, sqlite_process=True
+    )
+    await inserter.start()
+    try:
+        events = mixed(6)
+        events = [replace(e, source="other") if i % 2 else e for i, e in enumerate(events)]
+        lease = Lease("owner-1", datetime.now(UTC) + timedelta(seconds=30))
+        stored = await inserter.insert(events, lease)
+    finally:
+        await inserter.close()
+    handed = {s.event_id for s in stored if s.row is not None}
+    async with either.connect() as conn:
+        rows = {
+            r.id: (r.source, r.status, r.attempts, r.lease_owner)
+            for r in await conn.execute(sa.select(EVENTS))
+        }
+    assert len(rows) == 6
+    for event_id, (source, status, attempts, owner) in rows.items():
+        if source == "other":
+            assert (status, attempts, owner) == ("pending", 0, None)
+            assert event_id not in handed
+        else:
+            assert (status, attempts, owner) == ("processing", 1, "owner-1")
+            assert event_id in handed

@@ -26,6 +26,7 @@ from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.events import insert_events, mark_pruned, prepare
 from store.fastpath import PG_EXISTING, PG_INSERT, _pg_payload
+from store.sqlite_write import WHOLE_SOURCE
 from tests.support.data import new_event
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -270,7 +271,11 @@ async def explain_receiver(
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")
             plan = await conn.fetchval(
-                "EXPLAIN (FORMAT JSON) " + PG_INSERT, payload, batch.rows[0]["created_at"], bodies
+                "EXPLAIN (FORMAT JSON) " + PG_INSERT,
+                payload,
+                batch.rows[0]["created_at"],
+                bodies,
+                WHOLE_SOURCE,
             )
             out[f"receiver insert ({mode})"] = scans(plan)
             plan = await conn.fetchval(

@@ -1305,7 +1305,7 @@ class _Result:
 class ProcessorPool:
     """Processors side by side in one process, the slots split between them: each has
     its own drain, owner and lease fence, so a process keeps as many exchanges
-    (outcomes, then a claim: one transaction each) in flight as it has members, where
+    (a window's outcomes and a claim: one transaction each) in flight as it has members, where
     one processor has one at a time. What wake-ups, sweeps and the shutdown call on a
     processor, a pool does on all of them."""
 

@@ -313,9 +313,10 @@ class Processor:
         self._beat_every_s = lease_s / HEARTBEATS_PER_LEASE
         self._transaction = db.transaction(engine)
         # The outcomes and the claim share one transaction on SQLite (one writer, one
-        # turn). On PostgreSQL they are two: a transaction that holds the outcomes' row
-        # locks on some partitions of events and then asks for the claim's on all of
-        # them deadlocks with a partition being attached (ATTACH PARTITION) meanwhile.
+        # turn), outcomes first. On PostgreSQL the claim goes first (``_exchange``): a
+        # transaction that holds the outcomes' row locks on some partitions of events
+        # and then asks for the claim's on all of them deadlocks with a partition being
+        # attached (ATTACH PARTITION) meanwhile.
         self._one_transaction = engine.dialect.name != "postgresql"
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrecy
         self.owner = worker_id()
@@ -654,12 +655,16 @@ class Processor:
         return True
 
     async def _exchange(self, want: int, *, fair: bool) -> tuple[int, bool]:
-        """One transaction (two on PostgreSQL): the outcomes of the events finished so
-        far (up to OUTCOME_BATCH, ``_settle_in``), then a claim of up to ``want`` events into the
+        """One transaction: the outcomes of the events finished so far (up to
+        OUTCOME_BATCH, ``_settle_in``) and a claim of up to ``want`` events into the
         read-ahead: takeovers, events of objects, then the others shared between
         sources (``fair``: no source past its cap plus the read-ahead). The count a
         drain adds up (claimed, or none claimed, superseded), and whether that was all
-        that is due (the claim was not full, and no source gave all it had room for)."""
+        that is due (the claim was not full, and no source gave all it had room for).
+
+        On SQLite the outcomes go first. On PostgreSQL the claim does, with the
+        claimed events' ledger (``_claim_first``); two transactions, outcomes first,
+        when the window holds events of objects (``_ordered_window``)."""
         batch = self._finished[:OUTCOME_BATCH]
         del self._finished[: len(batch)]
         now = datetime.now(UTC)
@@ -668,12 +673,18 @@ class Processor:
         taken: list[EventRow] = []
         superseded: list[objects.Superseded] = []
         rows: list[EventRow] = []
+        ledger: dict[str, set[str]] | None = None
         held = self._active()
         limit = self._cap + self._read_ahead if fair else want
         full = frozenset(s for s, n in held.items() if n >= limit) if fair else frozenset()
         owned: set[str] = set()
+        first = bool(want) and not self._one_transaction and not self._ordered_window(batch)
         try:
             async with self._transaction() as conn:
+                if first:
+                    taken, rows, superseded, ledger = await self._claim_first(
+                        conn, batch, want=want, now=now, held=held, full=full, limit=limit
+                    )
                 if batch:
                     owned = await self._settle_in(conn, plan, now)
                 if want and self._one_transaction:
@@ -683,10 +694,10 @@ class Processor:
         except BaseException:
             self._finished[:0] = batch  # not written: the next exchange tries again
             raise
-        if want and not self._one_transaction:
+        if want and not self._one_transaction and not first:
             async with self._transaction() as conn:
-                taken, rows, superseded = await self._claim_in(
-                    conn, want=want, now=now, held=held, full=full, limit=limit
+                taken, rows, superseded, ledger = await self._claim_first(
+                    conn, [], want=want, now=now, held=held, full=full, limit=limit
                 )
         if batch:
             for held_event, _ in batch:
@@ -698,7 +709,7 @@ class Processor:
         self._flowing = False
         if not rows:
             return len(superseded), not full
-        await self._hold(rows, taken, superseded, claim_started)
+        await self._hold(rows, taken, superseded, claim_started, ledger)
         per_source = collections.Counter(r.source for r in rows)
         # A source below its cap that gave events may have more: the slots kept for the
         # others are claimed for at the next turn, not at the next poll.
@@ -716,14 +727,17 @@ class Processor:
         held: collections.Counter[str],
         full: frozenset[str],
         limit: int,
+        spare: list[str] | None = None,
     ) -> tuple[list[EventRow], list[EventRow], list[objects.Superseded]]:
         """The claim's statements: (taken over, every event claimed, superseded). No
-        source past ``limit`` held, none of ``full``."""
+        source past ``limit`` held, none of ``full``, no takeover of ``spare``."""
         taken: list[EventRow] = []
         superseded: list[objects.Superseded] = []
         # Expired leases first, by their own statement, so that takeovers are counted.
         if self._expired_check_due():
-            taken = await claims.claim_expired(conn, self.owner, self._lease_s, want, now)
+            taken = await claims.claim_expired(
+                conn, self.owner, self._lease_s, want, now, spare=spare or ()
+            )
         rows = taken
         # Events of objects ([sources.order]) first: one per object, at most.
         if self._ordered and len(rows) < want:
@@ -759,14 +773,56 @@ class Processor:
         await history.record_attempts(conn, _abandoned(taken, now))
         return taken, rows, superseded
 
+    def _ordered_window(self, batch: list[tuple[_Held, _Result]]) -> bool:
+        """Whether a window holds events of objects: their outcomes go before the claim
+        (in a transaction of their own on PostgreSQL), so that each object's next event
+        is claimed in the same exchange, not in the next."""
+        return bool(self._ordered) and any(h.row.object_key is not None for h, _ in batch)
+
+    async def _claim_first(
+        self,
+        conn: AsyncConnection,
+        batch: list[tuple[_Held, _Result]],
+        *,
+        want: int,
+        now: datetime,
+        held: collections.Counter[str],
+        full: frozenset[str],
+        limit: int,
+    ) -> tuple[list[EventRow], list[EventRow], list[objects.Superseded], dict[str, set[str]]]:
+        """PostgreSQL: the claim (``_claim_in``) and its events' ledger, before the
+        window's outcomes (``batch``) in the same transaction, or alone.
+
+        First, so that the transaction takes its locks on ``events`` (every partition,
+        the default one too) at its first statement, before any other table's, and
+        never asks for one of them while holding another: the outcomes (``_settle_in``)
+        then ask only for locks it holds already, besides those of the tables that
+        refer to ``events`` and of the others, which a partition's ATTACH does not hold
+        and a DETACH takes only after ``events`` (``store.partitions._hold``). The
+        other way round, the outcomes' locks on some partitions and then the claim's on
+        all deadlocked with ATTACH PARTITION.
+
+        The window's events are still processing, leased to this owner: the claim of due
+        events cannot take them, nor, told so, that of expired leases. The ledger is
+        read by its own statement, after the claim's (a snapshot taken while the
+        claimed rows are locked: any change committed to them before is seen)."""
+        spare = [h.row.id for h, _ in batch]
+        taken, rows, superseded = await self._claim_in(
+            conn, want=want, now=now, held=held, full=full, limit=limit, spare=spare
+        )
+        ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
+        return taken, rows, superseded, ledger
+
     async def _hold(
         self,
         rows: list[EventRow],
         taken: list[EventRow],
         superseded: list[objects.Superseded],
         claim_started: int,
+        ledger: dict[str, set[str]] | None = None,
     ) -> None:
-        """Counted, traced, their ledger read: ``rows`` join the read-ahead."""
+        """Counted, traced, their ledger read (unless read with the claim): ``rows``
+        join the read-ahead."""
         for row in rows:
             _claims(row.source).inc()
         for row in taken:
@@ -792,8 +848,9 @@ class Processor:
         try:
             if self._router is not None:
                 await self._router.refresh(self._engine)
-            async with self._engine.connect() as conn:
-                ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
+            if ledger is None:
+                async with self._engine.connect() as conn:
+                    ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
         except BaseException:
             # Claimed but not readable (or cancelled meanwhile): given back now.
             given = [_Held(row, frozenset(), lease_end) for row in rows]
@@ -1314,7 +1371,7 @@ class _Result:
 class ProcessorPool:
     """Processors side by side in one process, the slots split between them: each has
     its own drain, owner and lease fence, so a process keeps as many exchanges
-    (outcomes, then a claim: one transaction each) in flight as it has members, where
+    (a window's outcomes and a claim: one transaction each) in flight as it has members, where
     one processor has one at a time. What wake-ups, sweeps and the shutdown call on a
     processor, a pool does on all of them."""
 

@@ -127,12 +127,21 @@ async def claim_orphans(
 
 
 async def claim_expired(
-    conn: AsyncConnection, owner: str, lease_s: float, limit: int, now: datetime
+    conn: AsyncConnection,
+    owner: str,
+    lease_s: float,
+    limit: int,
+    now: datetime,
+    *,
+    spare: Sequence[str] = (),
 ) -> list[EventRow]:
     """Take over up to ``limit`` events whose claim's lease ran out (their worker died
     or stalled); attempts += 1. By ``ix_events_lease``: a caller looks every few
     seconds, not at every claim (until vacuum runs, that index holds an entry for the
-    dead "processing" version of every event processed more than a lease ago)."""
+    dead "processing" version of every event processed more than a lease ago).
+
+    None of ``spare``: the caller's own events whose outcome it writes after this
+    claim, in the same transaction (their lease may have run out meanwhile)."""
     leases = (
         sa.select(EVENTS.c.id)
         .where(
@@ -143,6 +152,8 @@ async def claim_expired(
         .order_by(EVENTS.c.lease_expires_at)
         .limit(limit)
     )
+    if spare:
+        leases = leases.where(sa.not_(one_of(conn, EVENTS.c.id, spare)))
     if conn.dialect.name == "postgresql":
         leases = leases.with_for_update(skip_locked=True)
     return await _take(conn, leases, owner, lease_s, now)

@@ -17,9 +17,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.util import await_only
 
+from hookd.event import Event
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
+from processing.processor import Processor
 from store import claims, db, migrate, partitions, stats
 from store import events as store_events
 from store import prune as store_prune
@@ -581,3 +584,82 @@ async def test_concurrent_redeliveries_while_partitions_are_made_and_dropped(
     new_rows = await homes(pg_url, [next(iter(by_key[k])) for k in new_ids])
     assert len(new_rows) == len(new_ids)
     assert await scalar(pg_url, "SELECT count(*) FROM events") == len(live_ids) + len(new_ids)
+
+
+# -- a processor's exchange while a partition is attached --------------------------
+
+
+async def test_an_exchange_never_deadlocks_with_a_partition_being_attached(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition is attached (``ensure``) while a processor's exchange, one that
+    writes a window's outcomes and claims, has run its first statement: the ATTACH
+    waits for the exchange, or the exchange for it, and neither is ever a deadlock's
+    victim. The ATTACH holds the default partition and then wants the tables that
+    refer to events (SHARE ROW EXCLUSIVE): an exchange that wrote the ledger first and
+    then claimed (every partition, the default one too) closed a cycle with it."""
+    sources = parse_sources(
+        '[[sources]]\nname = "race"\nprovider = "standard"\n'
+        'secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]\n',
+        Path("hookd.toml"),
+        env={},
+    )
+    ran: list[str] = []
+
+    async def handler(event: Event) -> None:
+        ran.append(event.id)
+
+    now = datetime.now(UTC)
+    events = [
+        NewEvent("race", "standard", f"k{i}", "t", "webhook", now, None, "v", {}, b"{}")
+        for i in range(24)
+    ]
+    armed: list[bool] = []
+    attaching: list[asyncio.Task[partitions.Ensured]] = []
+    real_exchange = Processor._exchange
+
+    async def exchange(self: Processor, want: int, *, fair: bool) -> tuple[int, bool]:
+        # The first exchange that has both outcomes to write and events to claim.
+        if want and self._finished and not attaching and not armed:
+            armed.append(True)
+        return await real_exchange(self, want, fair=fair)
+
+    monkeypatch.setattr(Processor, "_exchange", exchange)
+    async with engine_of(pg_url) as engine, engine_of(pg_url) as maintainer:
+        async with engine.begin() as conn:
+            ids = [s.event_id for s in await insert_events(conn, events, PLAIN)]
+
+        async def attach_meanwhile() -> None:
+            """ATTACH started, and run until it waits for a lock or is done."""
+            attaching.append(asyncio.create_task(partitions.ensure(maintainer, now + 40 * DAY)))
+            async with engine_of(pg_url) as watcher, watcher.connect() as conn:
+                for _ in range(100):
+                    if attaching[0].done():
+                        return
+                    waiting = await conn.execute(
+                        sa.text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND wait_event_type = 'Lock' "
+                            "AND query LIKE 'ALTER TABLE events ATTACH%'"
+                        )
+                    )
+                    if waiting.scalar():
+                        return
+                    await asyncio.sleep(0.05)
+
+        def first_statement(*_: object) -> None:
+            if armed:
+                armed.clear()
+                await_only(attach_meanwhile())
+
+        sa.event.listen(engine.sync_engine, "after_cursor_execute", first_statement)
+        proc = Processor(engine, sources, {"race": [("h", handler)]}, PLAIN, batch_size=8)
+        processed = await proc.drain(max_s=60)
+        assert attaching, "no exchange wrote outcomes and claimed"
+        made = await asyncio.wait_for(attaching[0], timeout=30)
+    assert made.created, "no partition was attached"
+    assert processed == len(ids)
+    assert sorted(ran) == sorted(ids)
+    assert await scalar(pg_url, "SELECT count(*) FROM events WHERE status = 'processed'") == len(
+        ids
+    )

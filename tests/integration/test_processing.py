@@ -233,6 +233,21 @@ async def test_expired_lease_is_taken_over_and_old_owner_is_fenced(
     assert (stale, fresh) == (set(), {event_id})
 
 
+async def test_a_takeover_spares_the_events_whose_outcome_its_claimer_writes_next(
+    engine: AsyncEngine,
+) -> None:
+    """PostgreSQL's exchange claims before it writes its window's outcomes: an event of
+    that window whose lease ran out is not taken over by the same claim."""
+    ids = await store(engine, 2)
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        await claims.claim_due(conn, "me", 0.5, 10, now, shares=GITHUB)
+    later = now + timedelta(seconds=1)
+    async with engine.begin() as conn:
+        taken = await claims.claim_expired(conn, "me", 60, 10, later, spare=[ids[0]])
+    assert [r.id for r in taken] == [ids[1]]
+
+
 async def test_retry_waits_for_its_backoff(engine: AsyncEngine, sources: Sources) -> None:
     async def fail(_: Event) -> None:
         raise RuntimeError("x")

@@ -606,7 +606,9 @@ def errors_of(r: dict[str, Any]) -> list[str]:
     if bad:
         out.append(f"workers exited with {bad}")
     if r["worker_log_problems"]:
-        out.append(f"worker log: {r['worker_log_problems'][0][:200]}")
+        # A traceback's own line says nothing: the exception is its last unindented line.
+        said = [ln for ln in r["worker_log_problems"] if not ln.startswith((" ", "Traceback"))]
+        out.append(f"worker log: {(said or r['worker_log_problems'])[-1][:200]}")
     return out
 
 

@@ -237,6 +237,14 @@ async def _close(worker: Worker) -> None:
     pool = worker.pool
     try:
         await worker.close()
+    except asyncio.CancelledError:
+        # arq's close cancels the jobs in flight and then gathers them: a job cancelled
+        # in the middle of its own Redis reply surfaces here as CancelledError. Only a
+        # cancellation of this task itself goes on (it was a traceback and exit 1).
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("arq worker close: a job in flight was cancelled")
     except Exception as exc:  # Redis is away: nothing to tidy up there
         log.debug("arq worker close failed", extra={"error": type(exc).__name__})
     finally:

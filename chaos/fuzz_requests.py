@@ -13,6 +13,10 @@ from typing import Any
 from tests.support import signing
 
 PROVIDERS = ("github", "stripe", "slack", "standard")
+# A request's headers as the fuzzer builds them, and the genuine signatures it carries:
+# (signing key, the bytes the signature covers).
+Headers = dict[str, list[str]]
+Signed = list[tuple[str, bytes]]
 
 
 NOW = 1_700_000_000
@@ -186,13 +190,7 @@ def flip_bit(fdp: Any, data: bytes) -> bytes:
     return bytes(flipped)
 
 
-def mutate(
-    fdp: Any,
-    provider: str,
-    headers: dict[str, list[str]],
-    body: bytes,
-    genuine: list[tuple[str, bytes]],
-) -> bytes:
+def mutate(fdp: Any, provider: str, headers: Headers, body: bytes, genuine: Signed) -> bytes:
     """One change to a signed request; returns the (maybe changed) body. A genuine signature
     by another key over the request as it now is may be added: (key, signed bytes) joins
     ``genuine``."""
@@ -246,7 +244,7 @@ def _change_value(fdp: Any, op: int, values: list[str], index: int) -> None:
         values[index] = upper if fdp.ConsumeBool() else latin1(fdp, 80)
 
 
-def _add_foreign(fdp: Any, provider: str, headers: dict[str, list[str]], body: bytes) -> None:
+def _add_foreign(fdp: Any, provider: str, headers: Headers, body: bytes) -> None:
     """Another provider's genuine headers, for the same body."""
     other = fdp.PickValueInList([p for p in PROVIDERS if p != provider])
     foreign, _ = sign(other, SECRET[other], body, str(NOW))
@@ -259,7 +257,7 @@ def _add_foreign(fdp: Any, provider: str, headers: dict[str, list[str]], body: b
             headers[SIGNATURE_HEADER[provider]] = vals
 
 
-def _move_timestamp(fdp: Any, provider: str, headers: dict[str, list[str]]) -> None:
+def _move_timestamp(fdp: Any, provider: str, headers: Headers) -> None:
     """The timestamp moved, not re-signed."""
     moved = str(NOW + offset(fdp))
     if provider == "stripe":
@@ -269,13 +267,7 @@ def _move_timestamp(fdp: Any, provider: str, headers: dict[str, list[str]]) -> N
         headers[TIMESTAMP_HEADER[provider]] = [moved]
 
 
-def _add_entry(
-    fdp: Any,
-    provider: str,
-    headers: dict[str, list[str]],
-    body: bytes,
-    genuine: list[tuple[str, bytes]],
-) -> None:
+def _add_entry(fdp: Any, provider: str, headers: Headers, body: bytes, genuine: Signed) -> None:
     """Another signature entry (Stripe, Standard Webhooks), before or after the others."""
     sig_name = SIGNATURE_HEADER[provider]
     current = headers.get(sig_name, [""])

@@ -25,7 +25,7 @@ from chaos.fuzz_requests import (
 )
 
 if TYPE_CHECKING:  # imported inside the target process only after instrumentation
-    from hookd.providers.base import Envelope, HeaderMap, Key
+    from hookd.providers.base import Envelope, HeaderMap, Key, Provider, Verified
 
 SIGNATURE_REASONS = frozenset(
     {
@@ -64,10 +64,23 @@ def check_envelope(env: Envelope) -> None:
             assert 200 <= answer.status < 300
 
 
+def check_envelope_of(
+    provider: Provider, headers: HeaderMap, body: bytes, verified: Verified
+) -> None:
+    """A verified request's envelope: ``PayloadError``, or one that is usable."""
+    from hookd.errors import PayloadError
+
+    try:
+        env = provider.envelope(headers, body, verified)
+    except PayloadError:
+        return
+    check_envelope(env)
+
+
 def verify_target(provider: str) -> Callable[[bytes], None]:
     import atheris
 
-    from hookd.errors import PayloadError, SignatureError
+    from hookd.errors import SignatureError
     from hookd.providers import PROVIDERS as ADAPTERS
 
     adapter = ADAPTERS[provider]
@@ -108,11 +121,7 @@ def verify_target(provider: str) -> Callable[[bytes], None]:
         assert (signer, signed.prefix + body) in genuine, "verified without a genuine signature"
         if verified.timestamp is not None:
             assert abs(verified.timestamp - NOW) <= TOLERANCE_S
-        try:
-            env = adapter.envelope(headers, body, verified)
-        except PayloadError:
-            return
-        check_envelope(env)
+        check_envelope_of(adapter, headers, body, verified)
 
     return one
 
@@ -207,11 +216,7 @@ def registry_target() -> Callable[[bytes], None]:
         assert by_good, f"{name}: verified a request signed by another sender"
         covered = name not in matrix.BODY_UNSIGNED | matrix.SIGNS_DECODED_FORM
         assert body == original or not covered, f"{name}: verified a changed body"
-        try:
-            env = provider.envelope(headers, body, verified)
-        except PayloadError:
-            return
-        check_envelope(env)
+        check_envelope_of(provider, headers, body, verified)
 
     return one
 

@@ -441,6 +441,25 @@ async def replay(
     """
     if not event_ids:
         return []
+    rows = await _replayable_rows(conn, event_ids, only_handler)
+    # A processed event whose body retention removed cannot be run again.
+    ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
+    processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
+    await _clear_ledgers(conn, ids, processed, only_handler)
+    if not ids:
+        return ids
+    made = await _reset_pending(conn, ids, now)
+    await record_replays(
+        conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
+    )
+    # In the order asked for (the rows were read, and locked, in id order).
+    return [i for i in dict.fromkeys(event_ids) if i in made]
+
+
+async def _replayable_rows(
+    conn: AsyncConnection, event_ids: Sequence[str], only_handler: str | None
+) -> list[sa.Row[Any]]:
+    """The rows of ``event_ids`` (locked on PostgreSQL), but those being pruned."""
     query = sa.select(
         EVENTS.c.id,
         EVENTS.c.status,
@@ -462,10 +481,14 @@ async def replay(
             [r.id for r in rows if r.status != EventStatus.PROCESSED or only_handler is not None],
         )
     )
-    rows = [r for r in rows if r.id not in pruning]
-    # A processed event whose body retention removed cannot be run again.
-    ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
-    processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
+    return [r for r in rows if r.id not in pruning]
+
+
+async def _clear_ledgers(
+    conn: AsyncConnection, ids: list[str], processed: list[str], only_handler: str | None
+) -> None:
+    """One handler's ledger entry of every replayed event, or the whole ledger of the
+    processed ones (replayed whole)."""
     if only_handler is not None and ids:
         await conn.execute(
             sa.delete(HANDLER_RUNS).where(
@@ -474,29 +497,27 @@ async def replay(
         )
     elif processed:
         await conn.execute(sa.delete(HANDLER_RUNS).where(HANDLER_RUNS.c.event_id.in_(processed)))
-    if ids:
-        result = await conn.execute(
-            sa.update(EVENTS)
-            .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
-            .values(
-                status=EventStatus.PENDING,
-                attempts=0,
-                next_attempt_at=now,
-                processed_at=None,
-                **_NO_ERROR,
-                lease_owner=None,
-                lease_expires_at=None,
-                updated_at=now,
-            )
-            .returning(EVENTS.c.id)
+
+
+async def _reset_pending(conn: AsyncConnection, ids: list[str], now: datetime) -> set[str]:
+    """Make ``ids`` pending with attempts reset; the ids the update changed (one
+    claimed since it was read is not among them)."""
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
+        .values(
+            status=EventStatus.PENDING,
+            attempts=0,
+            next_attempt_at=now,
+            processed_at=None,
+            **_NO_ERROR,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
         )
-        made = {r[0] for r in result}
-        # In the order asked for (the rows were read, and locked, in id order).
-        ids = [i for i in dict.fromkeys(event_ids) if i in made]
-        await record_replays(
-            conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
-        )
-    return ids
+        .returning(EVENTS.c.id)
+    )
+    return {r[0] for r in result}
 
 
 async def being_pruned(conn: AsyncConnection, event_ids: Sequence[str]) -> list[str]:

@@ -27,6 +27,8 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from store import dialect
+
 log = logging.getLogger("hookd.analyze")
 
 # And each partition of events (events itself before migration 0008).
@@ -50,7 +52,7 @@ STALE = sa.text(
 
 async def stale(engine: AsyncEngine) -> list[str]:
     """The tables ``analyze_stale`` would analyze now (none on SQLite)."""
-    if engine.dialect.name != "postgresql":
+    if not dialect.is_postgres(engine):
         return []
     async with engine.connect() as conn:
         result = await conn.execute(

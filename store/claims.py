@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.destinations import paused_sources
 from store.history import UNKNOWN, Requester, record_replays
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
@@ -25,17 +25,8 @@ from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 from store.values import safe_text
 
-
-def one_of(
-    conn: AsyncConnection, column: sa.ColumnElement[str], values: Sequence[str]
-) -> sa.ColumnElement[bool]:
-    """``column IN values``; on PostgreSQL one array parameter (``= ANY($1)``), so a
-    batch of a few hundred ids is neither a few hundred parameters nor a new plan."""
-    if conn.dialect.name == "postgresql":
-        return column == sa.any_(
-            sa.bindparam(None, list(values), type_=postgresql.ARRAY(sa.String))
-        )
-    return column.in_(list(values))
+# store.prune and chaos/ use it from here.
+one_of = dialect.one_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +77,7 @@ async def claim_due(
             .order_by(EVENTS.c.next_attempt_at)
             .limit(min(share.room, limit))
         )
-        if conn.dialect.name == "postgresql":
-            pick = pick.with_for_update(skip_locked=True)
-        arm = pick.cte(f"s{index}")
+        arm = dialect.locked(conn, pick, skip_locked=True).cte(f"s{index}")
         rank = sa.literal(share.held) + sa.func.row_number().over(order_by=arm.c.next_attempt_at)
         arms.append(sa.select(arm.c.id, arm.c.next_attempt_at, rank.label("rank")))
     if not arms or limit <= 0:
@@ -121,9 +110,7 @@ async def claim_orphans(
         )
         .limit(limit)
     )
-    if conn.dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
-    return await _take(conn, pick, owner, lease_s, now)
+    return await _take(conn, dialect.locked(conn, pick, skip_locked=True), owner, lease_s, now)
 
 
 async def claim_expired(
@@ -154,9 +141,7 @@ async def claim_expired(
     )
     if spare:
         leases = leases.where(sa.not_(one_of(conn, EVENTS.c.id, spare)))
-    if conn.dialect.name == "postgresql":
-        leases = leases.with_for_update(skip_locked=True)
-    return await _take(conn, leases, owner, lease_s, now)
+    return await _take(conn, dialect.locked(conn, leases, skip_locked=True), owner, lease_s, now)
 
 
 def _not_paused() -> sa.ColumnElement[bool]:
@@ -208,7 +193,7 @@ async def finished_handlers_many(
     Per probe, a scan of the table can never be cheaper than its index."""
     if not event_ids:
         return {}
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         result = await conn.execute(LEDGER_PG, {"ids": list(event_ids)})
     else:
         result = await conn.execute(
@@ -241,7 +226,7 @@ async def record_handlers(
     """Add (event id, handler) pairs to the ledger; one that is there already stays."""
     if not finished:
         return
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         # One statement over two arrays: a batch's pairs (a hundred and more) cost one
         # execution, where an executemany binds and executes each pair on its own.
         await conn.execute(
@@ -263,7 +248,7 @@ def _held(conn: AsyncConnection, event_ids: Sequence[str], owner: str) -> sa.Col
     planner may AND the primary key with ``ix_events_lease``'s "processing" entries,
     which until vacuum include a dead one for every event processed since."""
     status: sa.ColumnElement[str] = EVENTS.c.status
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         status = EVENTS.c.status.concat(sa.literal_column("''"))
     return sa.and_(
         one_of(conn, EVENTS.c.id, event_ids),
@@ -299,7 +284,7 @@ async def mark_processed(
     """Mark events processed where ``owner`` still holds the lease; the ids it did."""
     if not event_ids:
         return set()
-    if conn.dialect.name == "sqlite":
+    if not dialect.is_postgres(conn):
         # The same statement as the driver takes it: SQLAlchemy's rendering of the id
         # list and its parameters, per batch, was a third of this statement's time in
         # the write lock.
@@ -466,7 +451,7 @@ async def _replayable_rows(
         EVENTS.c.attempts,
         EVENTS.c.body.is_(None).label("bodiless"),
     ).where(EVENTS.c.id.in_(list(event_ids)))
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         # Locked first, in id order (as prune locks them): a prune batch holding one
         # of them is waited for, and what follows reads what it committed.
         query = query.order_by(EVENTS.c.id).with_for_update()

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z, iso_z_or_none
+from store import dialect
 from store.models import EVENT_HISTORY, utc_binder
 from store.values import safe_text
 
@@ -132,7 +133,7 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) ->
     if not attempts:
         return
     rows = [_attempt_row(a) for a in attempts]
-    if conn.dialect.name != "postgresql":
+    if not dialect.is_postgres(conn):
         bind = utc_binder(conn.dialect)
         await conn.exec_driver_sql(
             ATTEMPTS_SQLITE,

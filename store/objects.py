@@ -33,10 +33,10 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z
+from store import dialect
 from store.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
 from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
@@ -170,7 +170,7 @@ async def claim(
     object, each its object's next; first mark superseded the stale events of the
     objects looked at whose source is in ``supersede``; none of a source in ``exclude``.
     See the module's text."""
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         return await _claim_pg(
             conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
         )
@@ -317,8 +317,7 @@ async def record_processed(conn: AsyncConnection, rows: Sequence[EventRow], now:
             newest[key] = row
     if not newest:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(SOURCE_OBJECTS)
+    stmt = dialect.insert(conn, SOURCE_OBJECTS)
     stmt = stmt.on_conflict_do_update(
         index_elements=[SOURCE_OBJECTS.c.source, SOURCE_OBJECTS.c.object_key],
         set_={

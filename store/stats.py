@@ -20,6 +20,7 @@ from typing import NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.models import EVENTS, PRUNE_TOTALS
 
 # The tables that grow with traffic, and the small ones beside them.
@@ -42,7 +43,7 @@ class TableSize(NamedTuple):
 
 
 async def table_sizes(conn: AsyncConnection) -> list[TableSize]:
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         # A partitioned table (events) has neither rows nor bytes of its own: its
         # partitions' are added to its nothing.
         result = await conn.execute(

@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store import dialect
+from store import dialect, queries
 from store.destinations import paused_sources
 from store.history import UNKNOWN, Requester, record_replays
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
@@ -27,6 +27,7 @@ from store.values import safe_text
 
 # store.prune and chaos/ use it from here.
 one_of = dialect.one_of
+SQL = queries.load("claims")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +175,7 @@ async def _take(
     return list(map(EventRow._make, await conn.execute(stmt)))
 
 
-LEDGER_PG = sa.text(
-    "SELECT k.id, h.handler FROM unnest(CAST(:ids AS text[])) AS k(id) "
-    "CROSS JOIN LATERAL (SELECT r.handler FROM handler_runs AS r "
-    "WHERE r.event_id = k.id OFFSET 0) AS h"
-)
+LEDGER_PG = sa.text(SQL["ledger_pg"])
 
 
 async def finished_handlers_many(
@@ -207,17 +204,9 @@ async def finished_handlers_many(
     return ledger
 
 
-LEDGER_INSERT_PG = sa.text(
-    "INSERT INTO handler_runs (event_id, handler, finished_at) "
-    "SELECT e, h, CAST(:now AS timestamptz) "
-    "FROM unnest(CAST(:e AS text[]), CAST(:h AS text[])) AS v(e, h) "
-    "ON CONFLICT (event_id, handler) DO NOTHING"
-)
+LEDGER_INSERT_PG = sa.text(SQL["ledger_insert_pg"])
 
-LEDGER_INSERT_SQLITE = (
-    "INSERT INTO handler_runs (event_id, handler, finished_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (event_id, handler) DO NOTHING"
-)
+LEDGER_INSERT_SQLITE = SQL["ledger_insert_sqlite"]
 
 
 async def record_handlers(

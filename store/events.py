@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z, iso_z_or_none
-from store import dialect
+from store import dialect, queries
 from store.crypto import BodyCipher
 from store.ids import new_ids
 from store.models import EVENT_KEYS, EVENTS
@@ -137,6 +137,12 @@ def key_row(row: NewRow) -> KeyRow:
         "event_id": row["id"],
         "received_at": row["received_at"],
     }
+
+
+SQL = queries.load("events")
+KEYS_PRUNED_PG = sa.text(SQL["keys_pruned_pg"]).bindparams(
+    sa.bindparam("now", type_=EVENT_KEYS.c.pruned_at.type)
+)
 
 
 def _insert_keys(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
@@ -297,12 +303,7 @@ async def mark_pruned(
         return
     if dialect.is_postgres(conn):
         await conn.execute(
-            sa.text(
-                "UPDATE event_keys AS k SET final_status = v.status, pruned_at = :now "
-                "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[]), "
-                "CAST(:statuses AS text[])) AS v(source, dedupe_key, status) "
-                "WHERE k.source = v.source AND k.dedupe_key = v.dedupe_key"
-            ).bindparams(sa.bindparam("now", type_=EVENT_KEYS.c.pruned_at.type)),
+            KEYS_PRUNED_PG,
             {
                 "now": now,
                 "sources": [r[0] for r in rows],

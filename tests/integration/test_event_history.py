@@ -27,7 +27,8 @@ from hookd.event import Event
 from hookd.ops import API_REPLAY, EventOps, cli_requester
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
-from processing.processor import Processor, RetryPolicy
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
 from store import db, history, partitions
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events

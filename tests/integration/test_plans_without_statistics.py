@@ -20,7 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.event import Event
 from hookd.sources import parse_sources
-from processing.processor import Processor, RetryPolicy
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
 from store import analyze, claims, db, partitions
 from store import reconcile as rstate
 from store.crypto import BodyCipher

@@ -22,7 +22,7 @@ from hookd.errors import NotFound
 from hookd.ops import EventOps
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import analyze, claims, partitions
+from store import analyze, claims, partitions, prune_steps
 from store import prune as store_prune
 from store.crypto import BodyCipher
 from store.events import get_tombstone, insert_events
@@ -379,10 +379,10 @@ async def test_row_by_row_a_replay_waiting_for_the_delete_is_refused_as_pruned(
     async with engine_of(pg_url) as engine:
         ops = EventOps(engine, wake=nothing)
         held = Held(engine)
-        pruner = store_prune._Pruner(
+        pruner = prune_steps.Pruner(
             engine, now=later, batch=10, owner="t", lease_s=60, stop=None, pause_ratio=0
         )
-        pruner._tx = held.tx  # type: ignore[method-assign]
+        pruner.tx = held.tx  # type: ignore[method-assign]
         # The replay holds d-2 first: the prune passes it by.
         async with engine.begin() as conn:
             assert await claims.replay(conn, [dead[2]], now) == [dead[2]]

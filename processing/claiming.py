@@ -210,7 +210,7 @@ class Claimer:
         (``OutcomeWriter.settle_in``) then ask only for locks it holds already, besides
         those of the tables that refer to ``events`` and of the others, which a
         partition's ATTACH does not hold and a DETACH takes only after ``events``
-        (``store.partitions._hold``). The other way round, the outcomes' locks on
+        (``store.partition_sql.hold_events``). The other way round, the outcomes' locks on
         some partitions and then the claim's on all deadlocked with ATTACH PARTITION.
 
         The window's events are still processing, leased to this owner: the claim of due

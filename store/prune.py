@@ -59,7 +59,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import analyze, db
+from store import analyze, db, partition_catalog, partition_create, partition_drop
 from store import partitions as parts
 from store.models import EVENT_KEYS, EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.prune_lease import LEASE_S, RELEASE_S, LeaseLost, acquire, release, wall_clock
@@ -150,9 +150,9 @@ def cutoffs(policy: Policy, now: datetime) -> Cutoffs:
     )
 
 
-def _horizon(policy: Policy, now: datetime) -> parts.Horizon:
+def _horizon(policy: Policy, now: datetime) -> partition_drop.Horizon:
     cuts = cutoffs(policy, now)
-    return parts.Horizon(processed=cuts.events, dead=cuts.dead)
+    return partition_drop.Horizon(processed=cuts.events, dead=cuts.dead)
 
 
 async def _source(pruner: Pruner, source: str, policy: Policy) -> Counts:
@@ -227,13 +227,13 @@ async def prune(
 async def _dry_run(
     engine: AsyncEngine,
     policies: Mapping[str, Policy],
-    horizons: Mapping[str, parts.Horizon],
+    horizons: Mapping[str, partition_drop.Horizon],
     now: datetime,
 ) -> Pruned:
     """What a prune would remove, and the partitions it would drop, keep and compact."""
     async with engine.connect() as conn:
         done = Pruned({s: await _would(conn, s, p, now) for s, p in policies.items()})
-        done.partitioned = await parts.is_partitioned(conn)
+        done.partitioned = await partition_catalog.is_partitioned(conn)
     would = await parts.would_drop(engine, horizons, wall_clock())
     done.partitions_dropped, done.partitions_kept = would.names, would.kept
     done.partitions_compacted = would.compacted
@@ -243,7 +243,7 @@ async def _dry_run(
 async def _prune(
     pruner: Pruner,
     policies: Mapping[str, Policy],
-    horizons: Mapping[str, parts.Horizon],
+    horizons: Mapping[str, partition_drop.Horizon],
     done: Pruned,
     *,
     mark_batch: int,
@@ -252,7 +252,7 @@ async def _prune(
     steps, the SQLite file's free pages, the stale statistics."""
     engine = pruner.engine
     async with engine.connect() as conn:
-        done.partitioned = await parts.is_partitioned(conn)
+        done.partitioned = await partition_catalog.is_partitioned(conn)
     if done.partitioned:
         await _partitions(pruner, horizons, done, mark_batch=mark_batch)
     for source, policy in policies.items():
@@ -268,13 +268,13 @@ async def _prune(
 
 
 async def _partitions(
-    pruner: Pruner, horizons: Mapping[str, parts.Horizon], done: Pruned, *, mark_batch: int
+    pruner: Pruner, horizons: Mapping[str, partition_drop.Horizon], done: Pruned, *, mark_batch: int
 ) -> None:
     """Whole partitions first: what they hold then needs no row-level delete. A failure
     there (a privilege missing, say) leaves the rows to the steps after."""
     engine = pruner.engine
     try:
-        done.partitions_created = (await parts.ensure(engine)).created
+        done.partitions_created = (await partition_create.ensure(engine)).created
         dropped = await parts.drop_expired(
             engine,
             horizons,

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -248,7 +248,11 @@ class Router:
             return self._failed(d, exc, attempt)
         try:
             return await self._limited(
-                engine, d, event, prepared, attempt=attempt, probe=probe, owner=owner
+                engine,
+                d,
+                lambda: self._send(engine, d, event, prepared, attempt=attempt, probe=probe),
+                probe=probe,
+                owner=owner,
             )
         except Unavailable:
             return self._deferred(d.name, _after(Wait(1.0)), None)
@@ -275,15 +279,14 @@ class Router:
         self,
         engine: AsyncEngine,
         d: Destination,
-        event: Event,
-        prepared: tuple[bytes, dict[str, str]],
+        send: Callable[[], Awaitable[Outcome]],
         *,
-        attempt: int,
         probe: bool,
         owner: str,
     ) -> Outcome:
-        """The delivery within the destination's concurrency and rate limits (put off
-        when they make it wait past ``LIMIT_WAIT_S``), as the probe if it is one."""
+        """The delivery (``send``) within the destination's concurrency and rate limits
+        (put off when they make it wait past ``LIMIT_WAIT_S``), as the probe if it is
+        one."""
         limits = self._limits
         slot = (
             limits.slot(d.key, d.config.concurrency, d.config.timeout_s, LIMIT_WAIT_S)
@@ -303,7 +306,7 @@ class Router:
                     return self._deferred(d.name, _after(limited), None)
                 if probe and not await self._take_probe(engine, d, owner):
                     return self._deferred(d.name, None, Blocker("breaker", d.source, d.name))
-                return await self._send(engine, d, event, prepared, attempt=attempt, probe=probe)
+                return await send()
 
     async def _take_probe(self, engine: AsyncEngine, d: Destination, owner: str) -> bool:
         now = datetime.now(UTC)

@@ -339,9 +339,9 @@ class Processor:
             want = await self._turn(drain, now, claiming)
             self._start_ready()
             if not self._tasks:
-                if self._finished or (want and drain.claims_left > 0):
+                if self._finished or drain.again(want):
                     continue  # their outcomes now; or claim again
-                if not claiming or drain.ended(woken=self._woken):
+                if drain.ended(claiming=claiming, woken=self._woken):
                     return drain.total
             if time.monotonic() >= drain.beat_at:
                 await self._leases.renew()
@@ -357,8 +357,8 @@ class Processor:
         busy = bool(self._tasks or self._slots.ready)
         drain.window_end, settle = window(now, drain.window_end, len(self._finished), busy)
         want = self._claim_size(drain, now) if claiming else 0
-        if not claiming and self._slots.ready and (self.stopping or now >= drain.deadline):
-            await self._leases.release(self._slots.take_ready())
+        if not claiming:
+            await self._give_back_read_ahead(drain, now)
         if want or settle:
             # One transaction: the window's outcomes, then the claim.
             self._woken = self._woken and not want
@@ -367,6 +367,12 @@ class Processor:
             if want:
                 drain.claimed(counted, drained=drained)
         return want
+
+    async def _give_back_read_ahead(self, drain: Drain, now: float) -> None:
+        """A drain that claims no more because it is stopping or past its deadline gives
+        back what it read ahead, at once."""
+        if self._slots.ready and (self.stopping or now >= drain.deadline):
+            await self._leases.release(self._slots.take_ready())
 
     def _claim_size(self, drain: Drain, now: float) -> int:
         """How many events to claim at this turn (``Slots.want``): none after a claim

@@ -190,11 +190,21 @@ class EventRunner:
         neither stops nor repeats another). A filter that does not select the event
         skips its handler or destination (``skipped``), once."""
         body = Document(event.body)
-        skipped: list[str] = []
-        failure = await self._handlers_of(
-            row, event, chain, finished, done, body=body, skipped=skipped
-        )
         router = self._router
+        skipped: list[str] = []
+        failure: Result | None = None
+        for name, handler in chain:
+            if name in finished:
+                continue
+            if router is not None and not router.handler_selects(row.source, name, event, body):
+                skipped.append(name)
+                continue
+            try:
+                await self._handler(row, event, name, handler)
+            except Exception as exc:  # any handler failure is retried, a PermanentError not
+                failure = self._handler_failure(name, exc)
+                break
+            done.append(name)
         outcomes = (
             await router.deliver_all(
                 self._engine,
@@ -209,33 +219,6 @@ class EventRunner:
             else []
         )
         return self.combined(row, failure, outcomes, skipped)
-
-    async def _handlers_of(
-        self,
-        row: EventRow,
-        event: Event,
-        chain: list[tuple[str, Handler]],
-        finished: set[str],
-        done: list[str],
-        *,
-        body: Document,
-        skipped: list[str],
-    ) -> Result | None:
-        """The handlers not in the ledger, in order, each that finishes appended to
-        ``done`` and each its filter leaves out to ``skipped``; the first failure."""
-        router = self._router
-        for name, handler in chain:
-            if name in finished:
-                continue
-            if router is not None and not router.handler_selects(row.source, name, event, body):
-                skipped.append(name)
-                continue
-            try:
-                await self._handler(row, event, name, handler)
-            except Exception as exc:  # any handler failure is retried, a PermanentError not
-                return self._handler_failure(name, exc)
-            done.append(name)
-        return None
 
     async def _handler(self, row: EventRow, event: Event, name: str, handler: Handler) -> None:
         """One handler, in its span and its log context, within its deadline."""

@@ -105,9 +105,14 @@ class Drain:
         self.exhausted = drained
         self.poll_at = time.monotonic() + CLAIM_POLL_S
 
-    def ended(self, *, woken: bool) -> bool:
-        """Whether a drain with nothing running is done (unless it stopped claiming)."""
-        return self.claims_left <= 0 or (self.exhausted and not woken)
+    def again(self, want: int) -> bool:
+        """Whether a turn that asked for ``want`` events claims again at once."""
+        return bool(want) and self.claims_left > 0
+
+    def ended(self, *, claiming: bool, woken: bool) -> bool:
+        """Whether a drain with nothing running is done: it claims no more, or the last
+        claim took all that was due and no wake-up came since."""
+        return not claiming or self.claims_left <= 0 or (self.exhausted and not woken)
 
     def beaten(self) -> None:
         self.beat_at = time.monotonic() + self._beat_every_s

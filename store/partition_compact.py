@@ -192,11 +192,15 @@ class Compactor(Dropper):
             # Judged gone when first read, its key marked; replayed since: it stays.
             await unmark(conn, [(staying[i].source, staying[i].dedupe_key) for i in changed])
         if gone:
-            rows = (
-                await conn.execute(by_ids(table, "id, source, dedupe_key, status"), {"ids": gone})
-            ).all()
-            await mark_pruned(conn, [(r.source, r.dedupe_key, r.status) for r in rows], self.now)
+            await self._mark_gone(conn, table, gone)
         return staying, changed
+
+    async def _mark_gone(self, conn: AsyncConnection, table: str, gone: Sequence[str]) -> None:
+        """The keys of the rows ``gone`` from ``table`` since they were copied marked."""
+        rows = (
+            await conn.execute(by_ids(table, "id, source, dedupe_key, status"), {"ids": gone})
+        ).all()
+        await mark_pruned(conn, [(r.source, r.dedupe_key, r.status) for r in rows], self.now)
 
     async def _exchange(
         self,

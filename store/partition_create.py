@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store.partition_catalog import (
     COLUMNS,
     PARENT,
+    Partition,
     bounds,
     is_partitioned,
     list_partitions,
@@ -60,32 +61,44 @@ async def ensure(engine: AsyncEngine, now: datetime | None = None) -> Ensured:
     call (``Ensured.postponed``): inserts meanwhile land in the default partition,
     and are moved when it is created."""
     done = Ensured()
-    if engine.dialect.name != "postgresql":
+    parts = await _partitions_now(engine)
+    if parts is None:
         return done
-    async with engine.connect() as conn:
-        if not await is_partitioned(conn):
-            return done
-        parts = await list_partitions(conn)
     for day in wanted_days(now or datetime.now(UTC)):
         lo, hi = bounds(day)
-        if any(p.overlaps(lo, hi) for p in parts):
-            continue
-        try:
-            moved = await create_day(engine, day)
-        except sa.exc.DBAPIError as exc:
-            if not is_lock_timeout(exc):
-                raise
-            done.postponed.append(name_of(day))
-            continue
-        if moved is None:
-            continue  # another process creates partitions right now, or did
-        done.created.append(name_of(day))
-        done.moved += moved
+        if not any(p.overlaps(lo, hi) for p in parts):
+            await _ensure_day(engine, day, done)
     if done.created:
         log.info("partitions created", extra={"partitions": done.created, "moved": done.moved})
     if done.postponed:
         log.warning("partitions postponed: lock not free", extra={"partitions": done.postponed})
     return done
+
+
+async def _partitions_now(engine: AsyncEngine) -> list[Partition] | None:
+    """The partitions of ``events``; None on SQLite or an unpartitioned ``events``."""
+    if engine.dialect.name != "postgresql":
+        return None
+    async with engine.connect() as conn:
+        if not await is_partitioned(conn):
+            return None
+        return await list_partitions(conn)
+
+
+async def _ensure_day(engine: AsyncEngine, day: date, done: Ensured) -> None:
+    """``day``'s partition, missing, created (``done.created``), or left for the next
+    call when its lock was not free (``done.postponed``)."""
+    try:
+        moved = await create_day(engine, day)
+    except sa.exc.DBAPIError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        done.postponed.append(name_of(day))
+        return
+    if moved is None:
+        return  # another process creates partitions right now, or did
+    done.created.append(name_of(day))
+    done.moved += moved
 
 
 async def create_day(engine: AsyncEngine, day: date) -> int | None:

@@ -193,9 +193,9 @@ async def prune(
     A lost lease or ``stop`` ends the prune between two batches, with what was done
     so far (``Pruned.stopped``). ``dry_run`` counts what would go and changes nothing
     (it takes no lease)."""
-    horizons = {s: _horizon(p, now) for s, p in policies.items()}
     if dry_run:
-        return await _dry_run(engine, policies, horizons, now)
+        return await _dry_run(engine, policies, now)
+    horizons = {s: _horizon(p, now) for s, p in policies.items()}
     if not await acquire(engine, owner, lease_s, wall_clock(), due_before=due_before):
         return Pruned(lease_held=True)
     pruner = Pruner(
@@ -224,13 +224,9 @@ async def prune(
     return done
 
 
-async def _dry_run(
-    engine: AsyncEngine,
-    policies: Mapping[str, Policy],
-    horizons: Mapping[str, partition_drop.Horizon],
-    now: datetime,
-) -> Pruned:
+async def _dry_run(engine: AsyncEngine, policies: Mapping[str, Policy], now: datetime) -> Pruned:
     """What a prune would remove, and the partitions it would drop, keep and compact."""
+    horizons = {s: _horizon(p, now) for s, p in policies.items()}
     async with engine.connect() as conn:
         done = Pruned({s: await _would(conn, s, p, now) for s, p in policies.items()})
         done.partitioned = await partition_catalog.is_partitioned(conn)

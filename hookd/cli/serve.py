@@ -30,7 +30,7 @@ log = logging.getLogger("hookd.serve")
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ingest.metrics import prepare_multiprocess
-    from processing.destinations import import_transform
+    from processing.delivery import import_transform
     from processing.handlers import import_handler
     from store.crypto import BodyCipher
 

@@ -38,7 +38,7 @@ from processing.leases import Leases
 from processing.outcomes import OutcomeWriter, Plan
 from processing.running import EventRunner, FetchObject
 from processing.slots import OUTCOME_BATCH, Drain, Slots, window
-from store import claims, db, objects
+from store import claims, db, dialect, objects
 from store.crypto import BodyCipher
 from store.ids import worker_id
 from store.rows import EventRow
@@ -164,7 +164,7 @@ class Processor:
         # transaction that holds the outcomes' row locks on some partitions of events
         # and then asks for the claim's on all of them deadlocks with a partition being
         # attached (ATTACH PARTITION) meanwhile.
-        self._one_transaction = engine.dialect.name != "postgresql"
+        self._one_transaction = not dialect.is_postgres(engine)
         self.owner = worker_id()
         # What this processor holds (``processing.slots``): every event by id, those
         # read ahead per source, how many run per source. Those finished wait here for

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.ids import id_floor, id_time_ms
 from store.models import EVENTS
 from store.status import EventStatus
@@ -103,7 +104,7 @@ class Partition:
 
 
 async def is_partitioned(conn: AsyncConnection) -> bool:
-    if conn.dialect.name != "postgresql":
+    if not dialect.is_postgres(conn):
         return False
     kind = (
         await conn.execute(

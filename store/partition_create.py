@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from store import dialect
 from store.partition_catalog import (
     COLUMNS,
     PARENT,
@@ -77,7 +78,7 @@ async def ensure(engine: AsyncEngine, now: datetime | None = None) -> Ensured:
 
 async def _partitions_now(engine: AsyncEngine) -> list[Partition] | None:
     """The partitions of ``events``; None on SQLite or an unpartitioned ``events``."""
-    if engine.dialect.name != "postgresql":
+    if not dialect.is_postgres(engine):
         return None
     async with engine.connect() as conn:
         if not await is_partitioned(conn):

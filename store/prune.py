@@ -59,7 +59,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import analyze, db, partition_catalog, partition_create, partition_drop
+from store import analyze, db, dialect, partition_catalog, partition_create, partition_drop
 from store import partitions as parts
 from store.models import EVENT_KEYS, EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.prune_lease import LEASE_S, RELEASE_S, LeaseLost, acquire, release, wall_clock
@@ -322,7 +322,7 @@ async def incremental_vacuum(engine: AsyncEngine, stop: asyncio.Event | None = N
     system, ``VACUUM_PAGES`` a statement; the pages handed back. Anything else: 0
     (PostgreSQL's autovacuum reuses the space; a SQLite file made before hookd set
     the mode keeps its size and reuses its free pages, see docs/operations.md)."""
-    if engine.dialect.name != "sqlite":
+    if dialect.is_postgres(engine):
         return 0
     path = db.sqlite_path(engine.url.render_as_string(hide_password=False))
     if path is None:

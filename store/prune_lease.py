@@ -11,9 +11,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from store import dialect
 from store.models import MAINTENANCE_STATE
 
 TASK = "prune"
@@ -26,11 +26,6 @@ RELEASE_S = 2.0
 
 class LeaseLost(Exception):
     """Another process took the prune lease over (ours expired): stop here."""
-
-
-def insert_of(conn: AsyncConnection, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
-    """An INSERT into ``table`` in the connection's dialect (for ``ON CONFLICT``)."""
-    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
 def wall_clock() -> datetime:
@@ -50,7 +45,7 @@ async def acquire(
     moment (or never ran): what the schedules of every process share."""
     async with engine.begin() as conn:
         await conn.execute(
-            insert_of(conn, MAINTENANCE_STATE)
+            dialect.insert(conn, MAINTENANCE_STATE)
             .values(task=TASK, updated_at=now)
             .on_conflict_do_nothing(index_elements=["task"])
         )

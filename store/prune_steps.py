@@ -21,7 +21,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store.claims import one_of
+from store import dialect, queries
+from store.dialect import one_of
 from store.events import mark_pruned
 from store.ids import id_floor
 from store.models import (
@@ -34,8 +35,14 @@ from store.models import (
     RECONCILE_RUNS,
     RECONCILE_STATE,
 )
-from store.prune_lease import TASK, LeaseLost, insert_of, renew, wall_clock
+from store.prune_lease import TASK, LeaseLost, renew, wall_clock
 from store.status import DONE_RUN_STATUSES, EventStatus
+
+SQL = queries.load("prune")
+LIVE_EVENTS_PG = sa.text(SQL["live_events_pg"])
+DELETE_KEYS_PG = sa.text(SQL["delete_keys_pg"]).bindparams(
+    sa.bindparam("cut", type_=EVENT_KEYS.c.received_at.type)
+)
 
 # After each batch, prune waits this many times as long as the batch took (at most
 # PAUSE_MAX_S): on a busy machine it takes at most about half of what one database
@@ -113,14 +120,8 @@ async def live_events(conn: AsyncConnection, event_ids: list[str]) -> set[str]:
     primary key per id (``LATERAL … OFFSET 0``: never planned as a scan of events)."""
     if not event_ids:
         return set()
-    if conn.dialect.name == "postgresql":
-        result = await conn.execute(
-            sa.text(
-                "SELECT k.id FROM unnest(CAST(:ids AS text[])) AS k(id) CROSS JOIN LATERAL "
-                "(SELECT 1 FROM events AS e WHERE e.id = k.id OFFSET 0) AS found"
-            ),
-            {"ids": event_ids},
-        )
+    if dialect.is_postgres(conn):
+        result = await conn.execute(LIVE_EVENTS_PG, {"ids": event_ids})
     else:
         result = await conn.execute(sa.select(EVENTS.c.id).where(EVENTS.c.id.in_(event_ids)))
     return {r[0] for r in result}
@@ -132,15 +133,8 @@ async def _delete_keys(conn: AsyncConnection, source: str, cut: datetime, keys: 
     statistics."""
     if not keys:
         return 0
-    if conn.dialect.name == "postgresql":
-        result = await conn.execute(
-            sa.text(
-                "DELETE FROM event_keys AS k USING unnest(CAST(:keys AS text[])) AS v(key) "
-                "WHERE k.source = :source AND k.dedupe_key = v.key "
-                "AND k.pruned_at IS NOT NULL AND k.received_at < :cut"
-            ).bindparams(sa.bindparam("cut", type_=EVENT_KEYS.c.received_at.type)),
-            {"keys": keys, "source": source, "cut": cut},
-        )
+    if dialect.is_postgres(conn):
+        result = await conn.execute(DELETE_KEYS_PG, {"keys": keys, "source": source, "cut": cut})
     else:
         result = await conn.execute(
             sa.delete(EVENT_KEYS).where(keys_of(source, cut), EVENT_KEYS.c.dedupe_key.in_(keys))
@@ -150,15 +144,13 @@ async def _delete_keys(conn: AsyncConnection, source: str, cut: datetime, keys: 
 
 def _pick(conn: AsyncConnection, query: sa.Select[Any]) -> sa.Select[Any]:
     """On PostgreSQL, rows another transaction holds (a replay) are left to the next run."""
-    if conn.dialect.name == "postgresql":
-        return query.with_for_update(skip_locked=True)
-    return query
+    return dialect.locked(conn, query, skip_locked=True)
 
 
 async def _count(conn: AsyncConnection, source: str, what: str, n: int) -> None:
     if not n:
         return
-    stmt = insert_of(conn, PRUNE_TOTALS).values(source=source, what=what, count=n)
+    stmt = dialect.insert(conn, PRUNE_TOTALS).values(source=source, what=what, count=n)
     await conn.execute(
         stmt.on_conflict_do_update(
             index_elements=["source", "what"],
@@ -249,7 +241,7 @@ class Pruner:
             )
         ).all()
         keys = [r.dedupe_key for r in gone]
-        if gone and conn.dialect.name != "postgresql":
+        if gone and not dialect.is_postgres(conn):
             # ON DELETE CASCADE did it already where foreign keys are enforced
             # (always on PostgreSQL, where an ``= ANY`` list of ids could be
             # planned as a scan of the whole ledger without statistics). The
@@ -378,7 +370,7 @@ async def _add_run_totals(conn: AsyncConnection, source: str, picked: Sequence[A
         total[2] += run.rate_limited
         total[3] += run.items_late
     for (status, dry_run), (runs, missing, limited, late) in sums.items():
-        stmt = insert_of(conn, RECONCILE_RUN_TOTALS).values(
+        stmt = dialect.insert(conn, RECONCILE_RUN_TOTALS).values(
             source=source,
             status=status,
             dry_run=dry_run,

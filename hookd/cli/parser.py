@@ -1,5 +1,6 @@
-"""The ``hookd`` command's options: the parser, its value types, and the defaults and
-exit statuses its help text names.
+"""The ``hookd`` command's options: each command's ``add_*`` function (registered with
+its handler in ``hookd.cli.commands``), their value types, and the defaults and exit
+statuses the help text names.
 
 Exit status 0: done; 1: the command ran and failed (an event dead or unknown, a run
 failed); 2: a usage or configuration error, printed as one ``hookd: ...`` line.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,7 +91,7 @@ def test_what_runs_before_a_handler_and_in_which_order(
     command: Command, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[str] = []
-    settings = Settings(config="elsewhere.toml")
+    settings = Settings.model_construct(config=Path("elsewhere.toml"))  # no environment read
     sources = object()
 
     async def preflight(given: Settings) -> None:

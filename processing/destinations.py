@@ -31,6 +31,7 @@ import httpx
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import metric_families as families
 from hookd.backoff import full_jitter
 from hookd.errors import PermanentError
 from hookd.event import Event, idempotency_key
@@ -49,23 +50,9 @@ log = logging.getLogger("hookd.processing")
 # hookd_destination_deliveries_total's outcome label.
 DELIVERED, FAILED, SKIPPED, DEFERRED = "delivered", "failed", "skipped", "deferred"
 DELIVERY_OUTCOMES = (DELIVERED, FAILED, SKIPPED, DEFERRED)
-DELIVERIES = Counter(
-    "hookd_destination_deliveries_total",
-    "Deliveries per destination: delivered, failed (an attempt used), skipped by the "
-    "filter, deferred (paused, rate or concurrency limit, breaker: no attempt used).",
-    ["source", "destination", "outcome"],
-)
-DELIVERY_SECONDS = Histogram(
-    "hookd_destination_delivery_seconds",
-    "Time of each delivery's HTTP request, answered or not.",
-    ["source", "destination"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
-)
-HANDLER_SKIPS = Counter(
-    "hookd_handler_skips_total",
-    "Handlers not run for an event because their filter did not select it.",
-    ["source"],
-)
+DELIVERIES = families.DELIVERIES.register()
+DELIVERY_SECONDS = families.DELIVERY_SECONDS.register()
+HANDLER_SKIPS = families.HANDLER_SKIPS.register()
 # How long a delivery may wait for its rate or concurrency limit before it is put off.
 LIMIT_WAIT_S = 2.0
 # Pauses and breakers are read again at most this often per process (and whenever a

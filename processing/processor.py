@@ -27,6 +27,7 @@ from functools import cache
 from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import metric_families as families
 from hookd import tracing
 from hookd.backoff import capped
 from hookd.event import Handler
@@ -55,28 +56,10 @@ CANCEL_WAIT_S = 1.0
 # The outcome label of hookd_events_processed_total is the status an attempt left the
 # event in (processed, dead), except for one that will run again: "retry".
 RETRY = "retry"
-EVENTS_PROCESSED = Counter(
-    "hookd_events_processed_total",
-    "Processing outcomes per attempt (processed, retry, dead), and events superseded "
-    "without running ([sources.order]).",
-    ["source", "outcome"],
-)
-PROCESSING_SECONDS = Histogram(
-    "hookd_processing_seconds",
-    "Time to run an event's handlers, per attempt.",
-    ["source"],
-    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0),
-)
-CLAIMS = Counter(
-    "hookd_claims_total",
-    "Events claimed for processing (each claim is an attempt), takeovers included.",
-    ["source"],
-)
-TAKEOVERS = Counter(
-    "hookd_lease_takeovers_total",
-    "Claims of events whose previous claim's lease had expired: its worker died or stalled.",
-    ["source"],
-)
+EVENTS_PROCESSED = families.EVENTS_PROCESSED.register()
+PROCESSING_SECONDS = families.PROCESSING_SECONDS.register()
+CLAIMS = families.CLAIMS.register()
+TAKEOVERS = families.TAKEOVERS.register()
 OUTCOMES = (EventStatus.PROCESSED, RETRY, EventStatus.DEAD, EventStatus.SUPERSEDED)
 
 

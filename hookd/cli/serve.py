@@ -234,7 +234,7 @@ def run_uvicorn(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_worker(settings: Settings) -> int:
+def cmd_worker(_args: argparse.Namespace, settings: Settings) -> int:
     from hookd.runtime import worker
 
     if not settings.redis_url:

@@ -18,31 +18,29 @@ Standard Webhooks) is verified by ``provider = "standard"``, not here.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     checked_key,
-    one_header,
     optional_header,
     parse_json_object,
     select_headers,
+    with_action,
 )
 from hookd.providers.reconcile_settings import GITLAB_API_URL, GitLabReconcile
 from hookd.providers.reconciling import Reconciling
 from hookd.providers.rfc3339 import parse_iso8601
+from hookd.providers.signatures import hmac_secret, match_token, token_headers
 
 NAME = "gitlab"
 SCHEME = "gitlab-token"
@@ -62,31 +60,12 @@ SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a GitLab secret token must not be empty")
-    return HmacKey(raw.encode("utf-8"))
-
-
-def _fingerprint(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
-
-
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    presented = one_header(headers, TOKEN_HEADER).encode("utf-8", "surrogatepass")
-    fingerprint = _fingerprint(presented)
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("token", fingerprint),))
+    return token_headers(headers, TOKEN_HEADER)
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        expected = _fingerprint(key.key)
-        for _, presented in signed.signatures:
-            if hmac.compare_digest(expected, presented):
-                return Verified(SCHEME, index, None)
-    raise SignatureError("bad_signature")
+    return match_token(SCHEME, signed, keys)
 
 
 def event_type(header: str | None, payload: object) -> str | None:
@@ -100,8 +79,7 @@ def event_type(header: str | None, payload: object) -> str | None:
     if not isinstance(kind, str) or not kind:
         return header or None
     attributes = payload.get("object_attributes")
-    action = attributes.get("action") if isinstance(attributes, dict) else None
-    return f"{kind}.{action}" if isinstance(action, str) and action else kind
+    return with_action(kind, attributes.get("action") if isinstance(attributes, dict) else None)
 
 
 def occurred_at(payload: dict[str, Any]) -> datetime | None:
@@ -187,7 +165,7 @@ PROVIDER = Provider(
     name=NAME,
     # GitLab lists and resends a hook's events of the last 7 days.
     redelivery_horizon_days=7,
-    parse_secret=parse_secret,
+    parse_secret=hmac_secret("a GitLab secret token must not be empty"),
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,

@@ -19,37 +19,39 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     checked_key,
-    hmac_sha256_hex,
-    match_hmac,
     one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
     select_headers,
+    text_or_none,
 )
 from hookd.providers.reconcile_settings import PADDLE_API_URL, PaddleReconcile
 from hookd.providers.reconciling import Reconciling
-from hookd.providers.rfc3339 import parse_rfc3339
+from hookd.providers.rfc3339 import parse_rfc3339, utc_z
+from hookd.providers.signatures import (
+    hex_signatures,
+    hmac_secret,
+    hmac_sha256_hex,
+    match_hmac,
+    named_entries,
+    only_timestamp,
+    parse_timestamp,
+)
 
 NAME = "paddle"
 SCHEME = "paddle-h1"
 SIGNATURE_HEADER = "paddle-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
-# A header with more entries than a rotation can produce is hostile.
-MAX_ENTRIES = 16
 # ``pdl_ntfset_<destination id>_<key>``; Paddle's library tests also carry the older
 # ``pdl_ntf_`` form. The key part is base64 text.
 SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
@@ -57,42 +59,12 @@ SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
 ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    if SECRET_RE.fullmatch(raw) is None:
-        raise ValueError(
-            "a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
-            "(the notification destination's endpoint_secret_key)"
-        )
-    return HmacKey(raw.encode("utf-8"))
-
-
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    entries = raw.split(";")
-    if len(entries) > MAX_ENTRIES:
-        raise SignatureError("malformed_signature")
-    timestamps: list[str] = []
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
-    for entry in entries:
-        name, sep, value = entry.strip().partition("=")
-        if not sep:
-            raise SignatureError("malformed_signature")
-        if name == "ts":
-            timestamps.append(value)
-        elif name == "h1":
-            try:
-                signatures.append(("h1", parse_hex_digest(value)))
-            except SignatureError:
-                unparsed += 1
-    if len(timestamps) != 1:
-        raise SignatureError("malformed_timestamp")
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    ts = parse_timestamp(timestamps[0], now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}:".encode(), signatures=tuple(signatures))
+    entries = named_entries(one_header(headers, SIGNATURE_HEADER), ";", strict=True)
+    raw_ts = only_timestamp(entries, "ts")
+    signatures = hex_signatures(entries, "h1")
+    ts = parse_timestamp(raw_ts, now, tolerance_s)
+    return SignedHeaders(timestamp=ts, prefix=f"{ts}:".encode(), signatures=signatures)
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
@@ -104,10 +76,9 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     event_id = checked_key(payload.get("event_id"), "event_id")
     if not event_id.startswith("evt_"):
         raise PayloadError("malformed_payload", "event_id does not start with evt_")
-    kind = payload.get("event_type")
     return Envelope(
         dedupe_key=event_id,
-        type=kind if isinstance(kind, str) and kind else None,
+        type=text_or_none(payload.get("event_type")),
         occurred_at=parse_rfc3339(payload.get("occurred_at")),
         headers=select_headers(headers, KEPT_HEADERS),
     )
@@ -133,12 +104,8 @@ def paddle_id(prefix: str) -> str:
     return f"{prefix}_{''.join(chars)}"
 
 
-def rfc3339(moment: int) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-    when = rfc3339(now)
+    when = utc_z(now)
     payload: dict[str, Any] = {
         "event_id": paddle_id("evt"),
         "event_type": "transaction.completed",
@@ -166,7 +133,11 @@ PROVIDER = Provider(
     name=NAME,
     # Paddle keeps (lists, replays) notifications and events for 90 days.
     redelivery_horizon_days=90,
-    parse_secret=parse_secret,
+    parse_secret=hmac_secret(
+        shape=SECRET_RE,
+        unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
+        "(the notification destination's endpoint_secret_key)",
+    ),
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,

@@ -11,24 +11,11 @@ CRC needs the HMAC key, so only ``hmac`` sources take it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from collections.abc import Sequence
 
 from pydantic import field_validator
 
-from hookd.errors import SignatureError
-from hookd.providers.base import (
-    Configurable,
-    HeaderMap,
-    HmacKey,
-    Key,
-    Provider,
-    SignedHeaders,
-    Verified,
-    one_header,
-    plain_secret,
-)
+from hookd.providers.base import Configurable, HeaderMap, Key, Provider, SignedHeaders, Verified
 from hookd.providers.generic import (
     Handshake,
     SourceSettings,
@@ -37,6 +24,7 @@ from hookd.providers.generic import (
     header_name,
     sample_for,
 )
+from hookd.providers.signatures import match_token, plain_secret, token_headers
 
 NAME = "token"
 
@@ -61,26 +49,14 @@ class TokenSettings(SourceSettings):
         return value
 
 
-def _fingerprint(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
-
-
 def bind(settings: TokenSettings) -> Provider:
     """The ``token`` provider as one source's settings make it."""
 
     def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-        presented = one_header(headers, settings.header)
-        raw = presented.encode("utf-8", "surrogatepass")
-        return SignedHeaders(None, b"", (("token", _fingerprint(raw)),))
+        return token_headers(headers, settings.header)
 
     def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        for index, key in enumerate(keys):
-            if not isinstance(key, HmacKey):
-                continue
-            for _, presented in signed.signatures:
-                if hmac.compare_digest(_fingerprint(key.key), presented):
-                    return Verified(NAME, index, None)
-        raise SignatureError("bad_signature")
+        return match_token(NAME, signed, keys)
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 from pydantic import Field
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
     Envelope,
@@ -28,17 +28,20 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
     media_type,
     one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
-    plain_secret,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.signatures import (
+    after_prefix,
+    hmac_sha256_hex,
+    match_hmac,
+    parse_hex_digest,
+    parse_timestamp,
+    plain_secret,
+)
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -83,11 +86,7 @@ HISTORY_SUBTYPES = frozenset(
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    raw_sig = one_header(headers, SIGNATURE_HEADER)
-    version, sep, digest = raw_sig.partition("=")
-    if not sep or version != "v0":
-        raise SignatureError("malformed_signature")
-    signature = parse_hex_digest(digest)
+    signature = parse_hex_digest(after_prefix(one_header(headers, SIGNATURE_HEADER), "v0="))
     ts = parse_timestamp(raw_ts, now, tolerance_s)
     return SignedHeaders(timestamp=ts, prefix=f"v0:{ts}:".encode(), signatures=(("v0", signature),))
 
@@ -135,21 +134,22 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     if not isinstance(event, dict):
         raise PayloadError("malformed_payload", "event_callback without an event")
     event_type = event.get("type")
-    if is_history_message(event):
-        team_id = payload.get("team_id") or event.get("team")
-        channel, ts = event.get("channel"), event.get("ts")
-        if isinstance(team_id, str) and isinstance(channel, str) and isinstance(ts, str):
-            key = checked_key(message_key(team_id, channel, ts), "message key")
-        else:
-            key = checked_key(payload.get("event_id"), "event_id")
-    else:
-        key = checked_key(payload.get("event_id"), "event_id")
     return Envelope(
-        dedupe_key=key,
+        dedupe_key=_callback_key(payload, event),
         type=event_type if isinstance(event_type, str) else None,
         occurred_at=epoch_to_datetime(payload.get("event_time")),
         headers=kept,
     )
+
+
+def _callback_key(payload: dict[str, Any], event: dict[str, Any]) -> str:
+    """A channel message's key (``message_key``), any other callback's ``event_id``."""
+    if is_history_message(event):
+        team_id = payload.get("team_id") or event.get("team")
+        channel, ts = event.get("channel"), event.get("ts")
+        if isinstance(team_id, str) and isinstance(channel, str) and isinstance(ts, str):
+            return checked_key(message_key(team_id, channel, ts), "message key")
+    return checked_key(payload.get("event_id"), "event_id")
 
 
 def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
     Envelope,
@@ -26,20 +26,22 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
     one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.signatures import (
+    hex_signatures,
+    hmac_sha256_hex,
+    match_hmac,
+    named_entries,
+    only_timestamp,
+    parse_timestamp,
+)
 
 SIGNATURE_HEADER = "stripe-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
-# Stripe sends at most a handful of entries; more is a hostile header.
-MAX_ENTRIES = 16
 
 
 def parse_secret(raw: str) -> HmacKey:
@@ -50,33 +52,13 @@ def parse_secret(raw: str) -> HmacKey:
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    entries = raw.split(",")
-    if len(entries) > MAX_ENTRIES:
-        raise SignatureError("malformed_signature")
-    timestamps: list[str] = []
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
-    for entry in entries:
-        name, sep, value = entry.strip().partition("=")
-        if not sep:
-            raise SignatureError("malformed_signature")
-        if name == "t":
-            timestamps.append(value)
-        elif name == "v1":
-            # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
-            # that is no digest at all, so it cannot spoil a valid entry beside it. Such an
-            # entry never verifies: only a canonical digest is compared.
-            try:
-                signatures.append(("v1", parse_hex_digest(value)))
-            except SignatureError:
-                unparsed += 1
-    if len(timestamps) != 1:
-        raise SignatureError("malformed_timestamp")
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    ts = parse_timestamp(timestamps[0], now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}.".encode(), signatures=tuple(signatures))
+    entries = named_entries(one_header(headers, SIGNATURE_HEADER), ",", strict=True)
+    raw_ts = only_timestamp(entries, "t")
+    # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
+    # that is no digest at all, as hex_signatures does.
+    signatures = hex_signatures(entries, "v1")
+    ts = parse_timestamp(raw_ts, now, tolerance_s)
+    return SignedHeaders(timestamp=ts, prefix=f"{ts}.".encode(), signatures=signatures)
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:

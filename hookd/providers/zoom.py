@@ -18,14 +18,13 @@ SHA-256 of its body.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
@@ -37,14 +36,17 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
+    one_header,
+    parse_json_object,
+    select_headers,
+)
+from hookd.providers.signatures import (
+    after_prefix,
     hmac_sha256_hex,
     match_hmac,
-    one_header,
     parse_hex_digest,
-    parse_json_object,
     parse_timestamp,
     plain_secret,
-    select_headers,
 )
 
 SIGNATURE_HEADER = "x-zm-signature"
@@ -65,10 +67,7 @@ class ZoomVerified(Verified):
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    version, sep, digest = one_header(headers, SIGNATURE_HEADER).partition("=")
-    if not sep or version != "v0":
-        raise SignatureError("malformed_signature")
-    signature = parse_hex_digest(digest)
+    signature = parse_hex_digest(after_prefix(one_header(headers, SIGNATURE_HEADER), "v0="))
     ts = parse_timestamp(raw_ts, now, tolerance_s)
     return SignedHeaders(
         timestamp=ts, prefix=f"v0:{raw_ts}:".encode(), signatures=(("v0", signature),)
@@ -99,7 +98,7 @@ def _validation_answer(body: bytes, key: HmacKey) -> Reply | None:
         token = _plain_token(payload)
     except PayloadError:
         return None
-    encrypted = hmac.new(key.key, token.encode(), hashlib.sha256).hexdigest()
+    encrypted = hmac_sha256_hex(key.key, token.encode())
     return Reply.json({"plainToken": token, "encryptedToken": encrypted})
 
 

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, StrictInt, StrictStr, field_validator
 
 from hookd.providers.base import (
     Envelope,
@@ -37,8 +40,7 @@ from hookd.providers.base import (
     select_headers,
     with_action,
 )
-from hookd.providers.reconcile_settings import GITLAB_API_URL, GitLabReconcile
-from hookd.providers.reconciling import Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_iso8601
 from hookd.providers.signatures import hmac_secret, match_token, token_headers
 
@@ -56,6 +58,8 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
+# A project: its numeric ID or its path ("group/subgroup/project").
+PROJECT_PATH = re.compile(r"[^/\s]+(/[^/\s]+)+")
 SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
@@ -161,6 +165,40 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return gitlab_headers(secret, "Push Hook", str(uuid.uuid4())), body
 
 
+class GitLabReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a GitLab source: the project webhook whose events
+    (deliveries) are listed, and how a missing one is repaired.
+
+    GitLab allows five resends a minute per webhook and user (an administrator of a
+    self-managed instance can change that): ``resends_per_minute`` paces them."""
+
+    project: StrictInt | StrictStr | None = None
+    hook_id: int | None = Field(default=None, ge=1)
+    repair: Literal["fetch", "redeliver"] = "fetch"
+    resends_per_minute: float = Field(default=5.0, gt=0, le=100_000)
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("must be a project ID (1 or more) or path")
+            return value
+        if value is None or value.isdigit() or PROJECT_PATH.fullmatch(value):
+            return value
+        raise ValueError('must be a project ID or path ("group/project")')
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is not None:
+            return missing
+        if self.project is None:
+            return "project", "is required for gitlab"
+        if self.hook_id is None:
+            return "hook_id", "is required for gitlab"
+        return None
+
+
 PROVIDER = Provider(
     name=NAME,
     # GitLab lists and resends a hook's events of the last 7 days.
@@ -172,7 +210,7 @@ PROVIDER = Provider(
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=GitLabReconcile,
-        api_url=GITLAB_API_URL,
+        api_url="https://gitlab.com/api/v4",
         adapter="reconcile.providers.gitlab:GitLabAdapter",
         # Hooks run from a background queue and are logged after the request, which
         # may take up to the instance's webhook timeout (60 s at most): two minutes.

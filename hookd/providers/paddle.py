@@ -19,7 +19,9 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_validator
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
@@ -35,8 +37,7 @@ from hookd.providers.base import (
     select_headers,
     text_or_none,
 )
-from hookd.providers.reconcile_settings import PADDLE_API_URL, PaddleReconcile
-from hookd.providers.reconciling import Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_rfc3339, utc_z
 from hookd.providers.signatures import (
     hex_signatures,
@@ -57,6 +58,8 @@ KEPT_HEADERS = ("content-type", "user-agent")
 SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
 # Paddle IDs: a prefix and 26 characters of lower-case Crockford base32.
 ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+# A notification setting's ID: its prefix, then 26 lower-case letters and digits.
+SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
@@ -129,6 +132,27 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return paddle_headers(secret, body, now), body
 
 
+class PaddleReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Paddle source: the notification destination
+    (notification setting) that points at hookd, whose notifications are listed."""
+
+    notification_setting_id: str | None = None
+    repair: Literal["fetch", "redeliver"] = "fetch"
+
+    @field_validator("notification_setting_id")
+    @classmethod
+    def _setting(cls, value: str | None) -> str | None:
+        if value is not None and not SETTING_ID.fullmatch(value):
+            raise ValueError('must be a notification setting ID ("ntfset_" and 26 characters)')
+        return value
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is None and self.notification_setting_id is None:
+            return "notification_setting_id", "is required for paddle"
+        return missing
+
+
 PROVIDER = Provider(
     name=NAME,
     # Paddle keeps (lists, replays) notifications and events for 90 days.
@@ -144,7 +168,7 @@ PROVIDER = Provider(
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=PaddleReconcile,
-        api_url=PADDLE_API_URL,
+        api_url="https://api.paddle.com",
         adapter="reconcile.providers.paddle:PaddleAdapter",
         # Notifications go out within seconds as a rule, queued per destination.
         settle_s=300.0,

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import field_validator
 
 from hookd.providers.base import (
     Envelope,
@@ -26,8 +29,7 @@ from hookd.providers.base import (
     select_headers,
     text_or_none,
 )
-from hookd.providers.reconcile_settings import SQUARE_API_URL, SquareReconcile
-from hookd.providers.reconciling import Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_rfc3339, utc_z
 from hookd.providers.signatures import PRINTABLE_WORD, HmacHeader, hmac_b64, hmac_secret
 
@@ -42,6 +44,8 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
+# Square IDs and event types: printable, no spaces.
+SQUARE_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 # What the registry holds is bound to this placeholder; a source is always served by
 # the provider bound to its own ``public_url`` (hookd.sources refuses one without).
 EXAMPLE_URL = "https://hookd.example/hooks/square"
@@ -118,6 +122,28 @@ def bind(url: str) -> Provider:
     )
 
 
+class SquareReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Square source: which events to search for.
+
+    Square's Events API cannot send a webhook again, so ``repair`` takes only
+    ``"fetch"``. ``event_types`` should be the webhook subscription's event types:
+    an event of a type the subscription does not send would otherwise be reported
+    missing (and stored)."""
+
+    event_types: tuple[str, ...] = ()
+    location_ids: tuple[str, ...] = ()
+    merchant_ids: tuple[str, ...] = ()
+    repair: Literal["fetch"] = "fetch"
+
+    @field_validator("event_types", "location_ids", "merchant_ids")
+    @classmethod
+    def _words(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for word in value:
+            if not SQUARE_WORD.fullmatch(word):
+                raise ValueError(f"{word!r} is not a Square ID or event type")
+        return value
+
+
 PROVIDER = dataclasses.replace(
     bind(EXAMPLE_URL),
     # Square retries for 72 hours; its Events API lists events of the past 28 days.
@@ -126,7 +152,7 @@ PROVIDER = dataclasses.replace(
     # Square cannot send a webhook again: a missing event is stored from the list.
     reconcile=Reconciling(
         settings=SquareReconcile,
-        api_url=SQUARE_API_URL,
+        api_url="https://connect.squareup.com",
         adapter="reconcile.providers.square:SquareAdapter",
         # Square sends within seconds as a rule and promises no bound: five minutes.
         settle_s=300.0,

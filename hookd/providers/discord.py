@@ -52,12 +52,7 @@ from hookd.providers.base import (
     parse_json_object,
     select_headers,
 )
-from hookd.providers.signatures import (
-    HEX_DIGITS,
-    match_ed25519,
-    parse_hex_digest,
-    parse_timestamp,
-)
+from hookd.providers.signatures import HEX_DIGITS, match_ed25519, parse_hex_digest, parse_timestamp
 
 SIGNATURE_HEADER = "x-signature-ed25519"
 TIMESTAMP_HEADER = "x-signature-timestamp"

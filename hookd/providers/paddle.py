@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import field_validator
@@ -27,27 +26,16 @@ from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
-    one_header,
     parse_json_object,
     select_headers,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_rfc3339, utc_z
-from hookd.providers.signatures import (
-    hex_signatures,
-    hmac_secret,
-    hmac_sha256_hex,
-    match_hmac,
-    named_entries,
-    only_timestamp,
-    parse_timestamp,
-)
+from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 
 NAME = "paddle"
 SCHEME = "paddle-h1"
@@ -62,16 +50,7 @@ ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    entries = named_entries(one_header(headers, SIGNATURE_HEADER), ";", strict=True)
-    raw_ts = only_timestamp(entries, "ts")
-    signatures = hex_signatures(entries, "h1")
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}:".encode(), signatures=signatures)
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "h1")
+SIGNATURE = HmacEntries(SCHEME, SIGNATURE_HEADER, ";", "h1", timestamp="ts", signed_prefix="{ts}:")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -162,8 +141,8 @@ PROVIDER = Provider(
         unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
         "(the notification destination's endpoint_secret_key)",
     ),
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

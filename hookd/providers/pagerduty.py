@@ -15,46 +15,30 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     bounded_type,
     checked_key,
     object_at,
-    one_header,
     parse_json_object,
     select_headers,
 )
 from hookd.providers.rfc3339 import parse_isoformat
-from hookd.providers.signatures import (
-    hex_signatures,
-    hmac_secret,
-    hmac_sha256_hex,
-    match_hmac,
-    named_entries,
-)
+from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 
 NAME = "pagerduty"
 SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    # An entry without "=" or of another version is passed over, as PagerDuty says.
-    entries = named_entries(one_header(headers, SIGNATURE_HEADER), ",", strict=False)
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=hex_signatures(entries, "v1"))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("pagerduty-v1", signed, body, keys, "v1")
+# An entry without "=" or of another version is passed over, as PagerDuty says.
+SIGNATURE = HmacEntries("pagerduty-v1", SIGNATURE_HEADER, ",", "v1", strict=False)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -116,8 +100,8 @@ PROVIDER = Provider(
     # PagerDuty retries up to 5 attempts over about 20 minutes.
     redelivery_horizon_days=1,
     parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

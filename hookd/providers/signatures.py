@@ -337,3 +337,59 @@ class HmacHeader:
         candidates = [digest for _, digest in signed.signatures]
         index = matching_key(keys, candidates, (signed.prefix, body), algorithm=self.algorithm)
         return Verified(self.scheme, index, signed.timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class HmacEntries:
+    """One header listing ``name=value`` entries: the signatures of ``version``, each a
+    lower-case hex HMAC-SHA256 of ``signed_prefix + body``, any of which may match (a
+    secret's rotation), and the one ``timestamp`` entry when the scheme has one:
+    ``t=…,v1=…,v1=…`` (Stripe), ``ts=…;h1=…`` (Paddle), ``v1=…,v1=…`` (PagerDuty).
+    ``signed_prefix`` is formatted with the checked timestamp (``{ts}.``). An entry
+    without ``=`` is ``malformed_signature`` when ``strict``, passed over otherwise."""
+
+    scheme: str
+    header: str
+    separator: str
+    version: str
+    timestamp: str | None = None
+    signed_prefix: str = ""
+    strict: bool = True
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        entries = named_entries(
+            one_header(headers, self.header), self.separator, strict=self.strict
+        )
+        if self.timestamp is None:
+            return SignedHeaders(None, b"", hex_signatures(entries, self.version))
+        raw_ts = only_timestamp(entries, self.timestamp)
+        signatures = hex_signatures(entries, self.version)
+        ts = parse_timestamp(raw_ts, now, tolerance_s)
+        return SignedHeaders(ts, self.signed_prefix.format(ts=ts).encode(), signatures)
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        return match_hmac(self.scheme, signed, body, keys, self.version)
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampedHmac:
+    """A timestamp header (whole seconds) and a signature header holding ``prefix`` and
+    the lower-case hex HMAC-SHA256 of ``signed_prefix + body``, ``signed_prefix``
+    formatted with the checked timestamp (``{ts}``) or its text as received (``{raw}``):
+    Slack's and Zoom's ``v0=`` over ``v0:{timestamp}:{body}``."""
+
+    scheme: str
+    header: str
+    timestamp_header: str
+    prefix: str
+    signed_prefix: str
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        raw_ts = one_header(headers, self.timestamp_header)
+        signature = parse_hex_digest(after_prefix(one_header(headers, self.header), self.prefix))
+        ts = parse_timestamp(raw_ts, now, tolerance_s)
+        signed = self.signed_prefix.format(ts=ts, raw=raw_ts).encode()
+        return SignedHeaders(ts, signed, ((self.prefix, signature),))
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        return match_hmac(self.scheme, signed, body, keys, self.prefix)

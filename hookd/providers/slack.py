@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,27 +20,17 @@ from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
-    Key,
     Provider,
     Reply,
-    SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
     media_type,
-    one_header,
     parse_json_object,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
-from hookd.providers.signatures import (
-    after_prefix,
-    hmac_sha256_hex,
-    match_hmac,
-    parse_hex_digest,
-    parse_timestamp,
-    plain_secret,
-)
+from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -84,15 +73,7 @@ HISTORY_SUBTYPES = frozenset(
 )
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    signature = parse_hex_digest(after_prefix(one_header(headers, SIGNATURE_HEADER), "v0="))
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"v0:{ts}:".encode(), signatures=(("v0", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("slack-v0", signed, body, keys, "v0")
+SIGNATURE = TimestampedHmac("slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{ts}:")
 
 
 def message_key(team: str, channel: str, ts: str) -> str:
@@ -238,8 +219,8 @@ PROVIDER = Provider(
     # as the source's lookback_s, which the retention check adds.
     redelivery_horizon_days=1,
     parse_secret=plain_secret,
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("event", "type")),

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import field_validator
@@ -20,25 +19,15 @@ from hookd.providers.base import (
     Envelope,
     HeaderMap,
     HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
-    one_header,
     parse_json_object,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
-from hookd.providers.signatures import (
-    hex_signatures,
-    hmac_sha256_hex,
-    match_hmac,
-    named_entries,
-    only_timestamp,
-    parse_timestamp,
-)
+from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
 
 SIGNATURE_HEADER = "stripe-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
@@ -51,18 +40,11 @@ def parse_secret(raw: str) -> HmacKey:
     return HmacKey(raw.encode("utf-8"))
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    entries = named_entries(one_header(headers, SIGNATURE_HEADER), ",", strict=True)
-    raw_ts = only_timestamp(entries, "t")
-    # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
-    # that is no digest at all, as hex_signatures does.
-    signatures = hex_signatures(entries, "v1")
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}.".encode(), signatures=signatures)
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("stripe-v1", signed, body, keys, "v1")
+# Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
+# that is no digest at all, as HmacEntries does.
+SIGNATURE = HmacEntries(
+    "stripe-v1", SIGNATURE_HEADER, ",", "v1", timestamp="t", signed_prefix="{ts}."
+)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -139,8 +121,8 @@ PROVIDER = Provider(
     # Stripe retries for up to 3 days; its events API lists events for 30 days.
     redelivery_horizon_days=30,
     parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),

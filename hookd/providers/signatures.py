@@ -1,7 +1,11 @@
 """The signature toolkit: the shapes providers sign with, written once.
 
 A provider module says only what is its own (header names, what is signed, its scheme's
-name) and takes the rest from here:
+name) and takes the rest from here. Three shapes are whole schemes, declared in a line
+(their ``check_headers`` and ``verify`` are the provider's): ``HmacHeader`` (one header,
+``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries`` (``t=…,v1=…,v1=…``) and
+``TimestampedHmac`` (a timestamp header and a ``v0=<hex>`` one). Their parts serve a
+scheme of its own:
 
 - timestamps: ``parse_timestamp`` (whole seconds in a header) and ``check_window`` (any
   signed time against ``now ± tolerance_s``);
@@ -13,8 +17,10 @@ name) and takes the rest from here:
   one beside it;
 - matching: ``matching_key`` (HMAC of a message, given as its parts, against several
   secrets and candidates, in constant time each), ``match_hmac`` (``prefix + body`` with
-  SHA-256, the common case), ``matching_public_key`` (ed25519, ECDSA);
-- secrets: ``hmac_secret`` (a ``parse_secret`` for a secret used as text);
+  SHA-256, the common case), ``matching_public_key`` and ``match_ed25519`` (public
+  keys), ``token_headers`` and ``match_token`` (a shared token, nothing signed);
+- secrets: ``hmac_secret`` (a ``parse_secret`` for a secret used as text, with the
+  provider's refusal), ``plain_secret`` (any non-empty text);
 - signing, for samples and ``hookd send-test`` only: ``hmac_digest``,
   ``hmac_sha256_hex``, ``hmac_b64``.
 

@@ -61,6 +61,8 @@ MAX_ENTRIES = 16
 # (version, signature bytes) pairs, as ``SignedHeaders.signatures`` holds them.
 Signatures = tuple[tuple[str, bytes], ...]
 DIGEST_BYTES = {"sha1": 20, "sha256": 32, "sha512": 64}
+# Printable ASCII without spaces: what a provider that shows its key as text shows.
+PRINTABLE_WORD = re.compile(r"[!-~]+")
 
 
 def parse_timestamp(raw: str, now: float, tolerance_s: int) -> int:
@@ -249,10 +251,6 @@ def hmac_secret(
         return HmacKey(raw.encode("utf-8"))
 
     return parse_secret
-
-
-# Printable ASCII without spaces: what a provider that shows its key as text shows.
-PRINTABLE_WORD = re.compile(r"[!-~]+")
 
 
 # The secret of a provider that takes any non-empty text.

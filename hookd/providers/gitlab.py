@@ -21,7 +21,6 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -30,9 +29,7 @@ from pydantic import Field, StrictInt, StrictStr, field_validator
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
     optional_header,
@@ -42,7 +39,7 @@ from hookd.providers.base import (
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_iso8601
-from hookd.providers.signatures import hmac_secret, match_token, token_headers
+from hookd.providers.signatures import SharedToken, hmac_secret
 
 NAME = "gitlab"
 SCHEME = "gitlab-token"
@@ -64,12 +61,7 @@ SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    return token_headers(headers, TOKEN_HEADER)
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_token(SCHEME, signed, keys)
+TOKEN = SharedToken(SCHEME, TOKEN_HEADER)
 
 
 def event_type(header: str | None, payload: object) -> str | None:
@@ -204,8 +196,8 @@ PROVIDER = Provider(
     # GitLab lists and resends a hook's events of the last 7 days.
     redelivery_horizon_days=7,
     parse_secret=hmac_secret("a GitLab secret token must not be empty"),
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=TOKEN.check_headers,
+    verify=TOKEN.verify,
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

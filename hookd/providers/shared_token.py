@@ -11,11 +11,9 @@ CRC needs the HMAC key, so only ``hmac`` sources take it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pydantic import field_validator
 
-from hookd.providers.base import Configurable, HeaderMap, Key, Provider, SignedHeaders, Verified
+from hookd.providers.base import Configurable, Provider
 from hookd.providers.generic import (
     Handshake,
     SourceSettings,
@@ -24,7 +22,7 @@ from hookd.providers.generic import (
     header_name,
     sample_for,
 )
-from hookd.providers.signatures import match_token, plain_secret, token_headers
+from hookd.providers.signatures import SharedToken, plain_secret
 
 NAME = "token"
 
@@ -52,11 +50,7 @@ class TokenSettings(SourceSettings):
 def bind(settings: TokenSettings) -> Provider:
     """The ``token`` provider as one source's settings make it."""
 
-    def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-        return token_headers(headers, settings.header)
-
-    def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        return match_token(NAME, signed, keys)
+    token = SharedToken(NAME, settings.header)
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)
@@ -65,8 +59,8 @@ def bind(settings: TokenSettings) -> Provider:
     return Provider(
         name=NAME,
         parse_secret=plain_secret,
-        check_headers=check_headers,
-        verify=verify,
+        check_headers=token.check_headers,
+        verify=token.verify,
         envelope=envelope_for(settings, ()),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

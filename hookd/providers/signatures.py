@@ -1,24 +1,22 @@
 """The signature toolkit: the shapes providers sign with, written once.
 
 A provider module says only what is its own (header names, what is signed, its scheme's
-name) and takes the rest from here. Three shapes are whole schemes, declared in a line
+name) and takes the rest from here. Four shapes are whole schemes, declared in a line
 (their ``check_headers`` and ``verify`` are the provider's): ``HmacHeader`` (one header,
-``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries`` (``t=…,v1=…,v1=…``) and
-``TimestampedHmac`` (a timestamp header and a ``v0=<hex>`` one). Their parts serve a
-scheme of its own:
+``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries`` (``t=…,v1=…,v1=…``),
+``TimestampedHmac`` (a timestamp header and a ``v0=<hex>`` one) and ``SharedToken`` (a
+secret sent as it is). Their parts serve a scheme of its own:
 
 - timestamps: ``parse_timestamp`` (whole seconds in a header) and ``check_window`` (any
   signed time against ``now ± tolerance_s``);
 - digests as they travel: ``parse_hex_digest`` (lower-case hex), ``parse_b64_digest``
   (canonical base64), ``after_prefix`` (``sha256=<hex>``, ``v0=<hex>``);
-- signature lists: ``named_entries`` reads ``t=…,v1=…,v1=…`` (Stripe, Paddle, PagerDuty),
-  ``only_timestamp`` its one timestamp, ``hex_signatures`` and ``signature_entries`` its
-  signatures, passing over an entry that is no signature so that it cannot spoil a valid
-  one beside it;
-- matching: ``matching_key`` (HMAC of a message, given as its parts, against several
-  secrets and candidates, in constant time each), ``match_hmac`` (``prefix + body`` with
-  SHA-256, the common case), ``matching_public_key`` and ``match_ed25519`` (public
-  keys), ``token_headers`` and ``match_token`` (a shared token, nothing signed);
+- signature lists: ``named_entries``, ``only_timestamp``, ``hex_signatures`` and
+  ``signature_entries`` (an entry that is no signature is passed over: it cannot spoil
+  a valid one beside it);
+- matching, in constant time against every secret and candidate: ``matching_key`` (an
+  HMAC of a message given as its parts), ``match_hmac`` (``prefix + body``, SHA-256),
+  ``matching_public_key`` and ``match_ed25519``;
 - secrets: ``hmac_secret`` (a ``parse_secret`` for a secret used as text, with the
   provider's refusal), ``plain_secret`` (any non-empty text);
 - signing, for samples and ``hookd send-test`` only: ``hmac_digest``,
@@ -55,12 +53,12 @@ from hookd.providers.base import (
 # A timestamp is seconds since the epoch; twelve digits reach the year 33658.
 MAX_TIMESTAMP_DIGITS = 12
 HEX_DIGITS = frozenset("0123456789abcdef")
-SHA256_BYTES = 32
 # A header with more entries than a secret's rotation can produce is hostile.
 MAX_ENTRIES = 16
 # (version, signature bytes) pairs, as ``SignedHeaders.signatures`` holds them.
 Signatures = tuple[tuple[str, bytes], ...]
 DIGEST_BYTES = {"sha1": 20, "sha256": 32, "sha512": 64}
+SHA256_BYTES = DIGEST_BYTES["sha256"]
 # Printable ASCII without spaces: what a provider that shows its key as text shows.
 PRINTABLE_WORD = re.compile(r"[!-~]+")
 
@@ -203,26 +201,6 @@ def matching_public_key(
     raise SignatureError("bad_signature")
 
 
-def token_headers(headers: HeaderMap, name: str) -> SignedHeaders:
-    """A shared token sent as it is in header ``name`` (nothing is signed), kept as its
-    SHA-256: comparing two fingerprints takes the same time whatever the token's bytes
-    or length."""
-    presented = one_header(headers, name).encode("utf-8", "surrogatepass")
-    return SignedHeaders(None, b"", (("token", hashlib.sha256(presented).digest()),))
-
-
-def match_token(scheme: str, signed: SignedHeaders, keys: Sequence[Key]) -> Verified:
-    """The first secret whose fingerprint is the presented token's, in constant time."""
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        expected = hashlib.sha256(key.key).digest()
-        for _, presented in signed.signatures:
-            if hmac.compare_digest(expected, presented):
-                return Verified(scheme, index, None)
-    raise SignatureError("bad_signature")
-
-
 def match_ed25519(
     scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
 ) -> Verified:
@@ -258,8 +236,7 @@ plain_secret = hmac_secret()
 
 
 def after_prefix(raw: str, prefix: str) -> str:
-    """What follows ``prefix`` (``sha256=``) in a signature header, or
-    ``malformed_signature`` when the header does not start with it."""
+    """What follows ``prefix`` (``sha256=``) in a header, or ``malformed_signature``."""
     if not raw.startswith(prefix):
         raise SignatureError("malformed_signature")
     return raw[len(prefix) :]
@@ -397,3 +374,27 @@ class TimestampedHmac:
 
     def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
         return match_hmac(self.scheme, signed, body, keys, self.prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedToken:
+    """A shared token sent as it is in ``header``: nothing is signed. Both sides are
+    compared as their SHA-256, so that the comparison's time depends on neither the
+    token's bytes nor its length (GitLab's ``X-Gitlab-Token``, ``provider = "token"``)."""
+
+    scheme: str
+    header: str
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        presented = one_header(headers, self.header).encode("utf-8", "surrogatepass")
+        return SignedHeaders(None, b"", (("token", hashlib.sha256(presented).digest()),))
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        for index, key in enumerate(keys):
+            if not isinstance(key, HmacKey):
+                continue
+            expected = hashlib.sha256(key.key).digest()
+            for _, presented in signed.signatures:
+                if hmac.compare_digest(expected, presented):
+                    return Verified(self.scheme, index, None)
+        raise SignatureError("bad_signature")

@@ -21,7 +21,7 @@ from hookd.ops.events import Wake
 from hookd.routing import DestinationConfig
 from hookd.sources import Source, Sources
 from hookd.timefmt import iso_z_or_none
-from processing.destinations import destination_configs
+from processing.delivery import destination_configs
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE, BreakerRow, PauseRow
 from store.status import BreakerState

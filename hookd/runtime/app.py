@@ -33,7 +33,7 @@ from hookd.web.headers import PathHeaders
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
 from processing.handoff import HandoffClient, InProcess
-from processing.processor import ProcessorPool
+from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler

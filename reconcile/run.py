@@ -86,20 +86,12 @@ async def record_checked(conn: AsyncConnection, run: Run, repaired: int, now: da
     retention since the cursor (in the transaction that moves the cursor)."""
     if run.lost is not None:
         lost_from, lost_to = run.lost
-        await ledger.record(
-            conn,
-            source=run.source.name,
-            run_id=run.id,
-            start=coverage.at(lost_from),
-            end=coverage.at(lost_to),
-            outcome=CoverageOutcome.UNRECOVERABLE,
-            reason=(
-                f"beyond {run.source.provider}'s retention "
-                f"({coverage.retention_s(run.source) / coverage.DAY_S:g} days) when this "
-                "run came to it: nothing there can be listed any more"
-            ),
-            now=now,
+        reason = (
+            f"beyond {run.source.provider}'s retention "
+            f"({coverage.retention_s(run.source) / coverage.DAY_S:g} days) when this "
+            "run came to it: nothing there can be listed any more"
         )
+        await _record(conn, run, run.lost, CoverageOutcome.UNRECOVERABLE, now, reason=reason)
         log.warning(
             "interval beyond the provider's retention",
             extra={
@@ -110,31 +102,37 @@ async def record_checked(conn: AsyncConnection, run: Run, repaired: int, now: da
             },
         )
     assert run.window is not None
-    since, until = run.window
-    await ledger.record(
-        conn,
-        source=run.source.name,
-        run_id=run.id,
-        start=coverage.at(since),
-        end=coverage.at(until),
-        outcome=CoverageOutcome.REPAIRED if repaired else CoverageOutcome.COMPLETE,
-        repaired=repaired,
-        now=now,
-    )
+    outcome = CoverageOutcome.REPAIRED if repaired else CoverageOutcome.COMPLETE
+    await _record(conn, run, run.window, outcome, now, repaired=repaired)
 
 
 async def record_failed(conn: AsyncConnection, run: Run, reason: str, now: datetime) -> None:
     """The interval a run set out to check and did not (a later run checks it)."""
     if run.dry_run or run.window is None:
         return
-    since, until = run.window
+    await _record(conn, run, run.window, CoverageOutcome.FAILED, now, reason=reason)
+
+
+async def _record(
+    conn: AsyncConnection,
+    run: Run,
+    interval: tuple[float, float],
+    outcome: str,
+    now: datetime,
+    *,
+    repaired: int = 0,
+    reason: str | None = None,
+) -> None:
+    """One interval of provider time in the run's coverage ledger."""
+    start, end = interval
     await ledger.record(
         conn,
         source=run.source.name,
         run_id=run.id,
-        start=coverage.at(since),
-        end=coverage.at(until),
-        outcome=CoverageOutcome.FAILED,
-        reason=reason,
+        start=coverage.at(start),
+        end=coverage.at(end),
+        outcome=outcome,
         now=now,
+        repaired=repaired,
+        reason=reason,
     )

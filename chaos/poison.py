@@ -31,7 +31,7 @@ import httpx
 import sqlalchemy as sa
 
 from chaos import harness
-from chaos.tamper import genuine
+from chaos.tamper_requests import genuine
 from store import db, migrate
 from tests.support.constants import SECRETS
 from tests.support.signing import hex_hmac

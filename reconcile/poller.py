@@ -30,25 +30,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd import metric_families as families
 from hookd import tracing
 from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
-from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
-from reconcile import audit, coverage, schedule
+from reconcile import audit, page, schedule
 from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import Item, ListAdapter
-from store import coverage as ledger
+from reconcile.run import Run, Tally, record_checked, record_failed
 from store import reconcile as state
 from store.audit import AUTO_DISABLED_BY
 from store.crypto import BodyCipher
-from store.events import insert_events
 from store.ids import new_id, worker_id
-from store.status import CoverageOutcome, RunStatus, RunTrigger
-from store.values import Unstorable, checked_key, storable
+from store.status import RunStatus, RunTrigger
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -72,7 +69,7 @@ def initialise_metrics(sources: Iterable[str]) -> None:
         DUPLICATES.labels(source)
 
 
-def _ended(run: _Run) -> None:
+def _ended(run: Run) -> None:
     RUN_SECONDS.labels(run.source.name).observe(
         max(0.0, (datetime.now(UTC) - run.started).total_seconds())
     )
@@ -184,7 +181,7 @@ class Reconciler:
             await state.ensure_state(conn, source.name, started)
             current = await state.get_state(conn, source.name)
         assert current is not None
-        run = _Run(source, current, run_id or new_id(), trigger, dry_run, started)
+        run = Run(source, current, run_id or new_id(), trigger, dry_run, started)
         if current.disabled:
             return Outcome(run.id, source.name, "disabled", error=current.disabled_reason)
         if not await self._acquire(source.name, wait_for_lease_s, run.id):
@@ -229,7 +226,7 @@ class Reconciler:
                 next_log = time.monotonic() + LEASE_WAIT_LOG_S
             await self.sleep(min(1.0, left))
 
-    async def _interrupted(self, run: _Run) -> None:
+    async def _interrupted(self, run: Run) -> None:
         """The run was cancelled (its process is shutting down): record it failed and
         give the lease back, so neither the API nor the next run waits on it."""
         reason = self.interrupt_reason
@@ -237,7 +234,7 @@ class Reconciler:
             async with asyncio.timeout(INTERRUPT_WRITE_S), self.engine.begin() as conn:
                 now = datetime.now(UTC)
                 if await state.fail_unfinished_run(conn, run.id, reason, now):
-                    await self._ledger_failed(conn, run, reason)
+                    await record_failed(conn, run, reason, self.clock())
                 await state.update_state(
                     conn,
                     run.source.name,
@@ -260,7 +257,7 @@ class Reconciler:
             extra={"source": run.source.name, "run_id": run.id, "reason": reason},
         )
 
-    async def _record(self, run: _Run, status: str, *, finished: bool, **values: Any) -> None:
+    async def _record(self, run: Run, status: str, *, finished: bool, **values: Any) -> None:
         async with self.engine.begin() as conn:
             if await state.get_run(conn, run.id) is None:
                 await state.create_run(
@@ -281,7 +278,7 @@ class Reconciler:
                 **values,
             )
 
-    async def _leased(self, run: _Run) -> Outcome:
+    async def _leased(self, run: Run) -> Outcome:
         now = run.started.timestamp()
         cursor = run.current.cursor
         since, until = run.plan(now)
@@ -290,7 +287,7 @@ class Reconciler:
         api = self._api(run.source, adapter_type)
         meta = dict(run.current.meta or {})
         adapter = adapter_type(run.source, api, meta, now)
-        tally = _Tally(api)
+        tally = Tally(api)
         outcome = Outcome(run.id, run.source.name, RunStatus.RUNNING, cursor_before=cursor)
         log.info(
             "run started",
@@ -340,28 +337,19 @@ class Reconciler:
         meta.update(adapter.kept())
         return await self._succeeded(run, outcome, now, meta)
 
-    async def _count(self, run: _Run, tally: _Tally) -> None:
+    async def _count(self, run: Run, tally: Tally) -> None:
         async with self.engine.begin() as conn:
             await state.add_run_counts(conn, run.id, **tally.take())
 
     async def _page(
-        self, run: _Run, adapter: ListAdapter, items: list[Item], tally: _Tally, outcome: Outcome
+        self, run: Run, adapter: ListAdapter, listed: list[Item], tally: Tally, outcome: Outcome
     ) -> None:
         """Check one page against the store and repair what is missing, counted with it.
 
         Items younger than the run's settle window are left out: their webhook may be on
         its way, and the cursor stops short of them, so a later run judges them."""
         source = run.source
-        items = [i for i in items if i.time < run.until]
-        for item in items:  # an id no row can hold cannot be compared either: say so
-            try:
-                checked_key(item.key)
-            except Unstorable as exc:
-                raise ReconcileError(
-                    "unstorable_item",
-                    f"the provider listed an event whose {exc.detail}; "
-                    "it can be neither compared nor stored",
-                ) from None
+        items = page.judged(listed, run.until)
         async with self.engine.begin() as conn:
             now = datetime.now(UTC)
             if not await state.renew_lease(conn, source.name, self.owner, self.lease_s, now):
@@ -369,57 +357,28 @@ class Reconciler:
             present = await state.existing_keys(conn, source.name, (i.key for i in items))
         missing = [i for i in items if i.key not in present]
         broken = run.acks.broken(adapter, [i.key for i in missing])
-        events = []
-        if missing and not run.dry_run:
-            if adapter.redelivers:
-                for item in missing:
-                    await adapter.redeliver(item)
-            else:
-                received = datetime.now(UTC)
-                # Its labels in the safe form the receiver stores (store.values).
-                events = [storable(await adapter.repair(item, received)) for item in missing]
-                if source.config.order is not None:  # as the receiver does
-                    events = [source.config.order.stamp(e) for e in events]
-        created: list[str] = []
+        events = await page.repairs(adapter, source, missing, run.dry_run)
+        judged = page.Page(items, missing, events, broken)
         async with self.engine.begin() as conn:
-            if events:
-                stored = await insert_events(conn, events, self.cipher)
-                created = [s.event_id for s in stored if s.created]
-                # Whose webhook comes after all is late, counted on this run.
-                keys = [e.dedupe_key for e, s in zip(events, stored, strict=True) if s.created]
-                await ledger.mark_repaired(conn, source.name, keys, run.id)
-            # A webhook that landed while we fetched was not missed after all.
-            found = len(created) if events else len(missing)
-            repaired = 0 if run.dry_run else found
-            violations = await run.acks.record(conn, broken)
-            await state.add_run_counts(
-                conn,
-                run.id,
-                items_checked=len(items),
-                items_missing=found,
-                items_repaired=repaired,
-                pages=1,
-                ack_violations=len(violations),
-                **tally.take(),
-            )
-        run.acks.report(violations)
-        outcome.ack_violations += len(violations)
+            done = await page.record(conn, run, judged, tally, self.cipher)
+        run.acks.report(done.violations)
+        outcome.ack_violations += len(done.violations)
         outcome.checked += len(items)
-        outcome.missing += found
-        outcome.repaired += repaired
-        if len(items) > found:
-            DUPLICATES.labels(source.name).inc(len(items) - found)
-        if created and self.on_repaired is not None:
+        outcome.missing += done.found
+        outcome.repaired += done.repaired
+        if len(items) > done.found:
+            DUPLICATES.labels(source.name).inc(len(items) - done.found)
+        if done.created and self.on_repaired is not None:
             with contextlib.suppress(Exception):
-                await self.on_repaired(created)
-        if found:
+                await self.on_repaired(done.created)
+        if done.found:
             log.info(
                 "missed events found",
-                extra={"source": source.name, "run_id": run.id, "missing": found},
+                extra={"source": source.name, "run_id": run.id, "missing": done.found},
             )
 
     async def _succeeded(
-        self, run: _Run, outcome: Outcome, now: float, meta: dict[str, Any]
+        self, run: Run, outcome: Outcome, now: float, meta: dict[str, Any]
     ) -> Outcome:
         interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
         finished = datetime.now(UTC)
@@ -453,7 +412,7 @@ class Reconciler:
                 cursor_after=cursor_after,
             )
             if not run.dry_run:
-                await self._ledger_checked(conn, run, outcome.repaired)
+                await record_checked(conn, run, outcome.repaired, self.clock())
         outcome.status, outcome.cursor_after = RunStatus.SUCCEEDED, cursor_after
         _ended(run)
         log.info(
@@ -470,65 +429,7 @@ class Reconciler:
         )
         return outcome
 
-    async def _ledger_checked(self, conn: AsyncConnection, run: _Run, repaired: int) -> None:
-        """The interval the run checked, and before it what fell out of the provider's
-        retention since the cursor (in the transaction that moves the cursor)."""
-        now = self.clock()
-        if run.lost is not None:
-            lost_from, lost_to = run.lost
-            await ledger.record(
-                conn,
-                source=run.source.name,
-                run_id=run.id,
-                start=coverage.at(lost_from),
-                end=coverage.at(lost_to),
-                outcome=CoverageOutcome.UNRECOVERABLE,
-                reason=(
-                    f"beyond {run.source.provider}'s retention "
-                    f"({coverage.retention_s(run.source) / coverage.DAY_S:g} days) when this "
-                    "run came to it: nothing there can be listed any more"
-                ),
-                now=now,
-            )
-            log.warning(
-                "interval beyond the provider's retention",
-                extra={
-                    "source": run.source.name,
-                    "run_id": run.id,
-                    "lost_from": lost_from,
-                    "lost_to": lost_to,
-                },
-            )
-        assert run.window is not None
-        since, until = run.window
-        await ledger.record(
-            conn,
-            source=run.source.name,
-            run_id=run.id,
-            start=coverage.at(since),
-            end=coverage.at(until),
-            outcome=CoverageOutcome.REPAIRED if repaired else CoverageOutcome.COMPLETE,
-            repaired=repaired,
-            now=now,
-        )
-
-    async def _ledger_failed(self, conn: AsyncConnection, run: _Run, reason: str) -> None:
-        """The interval a run set out to check and did not (a later run checks it)."""
-        if run.dry_run or run.window is None:
-            return
-        since, until = run.window
-        await ledger.record(
-            conn,
-            source=run.source.name,
-            run_id=run.id,
-            start=coverage.at(since),
-            end=coverage.at(until),
-            outcome=CoverageOutcome.FAILED,
-            reason=reason,
-            now=self.clock(),
-        )
-
-    async def _failed(self, run: _Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
+    async def _failed(self, run: Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
         rc = run.rc
         finished = datetime.now(UTC)
         values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
@@ -555,7 +456,7 @@ class Reconciler:
             await state.update_run(
                 conn, run.id, status=RunStatus.FAILED, finished_at=finished, error=message
             )
-            await self._ledger_failed(conn, run, message)
+            await record_failed(conn, run, message, self.clock())
         outcome.status, outcome.error = RunStatus.FAILED, message
         _ended(run)
         log.warning(
@@ -568,63 +469,3 @@ class Reconciler:
             },
         )
         return outcome
-
-
-@dataclass
-class _Run:
-    source: Source
-    current: Any
-    id: str
-    trigger: str
-    dry_run: bool
-    started: datetime
-    acks: audit.AckAudit = field(init=False)
-    # [from, to) of provider time this run judges, once planned; and what lies between
-    # the cursor and the provider's retention, when the cursor fell behind it.
-    window: tuple[float, float] | None = field(default=None, init=False)
-    lost: tuple[float, float] | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
-        self.acks = audit.AckAudit(self.source.name, self.id, self.dry_run)
-
-    @property
-    def until(self) -> float:
-        assert self.window is not None
-        return self.window[1]
-
-    def plan(self, now: float) -> tuple[float, float]:
-        """The window this run judges, started at ``now``: from the cursor less
-        ``overlap_s`` (the first run: ``lookback_s`` back), kept inside the provider's
-        retention, to ``now - settle_s``. A cursor behind that retention leaves the
-        interval between the two ``lost``: recorded unrecoverable if the run succeeds.
-        The first run's look-back is kept inside it without a word: nothing before
-        it was promised."""
-        rc = self.rc
-        cursor = self.current.cursor
-        floor = now - coverage.retention_s(self.source) + coverage.RETENTION_MARGIN_S
-        since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
-        if cursor is not None and cursor < floor:
-            self.lost = (cursor, floor)
-        since = max(since, floor)
-        self.window = (since, max(since, now - coverage.settle_s(self.source)))
-        return self.window
-
-    @property
-    def rc(self) -> ReconcileConfig:
-        rc = self.source.config.reconcile
-        assert rc is not None
-        return rc
-
-
-class _Tally:
-    """API calls and rate-limit waits not yet written to the run record."""
-
-    def __init__(self, api: Api) -> None:
-        self._api = api
-        self._calls = 0
-        self._limited = 0
-
-    def take(self) -> dict[str, int]:
-        calls, limited = self._api.calls - self._calls, self._api.rate_limited - self._limited
-        self._calls, self._limited = self._api.calls, self._api.rate_limited
-        return {"api_calls": calls, "rate_limited": limited}

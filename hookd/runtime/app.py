@@ -7,10 +7,13 @@ import gc
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
+from starlette.datastructures import State
 from starlette.middleware import Middleware
 
 from hookd import tracing
@@ -19,6 +22,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
+from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
 from hookd.runtime.worker import build_runtime
@@ -29,6 +33,7 @@ from hookd.web.headers import PathHeaders
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
 from processing.handoff import HandoffClient, InProcess
+from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
@@ -47,19 +52,42 @@ def processor_sockets() -> list[str]:
     return [p for p in os.environ.get(PROCESSOR_SOCKETS_ENV, "").split(os.pathsep) if p]
 
 
-def create_app(  # noqa: PLR0915 - the composition: one statement per part
-    settings: Settings,
-    sources: Sources,
-    *,
-    engine: AsyncEngine | None = None,
-    clock: Callable[[], float] = time.time,
-) -> Starlette:
-    engine = engine or db.create_engine(settings.database_url)
-    cipher = BodyCipher(settings.encryption_keys)
-    # SQLite has one writer; on PostgreSQL two committers keep one batch filling
-    # while the other commits (more only make batches smaller).
-    committers = 1 if engine.dialect.name == "sqlite" else 2
-    runtime = build_runtime(settings, sources, engine)
+class _App(HookdApp):
+    """hookd's application, complete when built: the receiver ``/hooks/…`` goes to,
+    and in ``state`` what tests and the command line reach (engine, committer,
+    operations)."""
+
+    def __init__(self, receiver: Receiver, state: dict[str, Any], **starlette: Any) -> None:
+        super().__init__(**starlette)
+        self.receiver = receiver
+        self.state = State(state)
+
+
+@dataclass(frozen=True)
+class _Processing:
+    """How new events reach processing: through arq (Redis), to the processor processes
+    ``hookd serve`` runs (a datagram, and the new events handed over already leased to
+    one of them), or to the processor of this process's own loop."""
+
+    waker: ArqWaker | None
+    local_waker: LocalWaker | None
+    handoff: HandoffClient | None
+    consumer: InProcessConsumer | None
+    in_process: InProcess | None
+
+    @property
+    def dispatcher(self) -> ArqWaker | LocalWaker | InProcessConsumer:
+        """What a commit, a replay or a repair wakes."""
+        dispatcher = self.waker or self.local_waker or self.consumer
+        assert dispatcher is not None
+        return dispatcher
+
+    @property
+    def name(self) -> str:
+        return "arq" if self.waker else "processors" if self.local_waker else "in-process"
+
+
+def _processing(settings: Settings, processor: ProcessorPool) -> _Processing:
     waker = ArqWaker(settings.redis_url) if settings.redis_url else None
     # Without Redis: the processor processes `hookd serve` runs, woken by datagrams;
     # else (HOOKD_PROCESSORS=0, or an app built outside serve) processing in this loop.
@@ -68,27 +96,49 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
     # ... and new events committed leased to one of them, handed over with their rows
     # (or, processing in this loop, to this process's processor).
     handoff = HandoffClient(sockets) if sockets else None
-    consumer = (
-        None if waker or local_waker else InProcessConsumer(runtime.processor, settings.sweep_s)
-    )
-    in_process = InProcess(runtime.processor, settings.lease_s) if consumer else None
-    dispatcher: ArqWaker | LocalWaker | InProcessConsumer | None = waker or local_waker or consumer
-    assert dispatcher is not None
-    inserter = fastpath.inserter_for(
+    consumer = None if waker or local_waker else InProcessConsumer(processor, settings.sweep_s)
+    in_process = InProcess(processor, settings.lease_s) if consumer else None
+    return _Processing(waker, local_waker, handoff, consumer, in_process)
+
+
+def _inserter(settings: Settings, engine: AsyncEngine, committers: int) -> fastpath.Inserter:
+    return fastpath.inserter_for(
         engine.url.render_as_string(hide_password=False),
-        cipher,
+        BodyCipher(settings.encryption_keys),
         committers=committers,
         timeout_s=settings.commit_timeout_s,
         sqlite_process=settings.sqlite_writer_process(),
     )
+
+
+def create_app(
+    settings: Settings,
+    sources: Sources,
+    *,
+    engine: AsyncEngine | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Starlette:
+    engine = engine or db.create_engine(settings.database_url)
+    # SQLite has one writer; on PostgreSQL two committers keep one batch filling
+    # while the other commits (more only make batches smaller).
+    committers = 1 if engine.dialect.name == "sqlite" else 2
+
+    # A run's repairs wake the dispatcher, which is built from the runtime's processor:
+    # the one cycle of the composition, closed at call time.
+    async def on_repaired(ids: Sequence[str]) -> None:
+        await processing.dispatcher.on_commit(ids)
+
+    runtime = build_runtime(settings, sources, engine, on_repaired=on_repaired)
+    processing = _processing(settings, runtime.processor)
+    inserter = _inserter(settings, engine, committers)
     committer = GroupCommitter(
         inserter,
         batch_max=settings.commit_batch_max,
         window_s=settings.commit_window_ms / 1000,
         commit_timeout_s=settings.commit_timeout_s,
         committers=committers,
-        on_commit=dispatcher.on_commit,
-        handoff=handoff or in_process,
+        on_commit=processing.dispatcher.on_commit,
+        handoff=processing.handoff or processing.in_process,
     )
     # Duplicates of reconciled keys: late deliveries, written off the request path.
     late_notes = LateNotes(engine)
@@ -99,80 +149,68 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         clock=clock,
         on_duplicate=late_notes.note,
     )
-    runtime.reconciler.on_repaired = dispatcher.on_commit
     # One set of operations behind both the API and the admin UI: a replay from either
     # wakes this process's dispatcher, a run started from either is cancelled below.
-    events = EventOps(engine, lambda: dispatcher.on_commit(()))
+    events = EventOps(engine, lambda: processing.dispatcher.on_commit(()))
     source_ops = SourceOps(engine, sources)
     runs = RunOps(runtime.reconciler, source_ops)
     # Without Redis there is no worker: serve keeps the reconciliation schedule too.
-    scheduled = settings.reconcile_schedule and not waker
+    scheduled = settings.reconcile_schedule and not processing.waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
-    # Every receiver process keeps it; a lease in the database lets one prune at a time.
-    pruning = PruneSchedule(engine, sources, settings.prune_every_s)
     # Bulk operations asked for here start here at once; any process may resume them.
     operations = operations_of(settings, engine, sources, events)
-    running_operations = OperationSchedule(operations)
+    # Started in this order, stopped in the reverse: the receiving path (committer,
+    # then the inserter and handoff it writes to) before processing, which has its
+    # grace for the events it runs; the schedules first of all.
+    optional: list[Service | None] = [
+        Adapted(runtime.close),
+        Adapted(processing.local_waker.close) if processing.local_waker else None,
+        Adapted(processing.waker.close) if processing.waker else None,
+        processing.consumer,
+        # Reconciliation runs the API started: each records its interruption.
+        Adapted(runs.stop),
+        scheduler,
+        Adapted(processing.handoff.close, processing.handoff.start) if processing.handoff else None,
+        Adapted(inserter.close, inserter.start),
+        late_notes,
+        committer,
+        Adapted(receiver.deadlines.stop, receiver.deadlines.start),
+        OperationSchedule(operations),
+        # Every receiver process keeps it; a lease in the database lets one prune at a time.
+        PruneSchedule(engine, sources, settings.prune_every_s),
+    ]
+    services = [service for service in optional if service is not None]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        await inserter.start()
-        if handoff is not None:
-            await handoff.start()
-        await committer.start()
-        await late_notes.start()
-        receiver.deadlines.start()
-        # Everything alive now lives as long as the process: keep it out of the
-        # collector's full passes, which otherwise stall every request in flight.
-        gc.collect()
-        gc.freeze()
-        if consumer is not None:
-            await consumer.start()
-        if scheduler is not None:
-            await scheduler.start()
-        await pruning.start()
-        await running_operations.start()
-        processing = "arq" if waker else "processors" if local_waker else "in-process"
-        log.info("receiver started", extra={"sources": len(sources), "processing": processing})
-        try:
-            yield
-        finally:
-            # Processing in this process: the events it runs now have their grace below.
-            draining = {"events": runtime.processor.in_flight} if consumer is not None else {}
-            log.info("draining", extra=draining)
-            # Reconciliation runs still going are cancelled below (after a grace for a
-            # scheduled one): each records this as its end instead of staying ``running``.
-            runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"
-            await pruning.stop()
-            await running_operations.stop()
-            await receiver.deadlines.stop()
-            await committer.stop()
-            await late_notes.stop()
-            await inserter.close()
-            if handoff is not None:
-                await handoff.close()
-            if scheduler is not None:
-                await scheduler.stop()
-            await runs.stop()
-            if consumer is not None:
-                await consumer.stop()
-            if waker is not None:
-                await waker.close()
-            if local_waker is not None:
-                await local_waker.close()
-            await runtime.close()
+        async with running(services):
+            # Everything alive now lives as long as the process: keep it out of the
+            # collector's full passes, which otherwise stall every request in flight.
+            gc.collect()
+            gc.freeze()
+            log.info(
+                "receiver started", extra={"sources": len(sources), "processing": processing.name}
+            )
+            try:
+                yield
+            finally:
+                # Processing in this process: the events it runs now have their grace below.
+                consumer = processing.consumer
+                draining = {"events": runtime.processor.in_flight} if consumer else {}
+                log.info("draining", extra=draining)
+                # Reconciliation runs still going are cancelled below (after a grace for a
+                # scheduled one): each records this as its end instead of staying ``running``.
+                runtime.reconciler.interrupt_reason = "interrupted: hookd serve shut down"
 
-    app = HookdApp(
+    tokens = tokens_of(settings)
+    return _App(
+        receiver,
+        {"committer": committer, "engine": engine, "operations": operations},
         routes=[
-            *health.routes(engine, waker, tokens_of(settings), sources, committer),
-            *api.routes(tokens_of(settings), events, source_ops, runs, operations),
+            *health.routes(engine, processing.waker, tokens, sources, committer),
+            *api.routes(tokens, events, source_ops, runs, operations),
             *admin.routes(
-                tokens_of(settings),
-                events,
-                source_ops,
-                runs,
-                WatchOps(engine),
-                operations=operations,
+                tokens, events, source_ops, runs, WatchOps(engine), operations=operations
             ),
         ],
         lifespan=lifespan,
@@ -180,11 +218,6 @@ def create_app(  # noqa: PLR0915 - the composition: one statement per part
         # answer there, Starlette's own 404/405 and a 500 included.
         middleware=[Middleware(PathHeaders)],
     )
-    app.receiver = receiver
-    app.state.committer = committer
-    app.state.engine = engine
-    app.state.operations = operations
-    return app
 
 
 def tokens_of(settings: Settings) -> Tokens:

@@ -47,7 +47,7 @@ from processing.pool import ProcessorPool, pool_of
 from processing.processor import Processor
 from processing.wakeups import WAKE_JOB, Drains, warn_if_redis_unreachable
 from reconcile.objects import ObjectFetcher
-from reconcile.poller import Reconciler
+from reconcile.poller import OnRepaired, Reconciler
 from reconcile.poller import initialise_metrics as initialise_reconcile_metrics
 from reconcile.service import Scheduler
 from store import db
@@ -104,8 +104,14 @@ class Runtime:
 
 
 def build_runtime(
-    settings: Settings, sources: Sources, engine: AsyncEngine | None = None
+    settings: Settings,
+    sources: Sources,
+    engine: AsyncEngine | None = None,
+    *,
+    on_repaired: OnRepaired | None = None,
 ) -> Runtime:
+    """The parts that process and reconcile; ``on_repaired`` wakes processing for the
+    events a reconciliation run stored (none: the next sweep finds them)."""
     engine = engine or db.create_engine(settings.database_url)
     client = httpx.AsyncClient()
     cipher = BodyCipher(settings.encryption_keys)
@@ -147,7 +153,9 @@ def build_runtime(
         )
 
     processor = pool_of(member, settings.process_concurrency, PIPELINES)
-    reconciler = Reconciler(engine, client, cipher, lease_s=settings.reconcile_lease_s)
+    reconciler = Reconciler(
+        engine, client, cipher, on_repaired=on_repaired, lease_s=settings.reconcile_lease_s
+    )
     initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
     drains = Drains(processor)
     return Runtime(settings, sources, engine, client, processor, reconciler, drains, limits_redis)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chaos import fuzz, tamper
+from chaos import fuzz, tamper, tamper_requests
 from tests.support import services
 
 pytestmark = pytest.mark.anyio
@@ -32,24 +32,24 @@ async def test_tampered_requests_are_refused_and_leave_nothing_behind() -> None:
     assert tamper.report(figures)
 
     per_provider = tamper.QUICK["per_provider"]
-    assert figures["sent"] == per_provider * len(tamper.PROVIDERS)
+    assert figures["sent"] == per_provider * len(tamper_requests.PROVIDERS)
     assert figures["accepted"] == 0
     assert figures["server_errors"] == 0
     assert figures["rows_before_controls"] == 0
     assert figures["jobs_before_controls"] == 0
     # The controls show the server would have stored and enqueued an authentic request.
-    assert figures["controls"] == dict.fromkeys(tamper.PROVIDERS, 202)
-    assert figures["rows_after_controls"] == len(tamper.PROVIDERS)
+    assert figures["controls"] == dict.fromkeys(tamper_requests.PROVIDERS, 202)
+    assert figures["rows_after_controls"] == len(tamper_requests.PROVIDERS)
     assert figures["jobs_after_controls"] >= 1
-    for provider in tamper.PROVIDERS:
+    for provider in tamper_requests.PROVIDERS:
         categories = figures["providers"][provider]["categories"]
-        assert set(categories) == set(tamper.APPLIES[provider])
+        assert set(categories) == set(tamper_requests.APPLIES[provider])
         assert all(c["sent"] > 0 for c in categories.values()), (provider, categories)
     # The v1a-only downgrade was refused for its signature, not for something incidental.
     downgrade = figures["providers"]["standard"]["categories"]["wrong_scheme"]
     assert downgrade["reasons"] == {"bad_signature": downgrade["sent"]}
     # Stale and future requests were refused for their timestamps.
-    for provider in tamper.TIMED:
+    for provider in tamper_requests.TIMED:
         categories = figures["providers"][provider]["categories"]
         stale, future = categories["stale_timestamp"], categories["future_timestamp"]
         assert stale["reasons"] == {"timestamp_too_old": stale["sent"]}

@@ -2,7 +2,7 @@
 the URL the URL-signing ones are bound to, and settings for the configurable ones.
 
 The registry-wide property tests (``tests/unit/test_provider_properties.py``) and the
-``registry-*`` fuzz targets in ``chaos/fuzz.py`` walk ``PROVIDERS`` through this table,
+``registry`` fuzz target in ``chaos/fuzz_webhooks.py`` walk ``PROVIDERS`` through this table,
 so a provider registered without an entry here fails a test instead of going unchecked.
 """
 

@@ -18,7 +18,7 @@ ALLOWED = {
     "hookd/tracing.py": "OTEL_* (OpenTelemetry's variables)",
     # The variables the sources file names for its secrets (secret_env = ...): named by
     # the operator, not hookd's settings; the reader takes any mapping (``env``).
-    "hookd/sources.py": "the sources file's secret variables",
+    "hookd/sources/loader.py": "the sources file's secret variables",
     # Written, not read: --config handed to `serve --workers N`'s processes, which read
     # their settings again.
     "hookd/cli/main.py": "writes HOOKD_CONFIG for child processes",

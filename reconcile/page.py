@@ -1,0 +1,106 @@
+"""One page of a reconciliation run: the items it judges, the repairs of those missing,
+and the write that stores them with the run's counters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from hookd.errors import ReconcileError
+from hookd.sources import Source
+from reconcile.providers.base import Item, ListAdapter
+from reconcile.run import Run, Tally
+from store import coverage as ledger
+from store import reconcile as state
+from store.audit import Acked
+from store.crypto import BodyCipher
+from store.events import NewEvent, insert_events
+from store.values import Unstorable, checked_key, storable
+
+
+def judged(items: Sequence[Item], until: float) -> list[Item]:
+    """The items older than ``until``, the end of the run's window: younger ones' webhooks
+    may be on their way. An id no row can hold cannot be compared either: say so."""
+    kept = [i for i in items if i.time < until]
+    for item in kept:
+        try:
+            checked_key(item.key)
+        except Unstorable as exc:
+            raise ReconcileError(
+                "unstorable_item",
+                f"the provider listed an event whose {exc.detail}; "
+                "it can be neither compared nor stored",
+            ) from None
+    return kept
+
+
+async def repairs(
+    adapter: ListAdapter, source: Source, missing: Sequence[Item], dry_run: bool
+) -> list[NewEvent]:
+    """The events to store for the missing items; none when the provider is asked to
+    send them again instead (``redelivers``), or for a dry run."""
+    if not missing or dry_run:
+        return []
+    if adapter.redelivers:
+        for item in missing:
+            await adapter.redeliver(item)
+        return []
+    received = datetime.now(UTC)
+    # Its labels in the safe form the receiver stores (store.values).
+    events = [storable(await adapter.repair(item, received)) for item in missing]
+    order = source.config.order
+    if order is not None:  # as the receiver does
+        events = [order.stamp(e) for e in events]
+    return events
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a page's write found: missing items, those repaired, the ids of the rows it
+    created, and the acknowledged deliveries new to the ledger."""
+
+    found: int
+    repaired: int
+    created: list[str]
+    violations: list[Acked]
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page as judged: its items, those missing, the repairs, the broken acks."""
+
+    items: list[Item]
+    missing: list[Item]
+    events: list[NewEvent]
+    broken: list[Acked]
+
+
+async def record(
+    conn: AsyncConnection, run: Run, page: Page, tally: Tally, cipher: BodyCipher
+) -> Recorded:
+    """Store the repairs with the run's counters, in ``conn``'s transaction."""
+    created: list[str] = []
+    if page.events:
+        stored = await insert_events(conn, page.events, cipher)
+        created = [s.event_id for s in stored if s.created]
+        # Whose webhook comes after all is late, counted on this run.
+        keys = [e.dedupe_key for e, s in zip(page.events, stored, strict=True) if s.created]
+        await ledger.mark_repaired(conn, run.source.name, keys, run.id)
+    # A webhook that landed while we fetched was not missed after all.
+    found = len(created) if page.events else len(page.missing)
+    repaired = 0 if run.dry_run else found
+    violations = await run.acks.record(conn, page.broken)
+    await state.add_run_counts(
+        conn,
+        run.id,
+        items_checked=len(page.items),
+        items_missing=found,
+        items_repaired=repaired,
+        pages=1,
+        ack_violations=len(violations),
+        **tally.take(),
+    )
+    return Recorded(found, repaired, created, violations)

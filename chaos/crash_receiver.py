@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chaos import harness
 from chaos.harness import Delivery, HookdServer, RedisServer, Result, config, pg_database
-from store import claims, db
+from store import db, dialect
 from store.models import EVENTS
 
 TITLE = "Receiver crash: kill -9 of hookd serve mid-burst"
@@ -75,7 +75,7 @@ async def stored(engine: AsyncEngine, ids: Collection[str]) -> set[str]:
         return set()
     async with engine.connect() as conn:
         rows = await conn.execute(
-            sa.select(EVENTS.c.id).where(claims.one_of(conn, EVENTS.c.id, list(ids)))
+            sa.select(EVENTS.c.id).where(dialect.one_of(conn, EVENTS.c.id, list(ids)))
         )
         return {row[0] for row in rows}
 

@@ -41,7 +41,7 @@ from chaos.harness import (
     prepare_handlers,
 )
 from processing.claiming import EXPIRED_CHECK_S
-from store import claims, db
+from store import db, dialect
 from store.models import EVENTS
 
 TITLE = "Worker crash: kill -9 of hookd worker mid-handler"
@@ -92,7 +92,7 @@ async def count_for(engine: AsyncEngine, table: sa.TableClause, ids: Sequence[st
     async with engine.connect() as conn:
         column = table.c.event_id
         query = sa.select(sa.func.count(sa.distinct(column))).where(
-            claims.one_of(conn, column, ids)
+            dialect.one_of(conn, column, ids)
         )
         return int((await conn.execute(query)).scalar() or 0)
 
@@ -100,7 +100,7 @@ async def count_for(engine: AsyncEngine, table: sa.TableClause, ids: Sequence[st
 async def processed_among(engine: AsyncEngine, ids: Sequence[str]) -> int:
     async with engine.connect() as conn:
         query = sa.select(sa.func.count()).where(
-            claims.one_of(conn, EVENTS.c.id, ids), EVENTS.c.status == "processed"
+            dialect.one_of(conn, EVENTS.c.id, ids), EVENTS.c.status == "processed"
         )
         return int((await conn.execute(query)).scalar() or 0)
 

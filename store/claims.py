@@ -25,7 +25,6 @@ from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 from store.values import safe_text
 
-# store.prune and chaos/ use it from here.
 one_of = dialect.one_of
 SQL = queries.load("claims")
 

@@ -37,7 +37,7 @@ from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
-from store import db, fastpath, migrate
+from store import db, dialect, fastpath, migrate
 from store.crypto import BodyCipher
 
 log = logging.getLogger("hookd.app")
@@ -121,7 +121,7 @@ def create_app(
     engine = engine or db.create_engine(settings.database_url)
     # SQLite has one writer; on PostgreSQL two committers keep one batch filling
     # while the other commits (more only make batches smaller).
-    committers = 1 if engine.dialect.name == "sqlite" else 2
+    committers = 2 if dialect.is_postgres(engine) else 1
 
     # A run's repairs wake the dispatcher, which is built from the runtime's processor:
     # the one cycle of the composition, closed at call time.

@@ -34,10 +34,10 @@ from hookd.settings import Settings
 from hookd.sources import Source, Sources, parse_sources
 from reconcile import service
 from reconcile.poller import Reconciler
-from store import db
 from store.crypto import BodyCipher
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT
@@ -152,14 +152,10 @@ overlap_s = 60
         sources = parse_sources(path.read_text(), path, env={})
         source = sources.get(provider)
         assert source is not None
-        engine = db.create_engine(pg_url)
         clock = Clock()
-        try:
-            async with httpx.AsyncClient() as http:
-                reconciler = Reconciler(engine, http, BodyCipher(""), clock=clock)
-                yield Setup(path, sources, source, engine, reconciler, clock, pg_url)
-        finally:
-            await engine.dispose()
+        async with engine_of(pg_url) as engine, httpx.AsyncClient() as http:
+            reconciler = Reconciler(engine, http, BodyCipher(""), clock=clock)
+            yield Setup(path, sources, source, engine, reconciler, clock, pg_url)
 
     return make
 

@@ -31,13 +31,13 @@ from processing.destinations import Router
 from processing.handlers import load_handlers
 from processing.limits import Limits, LocalLimits
 from processing.processor import Processor, RetryPolicy
-from store import db
 from store.crypto import BodyCipher
 from store.destinations import PARKED_FROM
 from store.events import NewEvent, insert_events
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app
+from tests.support.services import ONLY_POSTGRES
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -143,21 +143,6 @@ retry_cap_s = 0.05
 
 
 @pytest.fixture
-async def engine(pg_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(pg_url)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
-async def either(db_url: str) -> AsyncIterator[AsyncEngine]:
-    """SQLite (the embedded default: one process delivers) or PostgreSQL."""
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
 async def servers() -> AsyncIterator[tuple[dict[str, Destination], str]]:
     targets = {name: Destination(whsec(name)) for name in ("billing", "live", "crm")}
     async with serve_app(app(targets)) as url:
@@ -221,6 +206,7 @@ def parse(text: str) -> Sources:
     return parse_sources(text, Path("hookd.toml"), env={})
 
 
+@ONLY_POSTGRES
 async def test_three_filtered_destinations_get_exactly_their_events_once_signed_while_one_fails(
     engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
@@ -270,18 +256,18 @@ async def test_three_filtered_destinations_get_exactly_their_events_once_signed_
 
 
 async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_made_once(
-    either: AsyncEngine, servers: tuple[dict[str, Destination], str]
+    engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
     targets, base = servers
     targets["crm"].status = 503
     sources = parse(sources_toml(base, crm_breaker="breaker = { failures = 3, cooldown_s = 2 }"))
     events = [e for e in mixed(120) if crm_takes(e)]
-    event_ids = await store(either, events)
+    event_ids = await store(engine, events)
     async with httpx.AsyncClient() as client:
-        [proc] = processors(either, sources, client, count=1)
+        [proc] = processors(engine, sources, client, count=1)
 
         async def opened() -> bool:
-            async with either.connect() as conn:
+            async with engine.connect() as conn:
                 state = (
                     await conn.execute(
                         sa.select(DESTINATION_BREAKERS.c.state).where(
@@ -293,7 +279,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
 
         await drain_until([proc], opened, timeout_s=20)
         tried_before = len(targets["crm"].refused)
-        ops = DestinationOps(either, sources, _nothing)
+        ops = DestinationOps(engine, sources, _nothing)
         [crm] = [d for d in await ops.list() if d["name"] == "crm"]
         assert crm["breaker"]["state"] == "open" and crm["breaker"]["failures"] >= 3
         Draft202012Validator(
@@ -303,7 +289,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         await proc.drain(max_s=0.3)
         assert datetime.now(UTC) < datetime.fromisoformat(crm["breaker"]["retry_at"])
         assert len(targets["crm"].refused) == tried_before
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             most = (await conn.execute(sa.select(sa.func.max(EVENTS.c.attempts)))).scalar()
         assert most is not None and most <= 3
         # Still failing when the cool-down ends: one probe, and open again.
@@ -316,7 +302,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         targets["crm"].status = 200
 
         async def all_processed() -> bool:
-            return await count_status(either, "processed") == len(event_ids)
+            return await count_status(engine, "processed") == len(event_ids)
 
         await drain_until([proc], all_processed, timeout_s=30)
     got = targets["crm"].ids()
@@ -327,17 +313,17 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
 
 
 async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_in_receipt_order(
-    either: AsyncEngine, servers: tuple[dict[str, Destination], str]
+    engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
     targets, base = servers
     sources = parse(sources_toml(base))
-    ops = DestinationOps(either, sources, _nothing)
+    ops = DestinationOps(engine, sources, _nothing)
     assert await ops.pause("stripe", "billing", by="test", reason="billing maintenance")
     events = mixed(60)
-    event_ids = await store(either, events)
+    event_ids = await store(engine, events)
     expected = [i for i, e in zip(event_ids, events, strict=True) if billing_takes(e)]
     async with httpx.AsyncClient() as client:
-        [proc] = processors(either, sources, client, count=1)
+        [proc] = processors(engine, sources, client, count=1)
 
         def others_done() -> bool:
             return len(targets["live"].accepted) == sum(map(live_takes, events))
@@ -345,7 +331,7 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
         await drain_until([proc], others_done)
         await proc.drain(max_s=0.5)
         assert targets["billing"].accepted == []
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             parked = (
                 await conn.execute(
                     sa.select(EVENTS.c.id, EVENTS.c.attempts, EVENTS.c.status).where(
@@ -361,10 +347,10 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
         assert await ops.resume("stripe", "billing", by="test")
 
         async def all_processed() -> bool:
-            return await count_status(either, "processed") == len(event_ids)
+            return await count_status(engine, "processed") == len(event_ids)
 
         # One event at a time, so that the order of arrival is the order of claims.
-        [one_by_one] = processors(either, sources, client, count=1, batch_size=1, concurrency=1)
+        [one_by_one] = processors(engine, sources, client, count=1, batch_size=1, concurrency=1)
         await drain_until([one_by_one], all_processed)
     assert targets["billing"].ids() == expected
 
@@ -373,6 +359,7 @@ async def _nothing() -> None:
     return None
 
 
+@ONLY_POSTGRES
 async def test_a_destination_out_of_attempts_makes_the_event_dead_and_replay_reruns_only_it(
     engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:

@@ -36,7 +36,6 @@ from processing.limits import RedisLimits
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
-from tests.integration import test_destinations as base
 from tests.integration.test_destinations import (
     STRIPE_SOURCE,
     count_status,
@@ -52,12 +51,10 @@ from tests.support.asgi import running_app
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app
 from tests.support.server import RedisServer
+from tests.support.services import ONLY_POSTGRES
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-# The fixtures of test_destinations.py: PostgreSQL, and billing, live and crm on loopback.
-engine = base.engine
-servers = base.servers
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, ONLY_POSTGRES]
 HERE = __name__
 TOKEN = "destinations-more-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -20,24 +20,20 @@ from hookd.settings import Settings
 from hookd.sources import Sources
 from ingest import metrics
 from ingest.direct import DirectCycle
-from store import db
 from store.events import Lease, NewEvent, Stored
 from store.models import EVENTS
 from tests.support import rawhttp
 from tests.support.asgi import running_app, serving
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.anyio
 
 
 async def stored_keys(url: str) -> list[str]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            rows = await conn.execute(sa.select(EVENTS.c.dedupe_key).order_by(EVENTS.c.id))
-            return [key for (key,) in rows]
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        rows = await conn.execute(sa.select(EVENTS.c.dedupe_key).order_by(EVENTS.c.id))
+        return [key for (key,) in rows]
 
 
 def github(key: str, size: int = 0) -> tuple[dict[str, str], bytes]:

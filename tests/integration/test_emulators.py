@@ -24,10 +24,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hookd.sources import Sources
-from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import (
     GITHUB_SUMMARY_FIELDS,
     GitHubEmulator,
@@ -645,12 +645,8 @@ async def test_webhooks_are_accepted_and_deduped_by_hookd(
             again = await emulator.send_webhooks(client, f"/hooks/{name}", SECRETS[name])
             assert set(first.values()) == {202}, (name, first)
             assert again == {k: 200 if k != keys[0] else 202 for k in keys}, (name, again)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(sa.select(EVENTS.c.source, EVENTS.c.dedupe_key))).all()
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.connect() as conn:
+        rows = (await conn.execute(sa.select(EVENTS.c.source, EVENTS.c.dedupe_key))).all()
     stored: dict[str, set[str]] = collections.defaultdict(set)
     for source, key in rows:
         stored[source].add(key)

@@ -17,11 +17,10 @@ import pytest
 import sqlalchemy as sa
 
 from processing.processor import EXPIRED_CHECK_S
-from store import db
 from store.models import EVENTS
 from tests.integration.test_pipeline import config, prepare
 from tests.integration.test_worker_kills import post_batch
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -35,13 +34,9 @@ QUICK_WITHIN_S = 3.0
 
 async def one(url: str, sql: str) -> object:
     """The first value a statement gives (committed: it may write), on a fresh engine."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(sa.text(sql))
-            return result.scalar() if result.returns_rows else None
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        result = await conn.execute(sa.text(sql))
+        return result.scalar() if result.returns_rows else None
 
 
 def in_list(ids: list[str]) -> str:
@@ -95,18 +90,12 @@ async def latest_quick(url: str, db_url: str) -> float:
 
 async def worst_lag(db_url: str, ids: list[str]) -> float:
     """max(processed_at - received_at) of ``ids``, in seconds, as the database stored them."""
-    engine = db.create_engine(db_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    sa.select(EVENTS.c.received_at, EVENTS.c.processed_at).where(
-                        EVENTS.c.id.in_(ids)
-                    )
-                )
-            ).all()
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.select(EVENTS.c.received_at, EVENTS.c.processed_at).where(EVENTS.c.id.in_(ids))
+            )
+        ).all()
     lags = [
         (processed - received).total_seconds()
         for received, processed in rows

@@ -22,7 +22,6 @@ from store.events import NewEvent, insert_events
 from store.models import EVENTS
 from tests.integration.test_partitions import (
     PLAIN,
-    engine_of,
     exists,
     homes,
     index_layout,
@@ -34,7 +33,7 @@ from tests.integration.test_partitions import (
     store_at,
 )
 from tests.integration.test_prune import hookd
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 
 # A claim as a lone claimer makes it: events of github, up to 10.
 GITHUB = claims.alone(["github"], 10)

@@ -23,7 +23,7 @@ from hookd.event import Event
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import claims, db, migrate, partitions, stats
+from store import claims, migrate, partitions, stats
 from store import events as store_events
 from store import prune as store_prune
 from store.crypto import BodyCipher
@@ -37,7 +37,7 @@ from tests.integration.test_prune import (
     stripe_source,
 )
 from tests.support.asgi import running_app
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.waiting import wait_for
 
@@ -48,15 +48,6 @@ DAY = timedelta(days=1)
 
 def noon(days_ago: int) -> datetime:
     return datetime.combine(datetime.now(UTC).date() - timedelta(days=days_ago), time(12), UTC)
-
-
-@contextlib.asynccontextmanager
-async def engine_of(url: str) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def store_at(

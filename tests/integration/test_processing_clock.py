@@ -26,7 +26,6 @@ from hookd.sources import Sources, parse_sources
 from processing.destinations import Router
 from processing.limits import LocalLimits
 from processing.processor import Processor, RetryPolicy
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENT_HISTORY, EVENTS
@@ -60,13 +59,6 @@ def parse(text: str) -> Sources:
     from pathlib import Path
 
     return parse_sources(text, Path("hookd.toml"), env={})
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def store(engine: AsyncEngine, count: int, source: str, first: int = 0) -> list[str]:

@@ -23,13 +23,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from hookd.sources import Sources, parse_sources
-from store import db
 from store import reconcile as rstate
 from store.ids import new_id
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
 
@@ -126,9 +125,7 @@ async def world(
 ) -> AsyncIterator[World]:
     provider: str = request.param
     monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    engine = db.create_engine(pg_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
+    await handlers.prepare(pg_url)
     emulator = make_emulator(provider)
     async with serve_app(emulator.app) as api_url:
         text = sources_toml(provider, api_url)
@@ -292,30 +289,26 @@ async def test_429_with_retry_after_waits_then_finishes(world: World) -> None:
 async def leave_a_run_behind(db_url: str, source: str, lease_left_s: float) -> str:
     """What a process SIGKILLed mid-run leaves: its run ``running`` and the source's
     lease in its name, running out in ``lease_left_s`` (negative: already expired)."""
-    engine = db.create_engine(db_url)
     run_id = new_id()
     now = datetime.now(UTC)
-    try:
-        async with engine.begin() as conn:
-            await rstate.ensure_state(conn, source, now)
-            await rstate.update_state(
-                conn,
-                source,
-                None,
-                lease_owner="gone-host:4242",
-                lease_expires_at=now + timedelta(seconds=lease_left_s),
-            )
-            await rstate.create_run(
-                conn,
-                id=run_id,
-                source=source,
-                status="running",
-                trigger="cli",
-                dry_run=False,
-                started_at=now - timedelta(minutes=5),
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.begin() as conn:
+        await rstate.ensure_state(conn, source, now)
+        await rstate.update_state(
+            conn,
+            source,
+            None,
+            lease_owner="gone-host:4242",
+            lease_expires_at=now + timedelta(seconds=lease_left_s),
+        )
+        await rstate.create_run(
+            conn,
+            id=run_id,
+            source=source,
+            status="running",
+            trigger="cli",
+            dry_run=False,
+            started_at=now - timedelta(minutes=5),
+        )
     return run_id
 
 

@@ -23,7 +23,6 @@ import pytest
 from hookd.errors import ConfigError
 from hookd.providers.rfc3339 import epoch
 from hookd.sources import Sources, parse_sources
-from store import db
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import scalar
@@ -136,19 +135,13 @@ class World:
         )
 
 
-async def create_handler_tables(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
-
-
 @pytest.fixture
 async def world(
     request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[World]:
     provider: str = request.param
     monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    await create_handler_tables(pg_url)
+    await handlers.prepare(pg_url)
     emulator = make_emulator(provider)
     async with serve_app(emulator.app) as api_url:
         sources = parse_sources(

@@ -31,7 +31,7 @@ from hookd.web.api import ApiFallback
 from store.models import ADMIN_LOGIN_FAILURES
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -109,17 +109,12 @@ async def dead_event(url: str | httpx.AsyncClient, pg_url: str) -> str:
         return await scalar(pg_url, sql) == 1
 
     await wait_for(processed, timeout_s=30)
-    from store import db
 
-    engine = db.create_engine(pg_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.exec_driver_sql(
-                "UPDATE events SET status = 'dead', attempts = 8, last_error = 'boom' "
-                f"WHERE id = '{event_id}'"
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(pg_url) as engine, engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "UPDATE events SET status = 'dead', attempts = 8, last_error = 'boom' "
+            f"WHERE id = '{event_id}'"
+        )
     return event_id
 
 

@@ -20,10 +20,10 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.sources import Sources, parse_sources
-from store import db
 from store.models import RECONCILE_STATE
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT
@@ -70,16 +70,12 @@ def sources_for(api_url: str, extra: str = "") -> Sources:
 
 async def state_row(url: str) -> dict[str, Any]:
     """The stripe source's ``reconcile_state`` row; empty before anything wrote one."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    sa.select(RECONCILE_STATE).where(RECONCILE_STATE.c.source == "stripe")
-                )
-            ).first()
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(RECONCILE_STATE).where(RECONCILE_STATE.c.source == "stripe")
+            )
+        ).first()
     return {} if row is None else dict(row._mapping)
 
 

@@ -18,7 +18,7 @@ from hookd.event import idempotency_key
 from hookd.providers.signing import sample_event
 from tests.integration.test_pipeline import prepare
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.server import ROOT, HookdServer
 from tests.support.waiting import wait_for
 
@@ -57,17 +57,12 @@ def hookd_try(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Complete
 
 async def row_text(url: str, event_id: str) -> str:
     """The whole row as PostgreSQL writes it out (the body as bytea hex): byte for byte."""
-    from store import db
 
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.exec_driver_sql(
-                f"SELECT e::text FROM events e WHERE e.id = '{event_id}'"
-            )
-            return str(result.scalar_one())
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.exec_driver_sql(
+            f"SELECT e::text FROM events e WHERE e.id = '{event_id}'"
+        )
+        return str(result.scalar_one())
 
 
 async def counts(url: str) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ from processing.processor import EXPIRED_CHECK_S
 from tests.integration.test_pipeline import config, prepare
 from tests.integration.test_reconcile import sources_toml
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import HookdServer, HookdWorker, RedisServer, free_port
@@ -93,18 +93,13 @@ def id_list(ids: list[str]) -> str:
 
 async def holders(url: str, ids: list[str]) -> set[int]:
     """pids of the workers holding claims on ``ids`` with one of their handlers started."""
-    from store import db
 
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.exec_driver_sql(
-                "SELECT DISTINCT e.lease_owner FROM events e JOIN calls c ON c.event_id = e.id "
-                f"WHERE e.status = 'processing' AND e.id IN ({id_list(ids)})"
-            )
-            return {int(owner.split(":")[-2]) for (owner,) in result}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.exec_driver_sql(
+            "SELECT DISTINCT e.lease_owner FROM events e JOIN calls c ON c.event_id = e.id "
+            f"WHERE e.status = 'processing' AND e.id IN ({id_list(ids)})"
+        )
+        return {int(owner.split(":")[-2]) for (owner,) in result}
 
 
 async def processed(url: str, ids: list[str]) -> bool:

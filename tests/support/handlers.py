@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from hookd import Event
-from store import db
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 
 # A handler's own logger, as a user's module has it: not under "hookd".
 log = logging.getLogger(__name__)
@@ -66,11 +66,8 @@ max_attempts = {max_attempts}
 
 async def prepare(url: str) -> None:
     """This module's tables in hookd's database at ``url``."""
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         await create_tables(engine)
-    finally:
-        await engine.dispose()
 
 
 async def create_tables(engine: AsyncEngine) -> None:

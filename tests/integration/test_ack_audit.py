@@ -27,7 +27,7 @@ from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator
-from tests.support.emulators_more import GitLabEmulator, PaddleEmulator
+from tests.support.emulators_paddle_square_gitlab import GitLabEmulator, PaddleEmulator
 from tests.support.http import serve_app
 from tests.support.logcapture import captured
 from tests.support.waiting import wait_for

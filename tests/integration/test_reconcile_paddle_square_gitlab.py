@@ -26,7 +26,11 @@ from hookd.sources import Sources, parse_sources
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import scalar
-from tests.support.emulators_more import GitLabEmulator, PaddleEmulator, SquareEmulator
+from tests.support.emulators_paddle_square_gitlab import (
+    GitLabEmulator,
+    PaddleEmulator,
+    SquareEmulator,
+)
 from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio

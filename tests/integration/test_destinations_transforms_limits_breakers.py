@@ -1,5 +1,5 @@
-"""More of the destinations on real PostgreSQL, delivering to real HTTP servers on
-loopback that verify every signature: a transform, the concurrency limit (in one
+"""Destinations' transforms, limits and breaker on real PostgreSQL, delivering to real
+HTTP servers on loopback that verify every signature: a transform, the concurrency limit (in one
 process, and across two sharing Redis), the breaker's failure-rate trip, handlers'
 filters in the ledger, a source paused and resumed from the command line, and the
 breaker's state on ``/metrics``.

@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tests.support.emulators_more import (
+from tests.support.emulators_paddle_square_gitlab import (
     GITLAB_LOG_FIELDS,
     PADDLE_FIELDS,
     GitLabEmulator,

@@ -24,12 +24,12 @@ from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
 from tests.integration.test_admin import login
-from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import engine_of, new_event
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 
 pytestmark = pytest.mark.anyio
 TOKEN = "checklist-token"

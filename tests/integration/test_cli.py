@@ -18,24 +18,11 @@ import sqlalchemy as sa
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
+from tests.support.cli import hookd
 from tests.support.data import engine_of, new_event
 from tests.support.server import ROOT, HookdServer, HookdWorker, free_port
 
 pytestmark = pytest.mark.anyio
-
-
-def hookd(
-    url: str, *args: str, timeout: float = 60, **extra: str
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **extra}
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 async def add(url: str, status: str, error: str | None = None) -> str:

@@ -17,7 +17,7 @@ from store.crypto import BodyCipher
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import insert_events
 from store.models import EVENTS
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd
 from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio

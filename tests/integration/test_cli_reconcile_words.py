@@ -14,7 +14,7 @@ from store import coverage as ledger
 from store import reconcile as rstate
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.status import CoverageOutcome
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.data import engine_of
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,11 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
+from tests.support.cli import hookd_async
 from tests.support.constants import STRIPE_SECRET
 from tests.support.data import engine_of, scalar
 from tests.support.destinations import Destination, app, max_in_window, whsec
 from tests.support.http import serve_app
-from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
+from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.signing import signed_request
 from tests.support.waiting import wait_for
 
@@ -66,18 +65,7 @@ def env_for(path: Path, url: str, **extra: str) -> dict[str, str]:
 
 async def hookd(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """``hookd ARGS`` in a subprocess, without blocking the loop the destination runs in."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hookd.cli",
-        *args,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await hookd_async(env, *args)
 
 
 def stripe_event(i: int) -> bytes:

@@ -36,20 +36,20 @@ from processing.limits import RedisLimits
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
-from tests.integration.test_destinations import (
+from tests.integration.test_destinations import live_takes
+from tests.integration.test_destinations_processes import config, env_for, hookd
+from tests.support.asgi import running_app
+from tests.support.destinations import Destination, app, whsec
+from tests.support.http import serve_app
+from tests.support.in_process import (
     STRIPE_SOURCE,
     count_status,
     drain_until,
-    live_takes,
     mixed,
     parse,
     processors,
     store,
 )
-from tests.integration.test_destinations_processes import config, env_for, hookd
-from tests.support.asgi import running_app
-from tests.support.destinations import Destination, app, whsec
-from tests.support.http import serve_app
 from tests.support.server import RedisServer
 from tests.support.services import ONLY_POSTGRES
 from tests.support.waiting import wait_for

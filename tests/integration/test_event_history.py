@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,11 +29,12 @@ from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
 from store.history import Requester
 from store.models import EVENT_HISTORY, EVENTS
-from tests.integration.test_partitions import noon, prune_as_of, store_at
-from tests.integration.test_pipeline import prepare
+from tests.support.cli import hookd
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.data import engine_of, new_event, scalar
-from tests.support.server import ROOT, HookdServer
+from tests.support.handlers import prepare
+from tests.support.partitions import noon, prune_as_of, store_at
+from tests.support.server import HookdServer
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -70,18 +68,6 @@ async def drain_until(engine: AsyncEngine, proc: Processor, event_id: str, statu
         return now == status
 
     await wait_for(there, timeout_s=10, interval_s=0.02, message=f"{event_id} never {status}")
-
-
-def hookd(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command line, as a user runs it, on the database at ``url``."""
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env={**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def steps(past: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -24,9 +24,9 @@ from hookd.providers import PROVIDERS
 from store import destinations as state
 from store.events import NewEvent
 from store.models import EVENTS
-from tests.integration.test_destinations import parse, processors, store
 from tests.support.destinations import Destination, whsec
 from tests.support.http import serve_app
+from tests.support.in_process import parse, processors, store
 from tests.support.services import ONLY_POSTGRES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, ONLY_POSTGRES]

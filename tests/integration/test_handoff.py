@@ -36,7 +36,7 @@ from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
-from tests.integration.test_destinations import STRIPE_SOURCE, count_status, mixed, parse
+from tests.support.in_process import STRIPE_SOURCE, count_status, mixed, parse
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio]

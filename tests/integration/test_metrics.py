@@ -15,8 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hookd.providers.signing import sample_event
-from tests.integration.test_pipeline import config, prepare, send, wait_processed
 from tests.support.constants import SECRETS
+from tests.support.deliveries import send, wait_processed
+from tests.support.handlers import config, prepare
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
 
 pytestmark = pytest.mark.anyio

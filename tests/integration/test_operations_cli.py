@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS, OPERATIONS
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd
 from tests.support.data import engine_of, new_event
 from tests.support.server import HookdProcess, HookdServer
 

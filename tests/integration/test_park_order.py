@@ -21,7 +21,7 @@ from store import destinations as state
 from store.destinations import PARKED_FROM, Blocker
 from store.models import EVENTS
 from store.status import EventStatus
-from tests.integration.test_destinations import mixed, store
+from tests.support.in_process import mixed, store
 
 pytestmark = [pytest.mark.anyio]
 

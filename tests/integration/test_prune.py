@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -41,13 +40,12 @@ from store.models import (
     PRUNE_TOTALS,
     RECONCILE_RUNS,
 )
-from tests.support import handlers
+from tests.support import cli, handlers
 from tests.support.asgi import running_app
 from tests.support.constants import STRIPE_SECRET
 from tests.support.data import engine_of, new_event, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT
 from tests.support.signing import signed_request
 from tests.support.waiting import wait_for
 
@@ -583,20 +581,7 @@ async def test_serve_prunes_on_its_schedule_and_stops_at_shutdown(db_url: str) -
 
 def hookd(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``hookd ARGS`` with this database and sources file."""
-    env = {
-        **os.environ,
-        "HOOKD_DATABASE_URL": url,
-        "HOOKD_CONFIG": str(config),
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return cli.hookd(url, *args, HOOKD_CONFIG=str(config))
 
 
 def prune_cli(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:

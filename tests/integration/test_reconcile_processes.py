@@ -15,13 +15,13 @@ import httpx
 import pytest
 
 from hookd.sources import parse_sources
-from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer, free_port
 from tests.support.waiting import wait_for
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_pipeline import config, github_requests, prepare, send, wait_processed
 from tests.support.data import engine_of, scalar
+from tests.support.deliveries import github_requests, send, wait_processed
+from tests.support.handlers import config, prepare
 from tests.support.server import ROOT, HookdServer, free_port
 from tests.support.waiting import wait_for
 

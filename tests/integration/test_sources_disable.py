@@ -6,10 +6,7 @@ window a disabled source went unchecked; no run starts until it is enabled again
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,11 +19,11 @@ import sqlalchemy as sa
 from hookd.sources import Sources, parse_sources
 from store.models import RECONCILE_STATE
 from tests.support.asgi import running_app
+from tests.support.cli import hookd_async
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -215,20 +212,10 @@ async def test_the_automatic_stop_after_auth_failures_records_when_and_by_what(
 
 
 async def hookd_cli(url: str, config: Path, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_DATABASE_URL": url}
-    env["HOOKD_CONFIG"] = str(config)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hookd.cli",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert "Traceback" not in err.decode(), err.decode()
-    return proc.returncode or 0, out.decode()
+    env = {"HOOKD_DATABASE_URL": url, "HOOKD_CONFIG": str(config)}
+    code, out, err = await hookd_async(env, *args)
+    assert "Traceback" not in err, err
+    return code, out
 
 
 async def test_disable_from_the_command_line_records_the_os_user_and_stops_runs(

@@ -23,13 +23,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hookd.providers.signing import sample_event
-from tests.integration.test_reconcile import sources_toml
 from tests.integration.test_reconcile_processes import reconcile_cli, seeded_github
 from tests.support import destinations
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
 from tests.support.destinations import Destination, whsec
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 

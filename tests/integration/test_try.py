@@ -16,9 +16,9 @@ import pytest
 
 from hookd.event import idempotency_key
 from hookd.providers.signing import sample_event
-from tests.integration.test_pipeline import prepare
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar
+from tests.support.handlers import prepare
 from tests.support.server import ROOT, HookdServer
 from tests.support.waiting import wait_for
 

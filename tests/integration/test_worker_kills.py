@@ -21,12 +21,12 @@ from redis.asyncio import Redis
 
 from hookd.providers.signing import sample_event
 from processing.processor import EXPIRED_CHECK_S
-from tests.integration.test_pipeline import config, prepare
-from tests.integration.test_reconcile import sources_toml
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
+from tests.support.handlers import config, prepare
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdServer, HookdWorker, RedisServer, free_port
 from tests.support.waiting import wait_for
 

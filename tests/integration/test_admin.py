@@ -29,6 +29,7 @@ from hookd.sources import Sources, parse_sources
 from hookd.web import admin, admin_session
 from store import reconcile as rstate
 from store.models import EVENTS
+from tests.support import admin as admin_ui
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
@@ -38,7 +39,6 @@ from tests.support.http import serve_app
 pytestmark = pytest.mark.anyio
 TOKEN = "admin-ui-token"
 STRIPE_KEY = "sk_test_hookd_admin"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 HOSTILE = "<script>alert(1)</script>"
 
 GET_PAGES = [
@@ -88,20 +88,8 @@ async def dead_event(client: httpx.AsyncClient, engine: AsyncEngine, source: str
 
 
 async def login(client: httpx.AsyncClient, token: str = TOKEN) -> str:
-    """Log in; the CSRF token of the new session."""
-    response = await client.post("/admin/login", data={"token": token})
-    assert response.status_code == 303, response.text
-    page = await client.get("/admin")
-    assert page.status_code == 200
-    match = CSRF_RE.search(page.text)
-    assert match
-    return match.group(1)
-
-
-def csrf_of(html: str) -> str:
-    match = CSRF_RE.search(html)
-    assert match
-    return match.group(1)
+    """Log in (with this module's admin token unless told); the session's CSRF token."""
+    return await admin_ui.login(client, token)
 
 
 async def test_without_a_session_every_page_redirects_to_login_and_shows_nothing(

@@ -23,8 +23,8 @@ from store import claims
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
-from tests.integration.test_admin import login
 from tests.support import handlers
+from tests.support.admin import login
 from tests.support.asgi import running_app
 from tests.support.data import engine_of, new_event
 from tests.support.emulators import StripeEmulator

@@ -17,15 +17,10 @@ from store.crypto import BodyCipher
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import insert_events
 from store.models import EVENTS
-from tests.support.cli import hookd
+from tests.support.cli import hookd, last_line
 from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio
-
-
-def last_line(stderr: str) -> str:
-    """The command's own line (a PostgreSQL test database may warn first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
 
 
 async def stored_event(url: str, source: str = "github") -> str:

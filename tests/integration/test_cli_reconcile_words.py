@@ -14,7 +14,7 @@ from store import coverage as ledger
 from store import reconcile as rstate
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.status import CoverageOutcome
-from tests.support.cli import hookd
+from tests.support.cli import hookd, last_line
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.data import engine_of
 
@@ -35,11 +35,6 @@ allow_insecure = true
 token = "sk_test_hookd"
 """
 )
-
-
-def last_line(stderr: str) -> str:
-    """The command's own line (a PostgreSQL test database may warn first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
 
 
 # -- 6: coverage words each case for what it is; a recent --since works ------------

@@ -36,6 +36,7 @@ from reconcile import service
 from reconcile.poller import Reconciler
 from store.crypto import BodyCipher
 from tests.support.asgi import running_app
+from tests.support.cli import last_line
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator, StripeEmulator
@@ -108,11 +109,6 @@ class Setup:
 
     async def code(self, *args: str) -> int:
         return (await self.run_cli(*args))[0]
-
-
-def last_line(stderr: str) -> str:
-    """The command's own line (the test database has autovacuum off: a warning first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
 
 
 def iso(seconds: float) -> str:

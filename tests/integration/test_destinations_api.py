@@ -5,7 +5,6 @@ webhooks are acknowledged and stored but not processed until it resumes."""
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
 from hookd.web import openapi
 from store.models import EVENTS, PAUSES
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.data import engine_of
@@ -27,7 +27,6 @@ pytestmark = pytest.mark.anyio
 TOKEN = "destinations-api-token"
 READ = "destinations-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 # Nothing listens there: a delivery would fail, so none is made in these tests.
 NOWHERE = "http://127.0.0.1:9"
 

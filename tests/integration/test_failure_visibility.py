@@ -14,7 +14,7 @@ import pytest
 
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
-from tests.integration.test_admin import login
+from tests.support.admin import login
 from tests.support.asgi import running_app
 from tests.support.cli import hookd
 from tests.support.constants import SECRETS

@@ -43,7 +43,6 @@ PUBLIC = {
     "stripe": "https://hookd.example/hooks/stripe",
 }
 ELSEWHERE = "https://old-host.example/hooks/{provider}?token=abc"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 Emulator = GitHubEmulator | StripeEmulator
 # A run's registration check as its resource shows it.

@@ -29,6 +29,7 @@ from hookd.settings import Settings
 from hookd.sources import parse_sources
 from hookd.web.api import ApiFallback
 from store.models import ADMIN_LOGIN_FAILURES
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar
@@ -39,7 +40,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 ADMIN, READ, METRICS = "admin-token-scoped", "read-token-scoped", "metrics-token-scoped"
 TOKENS = {"admin": ADMIN, "read": READ, "metrics": METRICS}
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 # What each token gets from each route; no token and a wrong one get 401 everywhere.
 ROUTES: list[tuple[str, str, dict[str, int]]] = [
     ("GET", "/metrics", {"admin": 200, "read": 403, "metrics": 200}),

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from hookd.sources import Sources, parse_sources
 from store.models import RECONCILE_STATE
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.cli import hookd_async
 from tests.support.constants import SECRETS
@@ -31,7 +32,6 @@ TOKEN = "disable-admin-token"
 READ_TOKEN = "disable-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STRIPE_KEY = "sk_test_disable"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def sources_text(api_url: str, extra: str = "") -> str:

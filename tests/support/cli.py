@@ -43,3 +43,8 @@ async def hookd_async(env: Mapping[str, str], *args: str) -> tuple[int, str, str
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def last_line(stderr: str) -> str:
+    """The command's own line: a PostgreSQL test database (autovacuum off) may warn first."""
+    return stderr.rstrip("\n").rsplit("\n", 1)[-1]

@@ -29,8 +29,8 @@ from tests.support.cli import hookd_async
 from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import run_to_end
 from tests.support.server import free_port
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "registration-token"
@@ -109,15 +109,7 @@ class World:
     client: httpx.AsyncClient
 
     async def reconcile(self) -> dict[str, Any]:
-        started = await self.client.post(f"/api/sources/{self.provider}/reconcile", headers=AUTH)
-        assert started.status_code == 202, started.text
-        path = f"/api/reconcile-runs/{started.json()['id']}"
-
-        async def done() -> dict[str, Any]:
-            run: dict[str, Any] = (await self.client.get(path, headers=AUTH)).json()
-            return run if run["done"] else {}
-
-        run: dict[str, Any] = await wait_for(done, timeout_s=60, interval_s=0.05)
+        run = await run_to_end(self.client, self.provider, AUTH)
         assert run["status"] == "succeeded", run
         return run
 

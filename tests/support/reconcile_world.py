@@ -28,6 +28,7 @@ from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
+from tests.support.waiting import wait_for
 
 TOKEN = "admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -70,6 +71,24 @@ overlap_s = 120
 {specific}
 {extra}
 """
+
+
+async def run_to_end(
+    client: httpx.AsyncClient, provider: str, headers: dict[str, str], *, dry_run: bool = False
+) -> dict[str, Any]:
+    """One reconcile run of ``provider`` started through the operations API and polled
+    until done (a minute at most): the finished run resource."""
+    query = "?dry_run=true" if dry_run else ""
+    started = await client.post(f"/api/sources/{provider}/reconcile{query}", headers=headers)
+    assert started.status_code == 202, started.text
+    path = f"/api/reconcile-runs/{started.json()['id']}"
+
+    async def done() -> dict[str, Any]:
+        run: dict[str, Any] = (await client.get(path, headers=headers)).json()
+        return run if run["done"] else {}
+
+    run: dict[str, Any] = await wait_for(done, timeout_s=60, interval_s=0.05)
+    return run
 
 
 E = TypeVar("E")

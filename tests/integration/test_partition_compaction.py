@@ -20,7 +20,7 @@ from store import claims, partitions
 from store import prune as store_prune
 from store.events import NewEvent, insert_events
 from store.models import EVENTS
-from tests.integration.test_prune import hookd
+from tests.support.cli import hookd_with_config as hookd
 from tests.support.data import engine_of, scalar
 from tests.support.partitions import (
     PLAIN,

@@ -26,13 +26,8 @@ from store import prune as store_prune
 from store.events import NewEvent, get_event, get_tombstone, insert_events
 from store.ids import new_id
 from store.models import EVENTS
-from tests.integration.test_prune import (
-    STRIPE_KEY,
-    deliver,
-    hookd,
-    stripe_source,
-)
 from tests.support.asgi import running_app
+from tests.support.cli import hookd_with_config as hookd
 from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.partitions import (
@@ -49,6 +44,7 @@ from tests.support.partitions import (
     prune_as_of,
     store_at,
 )
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

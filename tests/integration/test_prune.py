@@ -40,48 +40,20 @@ from store.models import (
     PRUNE_TOTALS,
     RECONCILE_RUNS,
 )
-from tests.support import cli, handlers
+from tests.support import handlers
 from tests.support.asgi import running_app
-from tests.support.constants import STRIPE_SECRET
+from tests.support.cli import hookd_with_config as hookd
 from tests.support.data import engine_of, new_event, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
-from tests.support.signing import signed_request
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-STRIPE_KEY = "sk_test_hookd"
 PLAIN = BodyCipher("")
 DAY = timedelta(days=1)
-
-
-def stripe_source(api_url: str | None = None, handler: bool = True, extra: str = "") -> str:
-    reconcile = (
-        f'[sources.reconcile]\napi_url = "{api_url}"\nallow_insecure = true\n'
-        f'token = "{STRIPE_KEY}"\n'
-        "lookback_s = 86400\noverlap_s = 120\n"
-        if api_url
-        else ""
-    )
-    chain = 'handlers = ["tests.support.handlers:effect_strict"]\n' if handler else ""
-    return (
-        f'[[sources]]\nname = "stripe"\nprovider = "stripe"\nsecrets = ["{STRIPE_SECRET}"]\n'
-        f"{chain}{reconcile}{extra}"
-    )
-
-
-def webhook(event: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    """A Stripe delivery of ``event``, signed by hand (tests.support.signing) now."""
-    body = json.dumps({**event, "pending_webhooks": 1}, separators=(",", ":")).encode()
-    headers, body = signed_request("stripe", STRIPE_SECRET, body, ts=str(int(time.time())))
-    return body, {name: values[0] for name, values in headers.items()}
-
-
-async def deliver(client: httpx.AsyncClient, event: dict[str, Any]) -> httpx.Response:
-    body, headers = webhook(event)
-    return await client.post("/hooks/stripe", content=body, headers=headers)
 
 
 async def prune_at(url: str, sources: Sources, days: float, **options: Any) -> store_prune.Pruned:
@@ -577,11 +549,6 @@ async def test_serve_prunes_on_its_schedule_and_stops_at_shutdown(db_url: str) -
 
 
 # -- hookd prune ------------------------------------------------------------------------
-
-
-def hookd(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``hookd ARGS`` with this database and sources file."""
-    return cli.hookd(url, *args, HOOKD_CONFIG=str(config))
 
 
 def prune_cli(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -17,13 +17,13 @@ from hookd.ops import prune_sources
 from hookd.sources import parse_sources
 from store import partitions
 from store.prune import Pruned
-from tests.integration.test_prune import STRIPE_KEY, deliver, stripe_source
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 from tests.support.partitions import noon, store_at
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from tests.support.server import ROOT
 
@@ -26,6 +27,11 @@ def hookd(
         timeout=timeout,
         check=False,
     )
+
+
+def hookd_with_config(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hookd ARGS`` with the database at ``url`` and the sources file ``config``."""
+    return hookd(url, *args, HOOKD_CONFIG=str(config))
 
 
 async def hookd_async(env: Mapping[str, str], *args: str) -> tuple[int, str, str]:

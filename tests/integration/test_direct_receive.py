@@ -10,10 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from prometheus_client import REGISTRY
 
-from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
 from hookd.runtime.app import create_app
 from hookd.settings import Settings
@@ -21,24 +19,12 @@ from hookd.sources import Sources
 from ingest import metrics
 from ingest.direct import DirectCycle
 from store.events import Lease, NewEvent, Stored
-from store.models import EVENTS
 from tests.support import rawhttp
 from tests.support.asgi import running_app, serving
 from tests.support.constants import SECRETS
-from tests.support.data import engine_of
+from tests.support.deliveries import github, stored_keys
 
 pytestmark = pytest.mark.anyio
-
-
-async def stored_keys(url: str) -> list[str]:
-    async with engine_of(url) as engine, engine.connect() as conn:
-        rows = await conn.execute(sa.select(EVENTS.c.dedupe_key).order_by(EVENTS.c.id))
-        return [key for (key,) in rows]
-
-
-def github(key: str, size: int = 0) -> tuple[dict[str, str], bytes]:
-    body = json.dumps({"action": "opened", "pad": "x" * size}).encode()
-    return github_headers(SECRETS["github"], body, "issues", key), body
 
 
 def commits(outcome: str) -> float:

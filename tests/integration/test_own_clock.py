@@ -18,8 +18,8 @@ import sqlalchemy as sa
 
 from processing.processor import EXPIRED_CHECK_S
 from store.models import EVENTS
-from tests.integration.test_worker_kills import post_batch
 from tests.support.data import engine_of, scalar
+from tests.support.deliveries import post_batch
 from tests.support.handlers import config, prepare
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for

@@ -15,14 +15,12 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hookd.providers.signing import sample_event
 from processing.processor import EXPIRED_CHECK_S
-from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar
+from tests.support.deliveries import post_batch
 from tests.support.emulators import StripeEmulator
 from tests.support.handlers import config, prepare
 from tests.support.http import serve_app
@@ -73,18 +71,6 @@ async def in_progress_marks(url: str) -> AsyncIterator[list[tuple[str, int]]]:
         with contextlib.suppress(BaseException):
             await task
         await client.aclose()
-
-
-async def post_batch(url: str, first: int, count: int) -> list[str]:
-    """``count`` signed GitHub deliveries; their event ids, every one accepted."""
-    ids: list[str] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        for seq in range(first, first + count):
-            headers, body = sample_event("github", SECRETS["github"], seq)
-            response = await client.post("/hooks/github", content=body, headers=headers)
-            assert response.status_code == 202, response.text
-            ids.append(response.json()["event_id"])
-    return ids
 
 
 def id_list(ids: list[str]) -> str:

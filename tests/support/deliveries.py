@@ -1,17 +1,22 @@
-"""Signed GitHub deliveries posted to a real ``hookd serve`` many at a time, and the wait
-until they are processed: the end-to-end tests' load."""
+"""Signed GitHub deliveries: made (``github``, ``github_requests``), posted to a real
+``hookd serve`` one batch or many at a time (``post_batch``, ``send``), and what came of
+them (``wait_processed``, ``stored_keys``): the end-to-end tests' load."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 
 import httpx
+import sqlalchemy as sa
 
+from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
+from store.models import EVENTS
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.waiting import wait_for
 
 Request = tuple[dict[str, str], bytes]
@@ -54,3 +59,26 @@ def github_requests(count: int, duplicates: int) -> list[Request]:
     mixed = unique + random.sample(unique, duplicates)
     random.shuffle(mixed)
     return mixed
+
+
+async def post_batch(url: str, first: int, count: int) -> list[str]:
+    """``count`` signed GitHub deliveries; their event ids, every one accepted."""
+    ids: list[str] = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        for seq in range(first, first + count):
+            headers, body = sample_event("github", SECRETS["github"], seq)
+            response = await client.post("/hooks/github", content=body, headers=headers)
+            assert response.status_code == 202, response.text
+            ids.append(response.json()["event_id"])
+    return ids
+
+
+async def stored_keys(url: str) -> list[str]:
+    async with engine_of(url) as engine, engine.connect() as conn:
+        rows = await conn.execute(sa.select(EVENTS.c.dedupe_key).order_by(EVENTS.c.id))
+        return [key for (key,) in rows]
+
+
+def github(key: str, size: int = 0) -> tuple[dict[str, str], bytes]:
+    body = json.dumps({"action": "opened", "pad": "x" * size}).encode()
+    return github_headers(SECRETS["github"], body, "issues", key), body

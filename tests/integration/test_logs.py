@@ -172,6 +172,25 @@ def _send_one(server: HookdServer) -> tuple[str, str]:
     return event_id, event["type"]
 
 
+def _assert_stopped_in_order(
+    lines: list[str], event_id: str, stopping_at: str, draining_at: str, stopped_at: str
+) -> None:
+    """A stop on SIGTERM logged in order: stopping, draining the one event in flight,
+    its handler done (it had its grace), stopped after at least a second."""
+
+    def index(wanted: str) -> int:
+        [found] = [i for i, line in enumerate(lines) if f" info {wanted} " in line]
+        return found
+
+    stopping, draining, stopped = index(stopping_at), index(draining_at), index(stopped_at)
+    [done] = [i for i, line in enumerate(lines) if "handler done" in line]
+    assert stopping < draining < done < stopped, lines
+    assert _fields(lines[stopping])["signal"] == "SIGTERM"
+    assert _fields(lines[draining])["events"] == "1"
+    assert _fields(lines[done])["event_id"] == event_id
+    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]
+
+
 def test_a_handlers_own_log_lines_carry_its_events_ids(tmp_path: Path, sqlite_url: str) -> None:
     """A handler logging under its own module's name (not "hookd"): before, its INFO
     went nowhere and its warning came out bare, through Python's last resort."""
@@ -273,22 +292,10 @@ def test_serve_logs_its_stop_the_drain_and_how_long_it_took(
         assert server.exited_by_itself(), server.log()
         lines = server.log_path.read_text().splitlines()
 
-    def index(wanted: str) -> int:
-        [found] = [i for i, line in enumerate(lines) if wanted in line]
-        return found
-
-    stopping, draining, stopped = (
-        index(" info hookd.serve stopping "),
-        index(" info hookd.app draining "),
-        index(" info hookd.serve stopped "),
-    )
     # The handler in flight had its grace: it finished before serve stopped.
-    done = index("handler done")
-    assert stopping < draining < done < stopped, lines
-    assert _fields(lines[stopping])["signal"] == "SIGTERM"
-    assert _fields(lines[draining])["events"] == "1"
-    assert _fields(lines[done])["event_id"] == event_id
-    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]
+    _assert_stopped_in_order(
+        lines, event_id, "hookd.serve stopping", "hookd.app draining", "hookd.serve stopped"
+    )
 
 
 @pytest.mark.postgres
@@ -311,18 +318,6 @@ def test_worker_logs_its_stop_the_drain_and_how_long_it_took(tmp_path: Path, pg_
             assert worker.exited_by_itself(), worker.log()
             lines = worker.log_path.read_text().splitlines()
 
-    def index(wanted: str) -> int:
-        [found] = [i for i, line in enumerate(lines) if wanted in line]
-        return found
-
-    stopping, draining, stopped = (
-        index(" info hookd.worker stopping "),
-        index(" info hookd.worker draining "),
-        index(" info hookd.worker stopped "),
+    _assert_stopped_in_order(
+        lines, event_id, "hookd.worker stopping", "hookd.worker draining", "hookd.worker stopped"
     )
-    done = index("handler done")
-    assert stopping < draining < done < stopped, lines
-    assert _fields(lines[stopping])["signal"] == "SIGTERM"
-    assert _fields(lines[draining])["events"] == "1"
-    assert _fields(lines[done])["event_id"] == event_id
-    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]

@@ -70,6 +70,14 @@ async def prepare(url: str) -> None:
         await create_tables(engine)
 
 
+async def prepared_env(tmp_path: Path, url: str, handler: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``hookd serve`` or ``hookd worker`` on the database at ``url``
+    (this module's tables made there), its GitHub source running handler ``handler``;
+    ``extra`` is more of it."""
+    await prepare(url)
+    return {"HOOKD_CONFIG": str(config(tmp_path, handler)), "HOOKD_DATABASE_URL": url, **extra}
+
+
 async def create_tables(engine: AsyncEngine) -> None:
     auto = "" if engine.dialect.name == "sqlite" else "GENERATED ALWAYS AS IDENTITY"
     async with engine.begin() as conn:

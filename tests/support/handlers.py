@@ -102,8 +102,9 @@ async def effect_strict(event: Event) -> None:
         )
 
 
-async def effect_idempotent(event: Event) -> None:
-    await _call(event, "idempotent")
+async def _effect_once(event: Event, handler: str) -> None:
+    """After ``TEST_HANDLER_SLEEP_S``, the event's effect, skipped if its key is already
+    applied (in the same transaction), recorded as ``handler``'s."""
     await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
     async with _engine().begin() as conn:
         seen = await conn.execute(
@@ -112,25 +113,20 @@ async def effect_idempotent(event: Event) -> None:
         )
         if seen.first() is None:
             await conn.execute(
-                sa.text("INSERT INTO effects VALUES (:k, :e, 'idempotent')"),
-                {"k": event.idempotency_key, "e": event.id},
+                sa.text("INSERT INTO effects VALUES (:k, :e, :h)"),
+                {"k": event.idempotency_key, "e": event.id, "h": handler},
             )
+
+
+async def effect_idempotent(event: Event) -> None:
+    await _call(event, "idempotent")
+    await _effect_once(event, "idempotent")
 
 
 async def effect_pid(event: Event) -> None:
     """``effect_idempotent`` that names, in ``calls``, the process it ran in: ``pid N``."""
     await _call(event, f"pid {os.getpid()}")
-    await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
-    async with _engine().begin() as conn:
-        seen = await conn.execute(
-            sa.text("SELECT 1 FROM effects WHERE idempotency_key = :k"),
-            {"k": event.idempotency_key},
-        )
-        if seen.first() is None:
-            await conn.execute(
-                sa.text("INSERT INTO effects VALUES (:k, :e, 'pid')"),
-                {"k": event.idempotency_key, "e": event.id},
-            )
+    await _effect_once(event, "pid")
 
 
 async def until_fixed(event: Event) -> None:

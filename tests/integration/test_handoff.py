@@ -99,12 +99,9 @@ def socket_path(tmp_path: Path) -> str:
     return str(tmp_path / "p0.sock")
 
 
-async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with_no_claim(
-    engine: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    claimed = Claims(monkeypatch)
-    seen = Seen()
-    proc = processor(engine, seen, concurrency=8, batch_size=16)
+async def handing_to(proc: Processor, socket_path: str) -> tuple[HandoffServer, HandoffClient]:
+    """A processor's hand-off server on ``socket_path`` (30 s leases), started, and a
+    receiver's client of it."""
     server = HandoffServer(
         handoff_path(socket_path),
         owners=[proc.owner],
@@ -115,6 +112,16 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
     await server.start()
     client = HandoffClient([socket_path])
     await client.start()
+    return server, client
+
+
+async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with_no_claim(
+    engine: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed = Claims(monkeypatch)
+    seen = Seen()
+    proc = processor(engine, seen, concurrency=8, batch_size=16)
+    server, client = await handing_to(proc, socket_path)
     woken: list[str] = []
 
     async def on_commit(ids: Sequence[str]) -> None:
@@ -180,16 +187,7 @@ async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pend
     claimed = Claims(monkeypatch)
     seen = Seen()
     proc = processor(engine, seen, concurrency=1, batch_size=1)  # room for 3 at most
-    server = HandoffServer(
-        handoff_path(socket_path),
-        owners=[proc.owner],
-        lease_s=30.0,
-        accept=proc.accept,
-        room=proc.has_room,
-    )
-    await server.start()
-    client = HandoffClient([socket_path])
-    await client.start()
+    server, client = await handing_to(proc, socket_path)
     woken: list[str] = []
     # What wakes the processor for events committed pending, as in a processor process.
     consumer = InProcessConsumer(proc, sweep_s=30)

@@ -25,6 +25,7 @@ from store.models import RECONCILE_RUNS, RECONCILE_STATE
 from tests.support import handlers
 from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.data import engine_of
+from tests.support.handlers import github_source
 from tests.support.server import HookdServer, free_port
 from tests.support.services import require_tool
 from tests.support.waiting import wait_for
@@ -73,18 +74,9 @@ async def wait_status(url: str, event_id: str, want: str, timeout_s: float = 10)
 
 
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "admin-browser.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:until_fixed"]
-max_attempts = 1
-"""
+    return github_source(
+        tmp_path / "admin-browser.toml", "tests.support.handlers:until_fixed", "max_attempts = 1\n"
     )
-    return path
 
 
 def path_of(page: Page) -> str:

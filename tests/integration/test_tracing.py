@@ -28,6 +28,7 @@ from tests.support import destinations
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
 from tests.support.destinations import Destination, whsec
+from tests.support.handlers import github_source
 from tests.support.http import serve_app
 from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdServer, HookdWorker, RedisServer
@@ -123,21 +124,11 @@ FAILS_ONCE = "tests.support.handlers:fails_once"
 
 
 def config(tmp_path: Path, forward_url: str) -> Path:
-    path = tmp_path / "tracing.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["{FAILS_ONCE}"]
-[sources.forward]
-url = "{forward_url}"
-allow_insecure = true
-secret = "{whsec("forward")}"
-"""
+    forward = (
+        f'[sources.forward]\nurl = "{forward_url}"\nallow_insecure = true\n'
+        f'secret = "{whsec("forward")}"\n'
     )
-    return path
+    return github_source(tmp_path / "tracing.toml", FAILS_ONCE, forward)
 
 
 async def test_one_github_delivery_is_one_trace_across_receiver_worker_and_forward(

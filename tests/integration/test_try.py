@@ -18,7 +18,7 @@ from hookd.event import idempotency_key
 from hookd.providers.signing import sample_event
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar
-from tests.support.handlers import prepare
+from tests.support.handlers import github_source, prepare
 from tests.support.server import ROOT, HookdServer
 from tests.support.waiting import wait_for
 
@@ -29,18 +29,7 @@ SUMMARISE = "tests.support.try_handlers:summarise"
 
 
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "hookd.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["{FAILING}"]
-max_attempts = 1
-"""
-    )
-    return path
+    return github_source(tmp_path / "hookd.toml", FAILING, "max_attempts = 1\n")
 
 
 def hookd_try(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -48,20 +48,28 @@ def _engine() -> AsyncEngine:
     return _engines[loop_id]
 
 
-def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
-    """A sources file with one GitHub source whose handler is ``NAME`` of this module."""
-    path = tmp_path / "pipeline.toml"
+def github_source(path: Path, handler: str, extra: str = "") -> Path:
+    """``path``, written as a sources file of one GitHub source that runs ``handler``
+    (``module:name``), with ``extra`` added to its table."""
     path.write_text(
         f"""
 [[sources]]
 name = "github"
 provider = "github"
 secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:{handler}"]
-max_attempts = {max_attempts}
-"""
+handlers = ["{handler}"]
+{extra}"""
     )
     return path
+
+
+def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
+    """A sources file with one GitHub source whose handler is ``NAME`` of this module."""
+    return github_source(
+        tmp_path / "pipeline.toml",
+        f"tests.support.handlers:{handler}",
+        f"max_attempts = {max_attempts}\n",
+    )
 
 
 async def prepare(url: str) -> None:

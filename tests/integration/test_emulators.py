@@ -10,7 +10,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,7 +24,7 @@ from tests.support import emulator_servers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
-from tests.support.emulator_servers import Clock, Servers, Target
+from tests.support.emulator_servers import Clock, Target
 from tests.support.emulators import (
     GITHUB_SUMMARY_FIELDS,
     GitHubEmulator,
@@ -47,12 +47,7 @@ DAY = 86400
 anyio_backend = emulator_servers.anyio_backend
 servers = emulator_servers.servers
 serve = emulator_servers.serve
-
-
-@pytest.fixture
-def target(servers: Servers) -> Iterator[tuple[Target, str]]:
-    """A recording webhook receiver on the module's second server: (recorder, URL)."""
-    yield from emulator_servers.recording(servers, webhook_key)
+target = emulator_servers.recording_target(webhook_key)
 
 
 def auth(token: str) -> dict[str, str]:

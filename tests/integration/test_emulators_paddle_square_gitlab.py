@@ -31,7 +31,7 @@ from square.core.api_error import ApiError as SquareApiError
 from square.utils.webhooks_helper import verify_signature
 
 from tests.support import emulator_servers
-from tests.support.emulator_servers import Clock, Servers, Target
+from tests.support.emulator_servers import Clock, Target
 from tests.support.emulators_paddle_square_gitlab import (
     GITLAB_LOG_FIELDS,
     PADDLE_FIELDS,
@@ -56,12 +56,7 @@ DAY = 86400
 anyio_backend = emulator_servers.anyio_backend
 servers = emulator_servers.servers
 serve = emulator_servers.serve
-
-
-@pytest.fixture
-def target(servers: Servers) -> Iterator[tuple[Target, str]]:
-    """A recording webhook receiver on the module's second server: (recorder, URL)."""
-    yield from emulator_servers.recording(servers, webhook_key)
+target = emulator_servers.recording_target(webhook_key)
 
 
 @dataclass

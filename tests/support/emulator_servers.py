@@ -2,16 +2,13 @@
 emulator a test plugs in (``serve``), the other records the webhooks an emulator sends
 (``target``). Starting uvicorn once a module instead of once a test saves ~0.2 s a test.
 
-A test module takes the fixtures by assignment (importing them would shadow them)::
+A test module takes the fixtures by assignment (importing them would shadow them),
+``target`` made for its emulators' ``webhook_key``::
 
     anyio_backend = emulator_servers.anyio_backend
     servers = emulator_servers.servers
     serve = emulator_servers.serve
-
-
-    @pytest.fixture
-    def target(servers: Servers) -> Iterator[tuple[Target, str]]:
-        yield from emulator_servers.recording(servers, webhook_key)
+    target = emulator_servers.recording_target(webhook_key)
 """
 
 from __future__ import annotations
@@ -99,11 +96,16 @@ def serve(servers: Servers) -> Iterator[Callable[[Any], str]]:
     swap.app = None
 
 
-def recording(servers: Servers, key_of: KeyOf) -> Iterator[tuple[Target, str]]:
-    """The body of a module's ``target`` fixture: a recording webhook receiver on the
-    module's second server, as (recorder, URL), its keys read with ``key_of``."""
-    swap, url = servers[1]
-    recorder = Target(key_of)
-    swap.app = Starlette(routes=[Route("/in", recorder.endpoint, methods=["POST"])])
-    yield recorder, url + "/in"
-    swap.app = None
+def recording_target(key_of: KeyOf) -> Any:
+    """A module's ``target`` fixture: a recording webhook receiver on the module's second
+    server, as (recorder, URL), its keys read with ``key_of``."""
+
+    @pytest.fixture
+    def target(servers: Servers) -> Iterator[tuple[Target, str]]:
+        swap, url = servers[1]
+        recorder = Target(key_of)
+        swap.app = Starlette(routes=[Route("/in", recorder.endpoint, methods=["POST"])])
+        yield recorder, url + "/in"
+        swap.app = None
+
+    return target

@@ -1,17 +1,26 @@
-"""Shared fixtures: databases (SQLite and real PostgreSQL), sources, signing; and the
-list of files tests kept as artifacts, printed at the end of a run."""
+"""Shared fixtures: databases (SQLite and real PostgreSQL) and an engine on them,
+sources, signing; and the list of files tests kept as artifacts, printed at the end of
+a run.
+
+``db_url`` (and ``engine`` on it) runs a test on both databases, each fresh and
+migrated to head: SQLite in the test's own folder, PostgreSQL cloned from a template
+migrated once a session. ``tests.support.services.ONLY_SQLITE`` / ``ONLY_POSTGRES`` narrow
+a test (or a module's ``pytestmark``) to one of them. Without PostgreSQL a laptop skips
+what needs it; under ``CI=true`` it fails instead (``tests.support.services``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.sources import Sources, parse_sources
 from store import migrate
 from tests.support import services
 from tests.support.constants import SOURCES_TOML
+from tests.support.data import engine_of
 
 
 @pytest.fixture
@@ -59,6 +68,13 @@ def db_url(request: pytest.FixtureRequest) -> str:
     name = "sqlite_url" if request.param == "sqlite" else "pg_url"
     url: str = request.getfixturevalue(name)
     return url
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """hookd's engine on the test's database (``db_url``), disposed after the test."""
+    async with engine_of(db_url) as eng:
+        yield eng
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -27,10 +27,10 @@ from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator
-from tests.support.emulators_more import GitLabEmulator, PaddleEmulator
+from tests.support.emulators_paddle_square_gitlab import GitLabEmulator, PaddleEmulator
 from tests.support.http import serve_app
 from tests.support.logcapture import captured
-from tests.support.waiting import wait_for
+from tests.support.reconcile_world import run_to_end
 
 pytestmark = pytest.mark.anyio
 TOKEN = "ack-audit-token"
@@ -90,19 +90,7 @@ class World:
         return await self.emulator.send_webhooks(self.client, url, self.secret, drop=drop)
 
     async def reconcile(self, dry_run: bool = False) -> dict[str, Any]:
-        query = "?dry_run=true" if dry_run else ""
-        started = await self.client.post(
-            f"/api/sources/{self.provider}/reconcile{query}", headers=AUTH
-        )
-        assert started.status_code == 202, started.text
-        path = f"/api/reconcile-runs/{started.json()['id']}"
-
-        async def done() -> dict[str, Any]:
-            run: dict[str, Any] = (await self.client.get(path, headers=AUTH)).json()
-            return run if run["done"] else {}
-
-        run: dict[str, Any] = await wait_for(done, timeout_s=60, interval_s=0.05)
-        return run
+        return await run_to_end(self.client, self.provider, AUTH, dry_run=dry_run)
 
     async def violations_metric(self) -> float:
         text = (await self.client.get("/metrics", headers=AUTH)).text

@@ -13,7 +13,6 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,18 +27,18 @@ from hookd.providers.signing import sample_event
 from hookd.providers.standard import standard_headers
 from hookd.sources import Sources, parse_sources
 from hookd.web import admin, admin_session
-from store import db
 from store import reconcile as rstate
 from store.models import EVENTS
+from tests.support import admin as admin_ui
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio
 TOKEN = "admin-ui-token"
 STRIPE_KEY = "sk_test_hookd_admin"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 HOSTILE = "<script>alert(1)</script>"
 
 GET_PAGES = [
@@ -57,13 +56,6 @@ POST_ACTIONS = [
     "/admin/sources/github/enable",
     "/admin/logout",
 ]
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def status_of(engine: AsyncEngine, event_id: str) -> str:
@@ -96,20 +88,8 @@ async def dead_event(client: httpx.AsyncClient, engine: AsyncEngine, source: str
 
 
 async def login(client: httpx.AsyncClient, token: str = TOKEN) -> str:
-    """Log in; the CSRF token of the new session."""
-    response = await client.post("/admin/login", data={"token": token})
-    assert response.status_code == 303, response.text
-    page = await client.get("/admin")
-    assert page.status_code == 200
-    match = CSRF_RE.search(page.text)
-    assert match
-    return match.group(1)
-
-
-def csrf_of(html: str) -> str:
-    match = CSRF_RE.search(html)
-    assert match
-    return match.group(1)
+    """Log in (with this module's admin token unless told); the session's CSRF token."""
+    return await admin_ui.login(client, token)
 
 
 async def test_without_a_session_every_page_redirects_to_login_and_shows_nothing(
@@ -287,31 +267,28 @@ async def test_replay_with_csrf_makes_the_dead_event_processed_on_the_same_row(
 
 
 async def test_replay_all_dead_for_a_source(sources: Sources, sqlite_url: str) -> None:
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
-            ids = [await dead_event(client, engine) for _ in range(3)]
-            other = await dead_event(client, engine, source="stripe")
-            csrf = await login(client)
-            nothing = await client.post("/admin/sources/slack/replay-dead", data={"csrf": csrf})
-            assert nothing.headers["location"] == "/admin/dead?error=nothing_dead"
-            done = await client.post(
-                "/admin/sources/github/replay-dead",
-                data={"csrf": csrf, "back": "/admin/dead?source=github"},
-            )
-            assert done.status_code == 303
-            assert done.headers["location"] == (
-                "/admin/dead?source=github&done=replayed_many&count=3"
-            )
-            for event_id in ids:
-                await wait_status(engine, event_id, "processed")
-            assert await status_of(engine, other) == "dead"
-            page = await client.get(done.headers["location"])
-            assert "Replayed 3 dead event(s)." in page.text
-            unknown = await client.post("/admin/sources/nope/replay-dead", data={"csrf": csrf})
-            assert unknown.status_code == 404
-    finally:
-        await engine.dispose()
+    async with (
+        engine_of(sqlite_url) as engine,
+        running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client),
+    ):
+        ids = [await dead_event(client, engine) for _ in range(3)]
+        other = await dead_event(client, engine, source="stripe")
+        csrf = await login(client)
+        nothing = await client.post("/admin/sources/slack/replay-dead", data={"csrf": csrf})
+        assert nothing.headers["location"] == "/admin/dead?error=nothing_dead"
+        done = await client.post(
+            "/admin/sources/github/replay-dead",
+            data={"csrf": csrf, "back": "/admin/dead?source=github"},
+        )
+        assert done.status_code == 303
+        assert done.headers["location"] == ("/admin/dead?source=github&done=replayed_many&count=3")
+        for event_id in ids:
+            await wait_status(engine, event_id, "processed")
+        assert await status_of(engine, other) == "dead"
+        page = await client.get(done.headers["location"])
+        assert "Replayed 3 dead event(s)." in page.text
+        unknown = await client.post("/admin/sources/nope/replay-dead", data={"csrf": csrf})
+        assert unknown.status_code == 404
 
 
 async def test_events_pages_filter_and_page_older_newest_first(
@@ -471,89 +448,84 @@ secrets = ["{SECRETS["github"]}"]
 async def test_reconcile_now_creates_a_run_and_enable_reenables(sqlite_url: str) -> None:
     emulator = StripeEmulator(STRIPE_KEY)
     emulator.add_events(3, start=time.time() - 600, step_s=1.0)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with (
-            serve_app(emulator.app) as api_url,
-            running_app(
-                reconciled_sources(api_url),
-                sqlite_url,
-                admin_token=TOKEN,
-                reconcile_schedule=False,
-            ) as (_, client),
-        ):
-            csrf = await login(client)
-            page = await client.get("/admin")
-            assert "/admin/sources/stripe/reconcile" in page.text
-            assert "/admin/sources/github/reconcile" not in page.text  # not reconciled
+    async with (
+        engine_of(sqlite_url) as engine,
+        serve_app(emulator.app) as api_url,
+        running_app(
+            reconciled_sources(api_url),
+            sqlite_url,
+            admin_token=TOKEN,
+            reconcile_schedule=False,
+        ) as (_, client),
+    ):
+        csrf = await login(client)
+        page = await client.get("/admin")
+        assert "/admin/sources/stripe/reconcile" in page.text
+        assert "/admin/sources/github/reconcile" not in page.text  # not reconciled
 
-            started = await client.post("/admin/sources/stripe/reconcile", data={"csrf": csrf})
-            assert started.status_code == 303
-            match = re.fullmatch(
-                r"/admin/runs/([0-9A-Z]{26})\?done=reconcile_started",
-                started.headers["location"],
-            )
-            assert match, started.headers["location"]
-            run_id = match.group(1)
-            deadline = time.monotonic() + 15
-            while True:
-                run_page = await client.get(started.headers["location"])
-                assert run_page.status_code == 200
-                if "status-succeeded" in run_page.text:
-                    break
-                assert "status-failed" not in run_page.text, run_page.text
-                assert 'http-equiv="refresh"' in run_page.text  # refreshes itself while running
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
-            assert "Reconciliation run started." in run_page.text
-            async with engine.connect() as conn:
-                row = await rstate.get_run(conn, run_id)
-            assert row is not None
-            assert (row.trigger, row.items_missing, row.items_repaired) == ("api", 3, 3)
-            runs = await client.get("/admin/runs?source=stripe")
-            assert f'href="/admin/runs/{run_id}"' in runs.text
+        started = await client.post("/admin/sources/stripe/reconcile", data={"csrf": csrf})
+        assert started.status_code == 303
+        match = re.fullmatch(
+            r"/admin/runs/([0-9A-Z]{26})\?done=reconcile_started",
+            started.headers["location"],
+        )
+        assert match, started.headers["location"]
+        run_id = match.group(1)
+        deadline = time.monotonic() + 15
+        while True:
+            run_page = await client.get(started.headers["location"])
+            assert run_page.status_code == 200
+            if "status-succeeded" in run_page.text:
+                break
+            assert "status-failed" not in run_page.text, run_page.text
+            assert 'http-equiv="refresh"' in run_page.text  # refreshes itself while running
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        assert "Reconciliation run started." in run_page.text
+        async with engine.connect() as conn:
+            row = await rstate.get_run(conn, run_id)
+        assert row is not None
+        assert (row.trigger, row.items_missing, row.items_repaired) == ("api", 3, 3)
+        runs = await client.get("/admin/runs?source=stripe")
+        assert f'href="/admin/runs/{run_id}"' in runs.text
 
-            not_configured = await client.post(
-                "/admin/sources/github/reconcile", data={"csrf": csrf}
-            )
-            assert not_configured.headers["location"] == "/admin?error=not_configured"
-            unknown = await client.post("/admin/sources/nope/reconcile", data={"csrf": csrf})
-            assert unknown.status_code == 404
+        not_configured = await client.post("/admin/sources/github/reconcile", data={"csrf": csrf})
+        assert not_configured.headers["location"] == "/admin?error=not_configured"
+        unknown = await client.post("/admin/sources/nope/reconcile", data={"csrf": csrf})
+        assert unknown.status_code == 404
 
-            # Disabled after authentication failures: shown with its reason, then enabled.
-            async with engine.begin() as conn:
-                await rstate.update_state(
-                    conn,
-                    "stripe",
-                    None,
-                    disabled=True,
-                    disabled_reason="3 authentication failures in a row",
-                    auth_failures=3,
-                )
-            page = await client.get("/admin")
-            assert "status-disabled" in page.text
-            assert "3 authentication failures in a row" in page.text
-            assert "/admin/sources/stripe/enable" in page.text
-            assert "/admin/sources/stripe/reconcile" not in page.text
-            refused = await client.post("/admin/sources/stripe/enable", data={"csrf": "no"})
-            assert refused.status_code == 403
-            async with engine.connect() as conn:
-                state = await rstate.get_state(conn, "stripe")
-            assert state is not None and state.disabled
-            enabled = await client.post(
-                "/admin/sources/stripe/enable", data={"csrf": csrf, "back": "/admin"}
+        # Disabled after authentication failures: shown with its reason, then enabled.
+        async with engine.begin() as conn:
+            await rstate.update_state(
+                conn,
+                "stripe",
+                None,
+                disabled=True,
+                disabled_reason="3 authentication failures in a row",
+                auth_failures=3,
             )
-            assert enabled.headers["location"] == "/admin?done=enabled"
-            async with engine.connect() as conn:
-                state = await rstate.get_state(conn, "stripe")
-            assert state is not None and not state.disabled and state.auth_failures == 0
-            page = await client.get(enabled.headers["location"])
-            assert "status-active" in page.text
-            assert "Reconciliation enabled again." in page.text
-            assert "/admin/sources/stripe/enable" not in page.text
-            assert "/admin/sources/stripe/reconcile" in page.text
-    finally:
-        await engine.dispose()
+        page = await client.get("/admin")
+        assert "status-disabled" in page.text
+        assert "3 authentication failures in a row" in page.text
+        assert "/admin/sources/stripe/enable" in page.text
+        assert "/admin/sources/stripe/reconcile" not in page.text
+        refused = await client.post("/admin/sources/stripe/enable", data={"csrf": "no"})
+        assert refused.status_code == 403
+        async with engine.connect() as conn:
+            state = await rstate.get_state(conn, "stripe")
+        assert state is not None and state.disabled
+        enabled = await client.post(
+            "/admin/sources/stripe/enable", data={"csrf": csrf, "back": "/admin"}
+        )
+        assert enabled.headers["location"] == "/admin?done=enabled"
+        async with engine.connect() as conn:
+            state = await rstate.get_state(conn, "stripe")
+        assert state is not None and not state.disabled and state.auth_failures == 0
+        page = await client.get(enabled.headers["location"])
+        assert "status-active" in page.text
+        assert "Reconciliation enabled again." in page.text
+        assert "/admin/sources/stripe/enable" not in page.text
+        assert "/admin/sources/stripe/reconcile" in page.text
 
 
 def retention_sources() -> Sources:
@@ -610,9 +582,8 @@ async def test_sources_page_shows_retention_and_the_age_of_the_oldest_kept_event
     the provider's redelivery horizon, and how old its oldest kept event is: flagged
     when it is a day past the longer of keep_events_days and keep_dead_days, as the
     alert HookdPruneNotRunning does. Read-only sessions see it too."""
-    engine = db.create_engine(sqlite_url)
     now = time.time()
-    try:
+    async with engine_of(sqlite_url) as engine:
         async with running_app(
             retention_sources(), sqlite_url, admin_token=TOKEN, reconcile_schedule=False
         ) as (_, client):
@@ -665,5 +636,3 @@ async def test_sources_page_shows_retention_and_the_age_of_the_oldest_kept_event
             assert retention_row(page.text, "github")[6].startswith("91d 12h A day past")
             assert retention_row(page.text, "stripe")[4].startswith("45 days at least 30.003")
             assert '<form method="post" action="/admin/sources' not in page.text
-    finally:
-        await engine.dispose()

@@ -18,12 +18,14 @@ from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.providers.signing import sample_event
-from store import audit, db
+from store import audit
 from store import reconcile as rstate
 from store.ids import new_id
 from store.models import RECONCILE_RUNS, RECONCILE_STATE
 from tests.support import handlers
 from tests.support.constants import SECRETS, STANDARD_SECRET
+from tests.support.data import engine_of
+from tests.support.handlers import github_source
 from tests.support.server import HookdServer, free_port
 from tests.support.services import require_tool
 from tests.support.waiting import wait_for
@@ -42,8 +44,7 @@ CHROMIUM_ARGS = [
 
 
 async def set_broken(url: str, broken: bool) -> None:
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         await handlers.create_tables(engine)
         async with engine.begin() as conn:
             await conn.execute(sa.text("DELETE FROM switches WHERE name = 'broken'"))
@@ -51,20 +52,15 @@ async def set_broken(url: str, broken: bool) -> None:
                 sa.text("INSERT INTO switches (name, value) VALUES ('broken', :v)"),
                 {"v": int(broken)},
             )
-    finally:
-        await engine.dispose()
 
 
 async def status_of(url: str, event_id: str) -> str:
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         async with engine.connect() as conn:
             status = await conn.scalar(
                 sa.text("SELECT status FROM events WHERE id = :id"), {"id": event_id}
             )
         return str(status)
-    finally:
-        await engine.dispose()
 
 
 async def wait_status(url: str, event_id: str, want: str, timeout_s: float = 10) -> None:
@@ -78,18 +74,9 @@ async def wait_status(url: str, event_id: str, want: str, timeout_s: float = 10)
 
 
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "admin-browser.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:until_fixed"]
-max_attempts = 1
-"""
+    return github_source(
+        tmp_path / "admin-browser.toml", "tests.support.handlers:until_fixed", "max_attempts = 1\n"
     )
-    return path
 
 
 def path_of(page: Page) -> str:
@@ -244,34 +231,30 @@ secrets = ["{SECRETS["slack"]}"]
 async def seed_reconcile_states(url: str) -> None:
     """github: drift with long problems; stripe: could not check, and disabled by hand
     with a long reason; both with a failed last run."""
-    engine = db.create_engine(url)
     now = datetime.now(UTC)
-    try:
-        async with engine.begin() as conn:
-            for source in ("github-enterprise-main", "stripe-payments-eu"):
-                await rstate.ensure_state(conn, source, now)
-                await insert_run_row(conn, source, now)
-            await audit.record_registration(
-                conn, "github-enterprise-main", ok=False, now=now, registered={},
-                problems=[
-                    "the hook posts to https://old-host.example.com/hooks/github?…, not to "
-                    "the source's public_url https://hookd.example/hooks/github-enterprise-main",
-                    "the hook does not send issues.opened, pull_request.*, release.*, which "
-                    "the source's handlers or destinations take",
-                ],
-            )  # fmt: skip
-            await audit.record_registration(
-                conn, "stripe-payments-eu", ok=False, problems=(), registered={}, now=now,
-                unread="provider_unreachable: connect timeout: GET https://api.stripe.com/"
-                "v1/webhook_endpoints (gave up after 4 attempts)",
-            )  # fmt: skip
-            await audit.disable(
-                conn, "stripe-payments-eu", by="admin session:admin", now=now,
-                reason="the provider's API keys are being rotated by the payments team; "
-                "re-enable after the change window closes on Friday",
-            )  # fmt: skip
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        for source in ("github-enterprise-main", "stripe-payments-eu"):
+            await rstate.ensure_state(conn, source, now)
+            await insert_run_row(conn, source, now)
+        await audit.record_registration(
+            conn, "github-enterprise-main", ok=False, now=now, registered={},
+            problems=[
+                "the hook posts to https://old-host.example.com/hooks/github?…, not to "
+                "the source's public_url https://hookd.example/hooks/github-enterprise-main",
+                "the hook does not send issues.opened, pull_request.*, release.*, which "
+                "the source's handlers or destinations take",
+            ],
+        )  # fmt: skip
+        await audit.record_registration(
+            conn, "stripe-payments-eu", ok=False, problems=(), registered={}, now=now,
+            unread="provider_unreachable: connect timeout: GET https://api.stripe.com/"
+            "v1/webhook_endpoints (gave up after 4 attempts)",
+        )  # fmt: skip
+        await audit.disable(
+            conn, "stripe-payments-eu", by="admin session:admin", now=now,
+            reason="the provider's API keys are being rotated by the payments team; "
+            "re-enable after the change window closes on Friday",
+        )  # fmt: skip
 
 
 async def insert_run_row(conn: AsyncConnection, source: str, now: datetime) -> None:

@@ -16,12 +16,13 @@ import sqlalchemy as sa
 from hookd.sources import parse_sources
 from hookd.web import admin_charts
 from hookd.web.admin_charts import Chart, Line, render
-from store import activity, db
+from store import activity
 from store import coverage as coverage_ledger
 from store.ids import id_floor
 from tests.support.activity_data import event_row, insert_rows, insert_run
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.anyio
 
@@ -41,13 +42,10 @@ async def test_activity_counts_received_processed_and_lag_per_minute(db_url: str
     old = now - timedelta(hours=30)
     rows.append(event_row("github", old, now - timedelta(hours=10), 20))
     rows.append(event_row("stripe", a, a + timedelta(seconds=5), 21))
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         await insert_rows(engine, rows)
         async with engine.connect() as conn:
             got = await activity.minutes(conn, "github", now - timedelta(hours=24))
-    finally:
-        await engine.dispose()
     assert got.received == {minute_of(a): 3, minute_of(b): 2}
     # Processed 60, 70 and 100 s after a (a is at :30): minutes a+1 (two) and a+2 (one).
     assert got.processed == {minute_of(a) + 1: 2, minute_of(a) + 2: 1}
@@ -58,16 +56,13 @@ async def test_activity_counts_received_processed_and_lag_per_minute(db_url: str
 
 async def test_activity_lists_the_runs_of_the_range_oldest_first(db_url: str) -> None:
     now = datetime.now(UTC)
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         await insert_run(engine, "stripe", now - timedelta(hours=30), missing=9, late=9)
         first = await insert_run(engine, "stripe", now - timedelta(hours=3), missing=2, late=1)
         second = await insert_run(engine, "stripe", now - timedelta(hours=1), missing=0, late=0)
         await insert_run(engine, "github", now - timedelta(hours=1), missing=5, late=0)
         async with engine.connect() as conn:
             runs = await activity.runs(conn, "stripe", now - timedelta(hours=24))
-    finally:
-        await engine.dispose()
     assert [(r.id, r.missing, r.late) for r in runs] == [(first, 2, 1), (second, 0, 0)]
 
 
@@ -76,27 +71,23 @@ async def test_activity_queries_are_bounded_index_ranges_on_postgres(pg_url: str
     """Each query's range is an index condition on (source, id): it reads the source's
     last day of the index, and only today's and yesterday's partitions."""
     since = datetime.now(UTC) - timedelta(hours=24)
-    engine = db.create_engine(pg_url)
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(sa.text("SET enable_seqscan = off"))
-            plans = []
-            for sql in (
-                "SELECT count(*) FROM events WHERE source = :source AND id >= :floor "
-                "AND received_at >= :since",
-                "SELECT count(*) FROM events WHERE source = :source AND id >= :floor "
-                "AND processed_at IS NOT NULL AND processed_at >= :since",
-                "SELECT id FROM reconcile_runs WHERE source = :source AND id >= :floor "
-                "ORDER BY id DESC LIMIT 500",
-            ):
-                explained = await conn.execute(
-                    sa.text("EXPLAIN (FORMAT JSON) " + sql),
-                    {"source": "github", "floor": id_floor(int(since.timestamp() * 1000)),
-                     "since": since},
-                )  # fmt: skip
-                plans.append(json.dumps(explained.scalar()))
-    finally:
-        await engine.dispose()
+    async with engine_of(pg_url) as engine, engine.connect() as conn:
+        await conn.execute(sa.text("SET enable_seqscan = off"))
+        plans = []
+        for sql in (
+            "SELECT count(*) FROM events WHERE source = :source AND id >= :floor "
+            "AND received_at >= :since",
+            "SELECT count(*) FROM events WHERE source = :source AND id >= :floor "
+            "AND processed_at IS NOT NULL AND processed_at >= :since",
+            "SELECT id FROM reconcile_runs WHERE source = :source AND id >= :floor "
+            "ORDER BY id DESC LIMIT 500",
+        ):
+            explained = await conn.execute(
+                sa.text("EXPLAIN (FORMAT JSON) " + sql),
+                {"source": "github", "floor": id_floor(int(since.timestamp() * 1000)),
+                 "since": since},
+            )  # fmt: skip
+            plans.append(json.dumps(explained.scalar()))
     for plan in plans:
         conds = re.findall(r'"Index Cond": "([^"]*)"', plan)
         assert conds, plan
@@ -169,8 +160,7 @@ token = "sk_test_timeline"
     sources = parse_sources(path.read_text(), path, env={})
     now = datetime.now(UTC).replace(microsecond=0)
     hours = [now - timedelta(hours=h) for h in (10, 8, 7, 5, 4, 3)]
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         runs = [await insert_run(engine, "stripe", at, missing=0, late=0) for at in hours[1:]]
         async with engine.begin() as conn:
             for (start, end), outcome, run_id, reason in [
@@ -184,8 +174,6 @@ token = "sk_test_timeline"
                     conn, source="stripe", start=start, end=end, outcome=outcome, now=now,
                     run_id=run_id, repaired=2 if outcome == "repaired" else 0, reason=reason,
                 )  # fmt: skip
-    finally:
-        await engine.dispose()
     since, until = (at.isoformat().replace("+00:00", "Z") for at in (hours[0], now))
     async with running_app(
         sources, db_url, admin_token=COVERAGE_TOKEN, reconcile_schedule=False

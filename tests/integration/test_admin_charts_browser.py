@@ -24,10 +24,11 @@ import pytest
 from playwright.async_api import ConsoleMessage, async_playwright, expect
 
 from hookd.providers.signing import sample_event
-from store import coverage, db
+from store import coverage
 from tests.integration.test_admin_browser import CHROMIUM_ARGS
 from tests.support.activity_data import event_row, insert_rows, insert_run
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.server import HookdServer, free_port
 from tests.support.services import require_tool
 
@@ -73,8 +74,7 @@ async def seed_day(url: str, now: datetime) -> None:
             received = at + timedelta(seconds=rng.uniform(0, 59))
             lag = rng.uniform(300, 900) if backlog else rng.uniform(0.2, 6)
             rows.append(event_row("stripe", received, received + timedelta(seconds=lag), len(rows)))
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         await insert_rows(engine, rows)
         for half_hour in range(48, 0, -1):
             missing = rng.choice([0, 0, 0, 1, 2, 4])
@@ -89,8 +89,6 @@ async def seed_day(url: str, now: datetime) -> None:
                     now=started, run_id=run_id, repaired=missing,
                     reason="provider answered 500" if half_hour == 10 else None,
                 )  # fmt: skip
-    finally:
-        await engine.dispose()
 
 
 def artifacts(tmp_path: Path) -> Path:
@@ -213,8 +211,7 @@ async def test_failed_runs_have_their_own_colour_and_legend_entry_in_the_browser
     coverage timeline's failed holes share that colour."""
     chromium = require_tool("chromium")
     now = datetime.now(UTC)
-    engine = db.create_engine(sqlite_url)
-    try:
+    async with engine_of(sqlite_url) as engine:
         for hour in range(12, 0, -1):
             started = now - timedelta(hours=hour)
             failed = hour <= 7
@@ -229,8 +226,6 @@ async def test_failed_runs_have_their_own_colour_and_legend_entry_in_the_browser
                     outcome="failed" if failed else "complete", now=started, run_id=None,
                     reason="provider_unreachable" if failed else None,
                 )  # fmt: skip
-    finally:
-        await engine.dispose()
     env = {
         "HOOKD_CONFIG": str(config(tmp_path)),
         "HOOKD_DATABASE_URL": sqlite_url,

@@ -17,11 +17,11 @@ import sqlalchemy as sa
 from hookd.sources import Sources
 from hookd.web.admin_session import COOKIE, LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_S
 from hookd.web.auth_limit import AuthLimit
-from store import db
 from store.models import ADMIN_LOGIN_FAILURES, ADMIN_SESSIONS
 from tests.support import services
 from tests.support.asgi import running_app
 from tests.support.constants import SOURCES_TOML
+from tests.support.data import engine_of
 from tests.support.server import HookdServer
 
 pytestmark = pytest.mark.anyio
@@ -112,8 +112,7 @@ def test_refused_logins_from_one_address_get_429_with_retry_after_in_every_proce
 
 
 async def test_the_login_limit_counts_a_sliding_window_per_address(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         limit = AuthLimit(engine, per_client=5, overall=50, window_s=60)
         for i in range(5):
             at = T0 + timedelta(seconds=i)
@@ -141,8 +140,6 @@ async def test_the_login_limit_counts_a_sliding_window_per_address(db_url: str) 
         assert await limit.wait_s("10.0.0.1", then) == 1
         await limit.release(reserved.attempt)
         assert await limit.wait_s("10.0.0.1", then) is None
-    finally:
-        await engine.dispose()
 
 
 async def test_a_session_past_its_expiry_in_the_database_is_refused(

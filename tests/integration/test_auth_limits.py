@@ -25,11 +25,12 @@ from hookd.ops import EventOps
 from hookd.sources import Sources
 from hookd.web.admin_session import SECURITY_HEADERS
 from hookd.web.auth_limit import OVERALL, PER_CLIENT, WINDOW_S
-from store import db, migrate
+from store import migrate
 from store.models import ADMIN_LOGIN_FAILURES
 from tests.support import services
 from tests.support.asgi import running_app
 from tests.support.constants import SOURCES_TOML
+from tests.support.data import engine_of
 from tests.support.server import HookdServer
 
 pytestmark = pytest.mark.anyio
@@ -79,12 +80,8 @@ def served(
 async def server(served: tuple[HookdServer, str]) -> HookdServer:
     """The module's server with no token check counted yet (the limit's rows deleted)."""
     running, url = served
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(ADMIN_LOGIN_FAILURES.delete())
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await conn.execute(ADMIN_LOGIN_FAILURES.delete())
     return running
 
 

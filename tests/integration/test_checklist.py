@@ -19,17 +19,17 @@ from prometheus_client import REGISTRY
 
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import claims, db
+from store import claims
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
-from tests.integration.test_admin import login
-from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
+from tests.support.admin import login
 from tests.support.asgi import running_app
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 
 pytestmark = pytest.mark.anyio
 TOKEN = "checklist-token"
@@ -41,22 +41,14 @@ def sample(name: str, **labels: str) -> float:
 
 
 async def stored(url: str, keys: list[str], source: str = "github") -> list[str]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            done = await insert_events(conn, [new_event(k, source) for k in keys], BodyCipher(""))
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        done = await insert_events(conn, [new_event(k, source) for k in keys], BodyCipher(""))
     return [s.event_id for s in done]
 
 
 async def set_rows(url: str, event_id: str, **values: Any) -> None:
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(sa.update(EVENTS).where(EVENTS.c.id == event_id).values(**values))
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await conn.execute(sa.update(EVENTS).where(EVENTS.c.id == event_id).values(**values))
 
 
 async def test_the_admin_lists_stuck_and_many_attempt_events(sources: Sources, db_url: str) -> None:
@@ -106,18 +98,13 @@ async def test_the_admin_lists_stuck_and_many_attempt_events(sources: Sources, d
         nav = (await client.get("/admin")).text
         assert 'href="/admin/stuck"' in nav and 'href="/admin/retried"' in nav
     # Looking changed nothing.
-    engine = db.create_engine(db_url)
-    try:
-        async with engine.connect() as conn:
-            status = await conn.scalar(sa.select(EVENTS.c.status).where(EVENTS.c.id == stuck))
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.connect() as conn:
+        status = await conn.scalar(sa.select(EVENTS.c.status).where(EVENTS.c.id == stuck))
     assert status == "processing"
 
 
 async def test_claims_and_lease_takeovers_are_counted(sources: Sources, pg_url: str) -> None:
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         processor = Processor(engine, sources, {}, BodyCipher(""), lease_s=30)
         claims_before = sample("hookd_claims_total", source="github")
         takeovers_before = sample("hookd_lease_takeovers_total", source="github")
@@ -137,8 +124,6 @@ async def test_claims_and_lease_takeovers_are_counted(sources: Sources, pg_url: 
         assert await processor.run_once() == 1
         assert sample("hookd_lease_takeovers_total", source="github") == takeovers_before + 1
         assert sample("hookd_claims_total", source="github") == claims_before + 3
-    finally:
-        await engine.dispose()
 
 
 def metric(text: str, name: str, source: str) -> float:
@@ -152,9 +137,7 @@ async def test_reconcile_duplicates_duration_runs_started_and_overdue(
 ) -> None:
     # The source's handler writes to the same database.
     monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    engine = db.create_engine(pg_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
+    await handlers.prepare(pg_url)
     emulator = StripeEmulator("sk_test_hookd")
     # Older than Stripe's settle window (300 s), and within the runs' overlap (120 s)
     # before the cursor it leaves (now - 300 s): the second run lists them again.
@@ -194,8 +177,7 @@ async def test_reconcile_duplicates_duration_runs_started_and_overdue(
             assert metric(scrape, "hookd_reconcile_overdue_seconds", "stripe") == 0
 
             # Due two minutes ago and nobody ran it: overdue; while a run holds the lease, not.
-            engine = db.create_engine(pg_url)
-            try:
+            async with engine_of(pg_url) as engine:
                 async with engine.begin() as conn:
                     await conn.exec_driver_sql(
                         "UPDATE reconcile_state SET next_run_at = now() - interval '120 seconds'"
@@ -211,8 +193,6 @@ async def test_reconcile_duplicates_duration_runs_started_and_overdue(
                         "UPDATE reconcile_state SET lease_owner = 'w:1:x', "
                         "lease_expires_at = now() + interval '60 seconds'"
                     )
-            finally:
-                await engine.dispose()
             scrape = (await client.get("/metrics", headers=AUTH)).text
             assert metric(scrape, "hookd_reconcile_overdue_seconds", "stripe") == 0
 

@@ -15,33 +15,18 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
-from tests.support.data import new_event
+from tests.support.cli import hookd
+from tests.support.data import engine_of, new_event
 from tests.support.server import ROOT, HookdServer, HookdWorker, free_port
 
 pytestmark = pytest.mark.anyio
 
 
-def hookd(
-    url: str, *args: str, timeout: float = 60, **extra: str
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT), **extra}
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 async def add(url: str, status: str, error: str | None = None) -> str:
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         async with engine.begin() as conn:
             [stored] = await insert_events(
                 conn, [new_event(f"k-{time.monotonic_ns()}")], BodyCipher("")
@@ -52,17 +37,11 @@ async def add(url: str, status: str, error: str | None = None) -> str:
                 .values(status=status, last_error=error, attempts=0 if status == "pending" else 8)
             )
         return stored.event_id
-    finally:
-        await engine.dispose()
 
 
 async def snapshot(url: str) -> list[tuple[object, ...]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return [tuple(r) for r in await conn.execute(sa.select(EVENTS).order_by(EVENTS.c.id))]
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return [tuple(r) for r in await conn.execute(sa.select(EVENTS).order_by(EVENTS.c.id))]
 
 
 async def test_wait_exits_0_when_processed(db_url: str) -> None:
@@ -154,14 +133,8 @@ async def test_control_characters_from_senders_never_reach_the_terminal(sqlite_u
     ``\\uXXXX``, in tables, details, history, ``wait`` and JSON alike."""
     hostile = "x\x1b]0;pwned\x07\x1b[2J\rspoof\u202e\x85"
     event_id = await add(sqlite_url, "dead", error=f"boom {hostile}")
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(
-                sa.update(EVENTS).where(EVENTS.c.id == event_id).values(type=hostile)
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.begin() as conn:
+        await conn.execute(sa.update(EVENTS).where(EVENTS.c.id == event_id).values(type=hostile))
     outputs = [
         hookd(sqlite_url, "events", "list").stdout,
         hookd(sqlite_url, "events", "show", event_id).stdout,
@@ -293,14 +266,8 @@ def test_bad_setting_is_one_line_and_exit_2(
 
 
 async def add_many(url: str, count: int) -> None:
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await insert_events(
-                conn, [new_event(f"many-{i}") for i in range(count)], BodyCipher("")
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await insert_events(conn, [new_event(f"many-{i}") for i in range(count)], BodyCipher(""))
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])

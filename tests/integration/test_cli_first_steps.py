@@ -12,32 +12,24 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from store import db, history
+from store import history
 from store.crypto import BodyCipher
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import insert_events
 from store.models import EVENTS
-from tests.integration.test_cli import hookd
-from tests.support.data import new_event
+from tests.support.cli import hookd, last_line
+from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio
 
 
-def last_line(stderr: str) -> str:
-    """The command's own line (a PostgreSQL test database may warn first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
-
-
 async def stored_event(url: str, source: str = "github") -> str:
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         async with engine.begin() as conn:
             [stored] = await insert_events(
                 conn, [new_event(f"k-{time.monotonic_ns()}", source=source)], BodyCipher("")
             )
         return stored.event_id
-    finally:
-        await engine.dispose()
 
 
 # -- 4: an attempt's history says how long it took and when the next one is ---------
@@ -49,36 +41,32 @@ async def test_events_show_says_what_an_attempt_took_and_when_the_next_one_is(
     event_id = await stored_event(sqlite_url)
     first = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
     due = datetime(2026, 3, 1, 12, 0, 9, tzinfo=UTC)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.begin() as conn:
-            await history.record_attempts(
-                conn,
-                [
-                    history.Attempt(
-                        event_id, 1, "w-1", first, "retry", first, 0.0062, "h", "boom", "E"
-                    ),
-                    history.Attempt(
-                        event_id,
-                        2,
-                        "w-1",
-                        first + timedelta(seconds=2),
-                        "retry",
-                        first + timedelta(seconds=2),
-                        0.0071,
-                        "h",
-                        "boom",
-                        "E",
-                    ),
-                ],
-            )
-            await conn.execute(
-                sa.update(EVENTS)
-                .where(EVENTS.c.id == event_id)
-                .values(status="retrying", attempts=2, next_attempt_at=due, last_error="boom")
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.begin() as conn:
+        await history.record_attempts(
+            conn,
+            [
+                history.Attempt(
+                    event_id, 1, "w-1", first, "retry", first, 0.0062, "h", "boom", "E"
+                ),
+                history.Attempt(
+                    event_id,
+                    2,
+                    "w-1",
+                    first + timedelta(seconds=2),
+                    "retry",
+                    first + timedelta(seconds=2),
+                    0.0071,
+                    "h",
+                    "boom",
+                    "E",
+                ),
+            ],
+        )
+        await conn.execute(
+            sa.update(EVENTS)
+            .where(EVENTS.c.id == event_id)
+            .values(status="retrying", attempts=2, next_attempt_at=due, last_error="boom")
+        )
     shown = hookd(sqlite_url, "events", "show", event_id)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -97,20 +85,16 @@ async def test_events_show_says_what_an_attempt_took_and_when_the_next_one_is(
 
 async def test_wait_on_an_event_of_a_paused_source_says_it_is_paused(sqlite_url: str) -> None:
     event_id = await stored_event(sqlite_url)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.begin() as conn:
-            await set_pause(
-                conn,
-                "github",
-                WHOLE_SOURCE,
-                paused=True,
-                by="cli user:ops",
-                reason="deploy freeze",
-                now=datetime(2026, 2, 4, 9, 30, tzinfo=UTC),
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.begin() as conn:
+        await set_pause(
+            conn,
+            "github",
+            WHOLE_SOURCE,
+            paused=True,
+            by="cli user:ops",
+            reason="deploy freeze",
+            now=datetime(2026, 2, 4, 9, 30, tzinfo=UTC),
+        )
     result = hookd(sqlite_url, "wait", event_id, "--timeout", "0.5", "--interval", "0.2")
     assert result.returncode == 3
     line = result.stdout.strip()

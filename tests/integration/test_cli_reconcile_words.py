@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from store import coverage as ledger
-from store import db
 from store import reconcile as rstate
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.status import CoverageOutcome
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd, last_line
 from tests.support.constants import SECRETS, SOURCES_TOML
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.anyio
 
@@ -35,11 +35,6 @@ allow_insecure = true
 token = "sk_test_hookd"
 """
 )
-
-
-def last_line(stderr: str) -> str:
-    """The command's own line (a PostgreSQL test database may warn first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
 
 
 # -- 6: coverage words each case for what it is; a recent --since works ------------
@@ -82,38 +77,34 @@ async def test_coverage_after_enable_and_a_good_run_does_not_say_disabled(
     now = datetime.now(UTC)
     old_cursor = now - timedelta(hours=6)
     good_until = now - timedelta(minutes=20)  # the good run's end (its now less settle)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.begin() as conn:
-            await rstate.ensure_state(conn, "billing", now)
-            await rstate.update_state(conn, "billing", None, cursor=good_until.timestamp())
-            await ledger.record(
-                conn,
-                source="billing",
-                start=old_cursor - timedelta(hours=1),
-                end=old_cursor,
-                outcome=CoverageOutcome.COMPLETE,
-                now=old_cursor,
-            )
-            await ledger.record(
-                conn,
-                source="billing",
-                start=old_cursor,
-                end=now - timedelta(minutes=10),
-                outcome=CoverageOutcome.NOT_CHECKED,
-                now=now - timedelta(minutes=10),
-                reason="reconciliation disabled: key rotation",
-            )
-            await ledger.record(
-                conn,
-                source="billing",
-                start=old_cursor - timedelta(minutes=1),
-                end=good_until,
-                outcome=CoverageOutcome.COMPLETE,
-                now=now - timedelta(minutes=9),
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.begin() as conn:
+        await rstate.ensure_state(conn, "billing", now)
+        await rstate.update_state(conn, "billing", None, cursor=good_until.timestamp())
+        await ledger.record(
+            conn,
+            source="billing",
+            start=old_cursor - timedelta(hours=1),
+            end=old_cursor,
+            outcome=CoverageOutcome.COMPLETE,
+            now=old_cursor,
+        )
+        await ledger.record(
+            conn,
+            source="billing",
+            start=old_cursor,
+            end=now - timedelta(minutes=10),
+            outcome=CoverageOutcome.NOT_CHECKED,
+            now=now - timedelta(minutes=10),
+            reason="reconciliation disabled: key rotation",
+        )
+        await ledger.record(
+            conn,
+            source="billing",
+            start=old_cursor - timedelta(minutes=1),
+            end=good_until,
+            outcome=CoverageOutcome.COMPLETE,
+            now=now - timedelta(minutes=9),
+        )
     report = hookd(
         sqlite_url, "coverage", "billing", "--since", "3h", "--json", HOOKD_CONFIG=str(config)
     )
@@ -132,22 +123,18 @@ async def test_sources_list_shows_the_cursor_as_iso_and_the_pause_reason(
     config = tmp_path / "hookd.toml"
     config.write_text(RECONCILED_TOML)
     cursor = datetime(2026, 2, 3, 4, 5, 6, 500000, tzinfo=UTC)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.begin() as conn:
-            await rstate.ensure_state(conn, "billing", cursor)
-            await rstate.update_state(conn, "billing", None, cursor=cursor.timestamp())
-            await set_pause(
-                conn,
-                "github",
-                WHOLE_SOURCE,
-                paused=True,
-                by="cli user:ops",
-                reason="handler bug #12",
-                now=datetime(2026, 2, 4, tzinfo=UTC),
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.begin() as conn:
+        await rstate.ensure_state(conn, "billing", cursor)
+        await rstate.update_state(conn, "billing", None, cursor=cursor.timestamp())
+        await set_pause(
+            conn,
+            "github",
+            WHOLE_SOURCE,
+            paused=True,
+            by="cli user:ops",
+            reason="handler bug #12",
+            now=datetime(2026, 2, 4, tzinfo=UTC),
+        )
     listed = hookd(sqlite_url, "sources", "list", HOOKD_CONFIG=str(config))
     assert listed.returncode == 0, listed.stderr
     [billing] = [line for line in listed.stdout.splitlines() if line.startswith("billing ")]

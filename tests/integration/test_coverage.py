@@ -34,10 +34,11 @@ from hookd.settings import Settings
 from hookd.sources import Source, Sources, parse_sources
 from reconcile import service
 from reconcile.poller import Reconciler
-from store import db
 from store.crypto import BodyCipher
 from tests.support.asgi import running_app
+from tests.support.cli import last_line
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
 from tests.support.server import ROOT
@@ -110,11 +111,6 @@ class Setup:
         return (await self.run_cli(*args))[0]
 
 
-def last_line(stderr: str) -> str:
-    """The command's own line (the test database has autovacuum off: a warning first)."""
-    return stderr.rstrip("\n").rsplit("\n", 1)[-1]
-
-
 def iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
@@ -152,14 +148,10 @@ overlap_s = 60
         sources = parse_sources(path.read_text(), path, env={})
         source = sources.get(provider)
         assert source is not None
-        engine = db.create_engine(pg_url)
         clock = Clock()
-        try:
-            async with httpx.AsyncClient() as http:
-                reconciler = Reconciler(engine, http, BodyCipher(""), clock=clock)
-                yield Setup(path, sources, source, engine, reconciler, clock, pg_url)
-        finally:
-            await engine.dispose()
+        async with engine_of(pg_url) as engine, httpx.AsyncClient() as http:
+            reconciler = Reconciler(engine, http, BodyCipher(""), clock=clock)
+            yield Setup(path, sources, source, engine, reconciler, clock, pg_url)
 
     return make
 

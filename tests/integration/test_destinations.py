@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -25,60 +22,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.events import EventOps
-from hookd.sources import Sources, parse_sources
 from hookd.web import openapi
-from processing.attempt import RetryPolicy
-from processing.destinations import Router
-from processing.handlers import load_handlers
-from processing.limits import Limits, LocalLimits
-from processing.processor import Processor
-from store import db
-from store.crypto import BodyCipher
 from store.destinations import PARKED_FROM
-from store.events import NewEvent, insert_events
+from store.events import NewEvent
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app
-from tests.support.waiting import wait_for
+from tests.support.in_process import (
+    STRIPE_SOURCE,
+    count_status,
+    drain_until,
+    mixed,
+    parse,
+    processors,
+    store,
+)
+from tests.support.services import ONLY_POSTGRES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
-TYPES = (
-    "invoice.paid",
-    "invoice.created",
-    "invoice.deleted",
-    "customer.created",
-    "customer.updated",
-    "charge.succeeded",
-)
-TENANTS = ("a", "b", "c")
-
-
-def mixed(count: int, prefix: str = "evt") -> list[NewEvent]:
-    """Stripe-shaped events: six types, live and test mode, some without an email,
-    three tenants in a header."""
-    out = []
-    now = datetime.now(UTC)
-    for i in range(count):
-        obj: dict[str, Any] = {"id": f"obj_{i}", "livemode": i % 3 != 0}
-        if i % 5:
-            obj["email"] = f"user{i}@example.com"
-        body = {"id": f"{prefix}_{i}", "type": TYPES[i % len(TYPES)], "data": {"object": obj}}
-        out.append(
-            NewEvent(
-                source="stripe",
-                provider="stripe",
-                dedupe_key=f"{prefix}_{i}",
-                type=TYPES[i % len(TYPES)],
-                origin="webhook",
-                received_at=now + timedelta(milliseconds=i),
-                occurred_at=None,
-                verified_with="stripe-v1;key=0",
-                headers={"X-Tenant": TENANTS[(i // 2) % 3]},
-                body=json.dumps(body).encode(),
-            )
-        )
-    return out
 
 
 # What each destination's filter selects, written out here apart from the code.
@@ -98,16 +59,6 @@ def crm_takes(e: NewEvent) -> bool:
         and "email" in obj
         and e.headers["X-Tenant"] in ("a", "b")
     )
-
-
-# The stripe source these tests configure destinations on.
-STRIPE_SOURCE = """
-[[sources]]
-name = "stripe"
-provider = "stripe"
-secrets = ["whsec_test_stripe"]
-max_attempts = 3
-"""
 
 
 def sources_toml(base: str, *, crm_breaker: str = "", extra: str = "") -> str:
@@ -144,84 +95,13 @@ retry_cap_s = 0.05
 
 
 @pytest.fixture
-async def engine(pg_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(pg_url)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
-async def either(db_url: str) -> AsyncIterator[AsyncEngine]:
-    """SQLite (the embedded default: one process delivers) or PostgreSQL."""
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
-
-
-@pytest.fixture
 async def servers() -> AsyncIterator[tuple[dict[str, Destination], str]]:
     targets = {name: Destination(whsec(name)) for name in ("billing", "live", "crm")}
     async with serve_app(app(targets)) as url:
         yield targets, url
 
 
-def processors(
-    engine: AsyncEngine,
-    sources: Sources,
-    client: httpx.AsyncClient,
-    count: int = 2,
-    batch_size: int = 64,
-    limits: Callable[[], Limits] = LocalLimits,
-    concurrency: int = 16,
-) -> list[Processor]:
-    """``count`` processors over one database, as that many workers (each with the
-    rate and concurrency limits ``limits`` makes)."""
-    return [
-        Processor(
-            engine,
-            sources,
-            load_handlers(sources, client),
-            BodyCipher(""),
-            retry=FAST,
-            rng=random.Random(i),
-            batch_size=batch_size,
-            concurrency=concurrency,
-            router=Router(sources, client, limits(), retry_base_s=0.01, retry_cap_s=0.05),
-        )
-        for i in range(count)
-    ]
-
-
-async def store(engine: AsyncEngine, events: list[NewEvent]) -> list[str]:
-    async with engine.begin() as conn:
-        return [s.event_id for s in await insert_events(conn, events, BodyCipher(""))]
-
-
-async def drain_until(
-    procs: list[Processor], done: Callable[[], Any], timeout_s: float = 60.0
-) -> None:
-    async def step() -> Any:
-        await asyncio.gather(*(p.drain(max_s=1.0) for p in procs))
-        return await done() if asyncio.iscoroutinefunction(done) else done()
-
-    await wait_for(step, timeout_s=timeout_s, interval_s=0.01)
-
-
-async def count_status(engine: AsyncEngine, status: str) -> int:
-    async with engine.connect() as conn:
-        return int(
-            (
-                await conn.execute(
-                    sa.select(sa.func.count()).select_from(EVENTS).where(EVENTS.c.status == status)
-                )
-            ).scalar_one()
-        )
-
-
-def parse(text: str) -> Sources:
-    return parse_sources(text, Path("hookd.toml"), env={})
-
-
+@ONLY_POSTGRES
 async def test_three_filtered_destinations_get_exactly_their_events_once_signed_while_one_fails(
     engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
@@ -271,18 +151,18 @@ async def test_three_filtered_destinations_get_exactly_their_events_once_signed_
 
 
 async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_made_once(
-    either: AsyncEngine, servers: tuple[dict[str, Destination], str]
+    engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
     targets, base = servers
     targets["crm"].status = 503
     sources = parse(sources_toml(base, crm_breaker="breaker = { failures = 3, cooldown_s = 2 }"))
     events = [e for e in mixed(120) if crm_takes(e)]
-    event_ids = await store(either, events)
+    event_ids = await store(engine, events)
     async with httpx.AsyncClient() as client:
-        [proc] = processors(either, sources, client, count=1)
+        [proc] = processors(engine, sources, client, count=1)
 
         async def opened() -> bool:
-            async with either.connect() as conn:
+            async with engine.connect() as conn:
                 state = (
                     await conn.execute(
                         sa.select(DESTINATION_BREAKERS.c.state).where(
@@ -294,7 +174,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
 
         await drain_until([proc], opened, timeout_s=20)
         tried_before = len(targets["crm"].refused)
-        ops = DestinationOps(either, sources, _nothing)
+        ops = DestinationOps(engine, sources, _nothing)
         [crm] = [d for d in await ops.list() if d["name"] == "crm"]
         assert crm["breaker"]["state"] == "open" and crm["breaker"]["failures"] >= 3
         Draft202012Validator(
@@ -304,7 +184,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         await proc.drain(max_s=0.3)
         assert datetime.now(UTC) < datetime.fromisoformat(crm["breaker"]["retry_at"])
         assert len(targets["crm"].refused) == tried_before
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             most = (await conn.execute(sa.select(sa.func.max(EVENTS.c.attempts)))).scalar()
         assert most is not None and most <= 3
         # Still failing when the cool-down ends: one probe, and open again.
@@ -317,7 +197,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         targets["crm"].status = 200
 
         async def all_processed() -> bool:
-            return await count_status(either, "processed") == len(event_ids)
+            return await count_status(engine, "processed") == len(event_ids)
 
         await drain_until([proc], all_processed, timeout_s=30)
     got = targets["crm"].ids()
@@ -328,17 +208,17 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
 
 
 async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_in_receipt_order(
-    either: AsyncEngine, servers: tuple[dict[str, Destination], str]
+    engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:
     targets, base = servers
     sources = parse(sources_toml(base))
-    ops = DestinationOps(either, sources, _nothing)
+    ops = DestinationOps(engine, sources, _nothing)
     assert await ops.pause("stripe", "billing", by="test", reason="billing maintenance")
     events = mixed(60)
-    event_ids = await store(either, events)
+    event_ids = await store(engine, events)
     expected = [i for i, e in zip(event_ids, events, strict=True) if billing_takes(e)]
     async with httpx.AsyncClient() as client:
-        [proc] = processors(either, sources, client, count=1)
+        [proc] = processors(engine, sources, client, count=1)
 
         def others_done() -> bool:
             return len(targets["live"].accepted) == sum(map(live_takes, events))
@@ -346,7 +226,7 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
         await drain_until([proc], others_done)
         await proc.drain(max_s=0.5)
         assert targets["billing"].accepted == []
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             parked = (
                 await conn.execute(
                     sa.select(EVENTS.c.id, EVENTS.c.attempts, EVENTS.c.status).where(
@@ -362,10 +242,10 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
         assert await ops.resume("stripe", "billing", by="test")
 
         async def all_processed() -> bool:
-            return await count_status(either, "processed") == len(event_ids)
+            return await count_status(engine, "processed") == len(event_ids)
 
         # One event at a time, so that the order of arrival is the order of claims.
-        [one_by_one] = processors(either, sources, client, count=1, batch_size=1, concurrency=1)
+        [one_by_one] = processors(engine, sources, client, count=1, batch_size=1, concurrency=1)
         await drain_until([one_by_one], all_processed)
     assert targets["billing"].ids() == expected
 
@@ -374,6 +254,7 @@ async def _nothing() -> None:
     return None
 
 
+@ONLY_POSTGRES
 async def test_a_destination_out_of_attempts_makes_the_event_dead_and_replay_reruns_only_it(
     engine: AsyncEngine, servers: tuple[dict[str, Destination], str]
 ) -> None:

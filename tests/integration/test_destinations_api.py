@@ -5,8 +5,6 @@ webhooks are acknowledged and stored but not processed until it resumes."""
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
 from hookd.web import openapi
-from store import db
 from store.models import EVENTS, PAUSES
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS, SOURCES_TOML
+from tests.support.data import engine_of
 from tests.support.destinations import whsec
 from tests.support.waiting import wait_for
 
@@ -28,7 +27,6 @@ pytestmark = pytest.mark.anyio
 TOKEN = "destinations-api-token"
 READ = "destinations-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 # Nothing listens there: a delivery would fail, so none is made in these tests.
 NOWHERE = "http://127.0.0.1:9"
 
@@ -53,13 +51,6 @@ def routed(tmp_path: Path) -> Sources:
     )
     assert "billing" in text
     return parse_sources(text, tmp_path / "hookd.toml", env={})
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def test_the_api_pauses_and_resumes_a_destination_and_says_who_and_when(
@@ -149,31 +140,30 @@ async def statuses(engine: AsyncEngine, ids: list[str]) -> set[str]:
 async def test_the_admin_sources_page_shows_breakers_and_pauses_with_csrf(
     routed: Sources, sqlite_url: str
 ) -> None:
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with running_app(routed, sqlite_url, admin_token=TOKEN) as (_, client):
-            assert (await client.post("/admin/login", data={"token": TOKEN})).status_code == 303
-            page = await client.get("/admin")
-            assert page.status_code == 200
-            assert "<h2>Destinations</h2>" in page.text
-            assert "github/billing" in page.text and "status-closed" in page.text
-            assert 'action="/admin/sources/github/destinations/billing/pause"' in page.text
-            match = CSRF_RE.search(page.text)
-            assert match
-            action = "/admin/sources/github/destinations/billing/pause"
-            forged = await client.post(action, data={"csrf": "wrong", "reason": "x"})
-            assert forged.status_code == 403
-            assert await pauses(engine) == []
-            done = await client.post(
-                action, data={"csrf": match.group(1), "reason": "nightly", "back": "/admin"}
-            )
-            assert done.status_code == 303 and "done=paused" in done.headers["location"]
-            assert await pauses(engine) == [("github", "billing", True, "admin session:admin")]
-            page = await client.get("/admin")
-            assert "status-paused" in page.text and "nightly" in page.text
-            assert 'action="/admin/sources/github/destinations/billing/resume"' in page.text
-    finally:
-        await engine.dispose()
+    async with (
+        engine_of(sqlite_url) as engine,
+        running_app(routed, sqlite_url, admin_token=TOKEN) as (_, client),
+    ):
+        assert (await client.post("/admin/login", data={"token": TOKEN})).status_code == 303
+        page = await client.get("/admin")
+        assert page.status_code == 200
+        assert "<h2>Destinations</h2>" in page.text
+        assert "github/billing" in page.text and "status-closed" in page.text
+        assert 'action="/admin/sources/github/destinations/billing/pause"' in page.text
+        match = CSRF_RE.search(page.text)
+        assert match
+        action = "/admin/sources/github/destinations/billing/pause"
+        forged = await client.post(action, data={"csrf": "wrong", "reason": "x"})
+        assert forged.status_code == 403
+        assert await pauses(engine) == []
+        done = await client.post(
+            action, data={"csrf": match.group(1), "reason": "nightly", "back": "/admin"}
+        )
+        assert done.status_code == 303 and "done=paused" in done.headers["location"]
+        assert await pauses(engine) == [("github", "billing", True, "admin session:admin")]
+        page = await client.get("/admin")
+        assert "status-paused" in page.text and "nightly" in page.text
+        assert 'action="/admin/sources/github/destinations/billing/resume"' in page.text
 
 
 async def pauses(engine: AsyncEngine) -> list[tuple[str, str, bool, str]]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,14 +15,14 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from store import db
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
+from tests.support.cli import hookd_async
 from tests.support.constants import STRIPE_SECRET
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.destinations import Destination, app, max_in_window, whsec
 from tests.support.http import serve_app
-from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
+from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.signing import signed_request
 from tests.support.waiting import wait_for
 
@@ -67,18 +65,7 @@ def env_for(path: Path, url: str, **extra: str) -> dict[str, str]:
 
 async def hookd(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """``hookd ARGS`` in a subprocess, without blocking the loop the destination runs in."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hookd.cli",
-        *args,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await hookd_async(env, *args)
 
 
 def stripe_event(i: int) -> bytes:
@@ -164,31 +151,27 @@ async def test_a_destination_limited_to_50_a_second_never_exceeds_it_across_two_
                 HOOKD_METRICS_TOKEN="m-tok",
                 HOOKD_PROCESS_BATCH="16",
             )
-            engine = db.create_engine(pg_url)
             now = datetime.now(UTC)
-            try:
-                async with engine.begin() as conn:
-                    await insert_events(
-                        conn,
-                        [
-                            NewEvent(
-                                source="stripe",
-                                provider="stripe",
-                                dedupe_key=f"evt_rate_{i}",
-                                type="invoice.paid",
-                                origin="webhook",
-                                received_at=now + timedelta(microseconds=i),
-                                occurred_at=None,
-                                verified_with="stripe-v1;key=0",
-                                headers={},
-                                body=stripe_event(i),
-                            )
-                            for i in range(count)
-                        ],
-                        BodyCipher(""),
-                    )
-            finally:
-                await engine.dispose()
+            async with engine_of(pg_url) as engine, engine.begin() as conn:
+                await insert_events(
+                    conn,
+                    [
+                        NewEvent(
+                            source="stripe",
+                            provider="stripe",
+                            dedupe_key=f"evt_rate_{i}",
+                            type="invoice.paid",
+                            origin="webhook",
+                            received_at=now + timedelta(microseconds=i),
+                            occurred_at=None,
+                            verified_with="stripe-v1;key=0",
+                            headers={},
+                            body=stripe_event(i),
+                        )
+                        for i in range(count)
+                    ],
+                    BodyCipher(""),
+                )
             with HookdWorker(env, tmp_path) as one, HookdWorker(env, tmp_path) as two:
 
                 async def delivered() -> bool:

@@ -10,39 +10,21 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from prometheus_client import REGISTRY
 
-from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
 from hookd.runtime.app import create_app
 from hookd.settings import Settings
 from hookd.sources import Sources
 from ingest import metrics
 from ingest.direct import DirectCycle
-from store import db
 from store.events import Lease, NewEvent, Stored
-from store.models import EVENTS
 from tests.support import rawhttp
 from tests.support.asgi import running_app, serving
 from tests.support.constants import SECRETS
+from tests.support.deliveries import github, stored_keys
 
 pytestmark = pytest.mark.anyio
-
-
-async def stored_keys(url: str) -> list[str]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            rows = await conn.execute(sa.select(EVENTS.c.dedupe_key).order_by(EVENTS.c.id))
-            return [key for (key,) in rows]
-    finally:
-        await engine.dispose()
-
-
-def github(key: str, size: int = 0) -> tuple[dict[str, str], bytes]:
-    body = json.dumps({"action": "opened", "pad": "x" * size}).encode()
-    return github_headers(SECRETS["github"], body, "issues", key), body
 
 
 def commits(outcome: str) -> float:

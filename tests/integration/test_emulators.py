@@ -10,24 +10,21 @@ import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import rsa
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hookd.sources import Sources
-from store import db
 from store.models import EVENTS
+from tests.support import emulator_servers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
+from tests.support.emulator_servers import Clock, Target
 from tests.support.emulators import (
     GITHUB_SUMMARY_FIELDS,
     GitHubEmulator,
@@ -36,7 +33,6 @@ from tests.support.emulators import (
     make_app_jwt,
     webhook_key,
 )
-from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio
 
@@ -48,73 +44,10 @@ T0 = 1_700_000_000.0
 DAY = 86400
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.t = now
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Target:
-    """A tiny webhook receiver that records what it gets."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-
-    async def endpoint(self, request: Request) -> Response:
-        self.received.append((dict(request.headers), await request.body()))
-        return JSONResponse({"ok": True}, status_code=202)
-
-    def keys(self) -> collections.Counter[str]:
-        return collections.Counter(webhook_key(h, b) for h, b in self.received)
-
-
-class Swap:
-    """An ASGI app that forwards to whichever app a test plugged in, so that one
-    real loopback server per module serves every test (uvicorn takes ~0.2 s to stop)."""
-
-    def __init__(self) -> None:
-        self.app: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert self.app is not None, "no app plugged in"
-        await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def servers() -> AsyncIterator[tuple[tuple[Swap, str], tuple[Swap, str]]]:
-    api, sink = Swap(), Swap()
-    async with serve_app(api) as api_url, serve_app(sink) as sink_url:
-        yield (api, api_url), (sink, sink_url)
-
-
-@pytest.fixture
-def serve(servers: tuple[tuple[Swap, str], tuple[Swap, str]]) -> Iterator[Callable[[Any], str]]:
-    """``serve(app)`` plugs ``app`` into the module's API server and returns its base URL."""
-    swap, url = servers[0]
-
-    def plug(app: Any) -> str:
-        swap.app = app
-        return url
-
-    yield plug
-    swap.app = None
-
-
-@pytest.fixture
-def target(servers: tuple[tuple[Swap, str], tuple[Swap, str]]) -> Iterator[tuple[Target, str]]:
-    """A recording webhook receiver on the module's second server: (recorder, URL)."""
-    swap, url = servers[1]
-    recorder = Target()
-    swap.app = Starlette(routes=[Route("/in", recorder.endpoint, methods=["POST"])])
-    yield recorder, url + "/in"
-    swap.app = None
+anyio_backend = emulator_servers.anyio_backend
+servers = emulator_servers.servers
+serve = emulator_servers.serve
+target = emulator_servers.recording_target(webhook_key)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -645,12 +578,8 @@ async def test_webhooks_are_accepted_and_deduped_by_hookd(
             again = await emulator.send_webhooks(client, f"/hooks/{name}", SECRETS[name])
             assert set(first.values()) == {202}, (name, first)
             assert again == {k: 200 if k != keys[0] else 202 for k in keys}, (name, again)
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (await conn.execute(sa.select(EVENTS.c.source, EVENTS.c.dedupe_key))).all()
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.connect() as conn:
+        rows = (await conn.execute(sa.select(EVENTS.c.source, EVENTS.c.dedupe_key))).all()
     stored: dict[str, set[str]] = collections.defaultdict(set)
     for source, key in rows:
         stored[source].add(key)

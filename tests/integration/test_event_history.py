@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import re
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,16 +25,17 @@ from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
-from store import db, history, partition_catalog
+from store import history, partition_catalog
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
 from store.history import Requester
 from store.models import EVENT_HISTORY, EVENTS
-from tests.integration.test_partitions import noon, prune_as_of, store_at
-from tests.integration.test_pipeline import prepare
+from tests.support.cli import hookd
 from tests.support.constants import SECRETS, SOURCES_TOML
-from tests.support.data import new_event, scalar
-from tests.support.server import ROOT, HookdServer
+from tests.support.data import engine_of, new_event, scalar
+from tests.support.handlers import prepare
+from tests.support.partitions import noon, prune_as_of, store_at
+from tests.support.server import HookdServer
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -52,13 +49,6 @@ provider = "github"
 secrets = ["{SECRETS["github"]}"]
 max_attempts = 2
 """
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def nothing_to_wake() -> None:
@@ -79,18 +69,6 @@ async def drain_until(engine: AsyncEngine, proc: Processor, event_id: str, statu
         return now == status
 
     await wait_for(there, timeout_s=10, interval_s=0.02, message=f"{event_id} never {status}")
-
-
-def hookd(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """The command line, as a user runs it, on the database at ``url``."""
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env={**os.environ, "HOOKD_DATABASE_URL": url, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def steps(past: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -367,8 +345,7 @@ async def test_history_goes_with_its_event_when_prune_removes_it(
     mixed = await store_at(db_url, noon(41), ["mixed-0"])
     dead = await store_at(db_url, noon(41), ["dead-0"], status="dead")
     kept = await store_at(db_url, noon(1), ["new-0"])
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             await history.record_attempts(
                 conn,
@@ -390,8 +367,6 @@ async def test_history_goes_with_its_event_when_prune_removes_it(
                 )
             )
             assert dict(left.all()) == {dead[0]: 3, kept[0]: 2}
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.postgres
@@ -443,9 +418,6 @@ async def test_a_worker_killed_mid_attempt_leaves_no_history_and_the_takeover_re
             return await scalar(pg_url, done) == 1
 
         await wait_for(processed, timeout_s=20, message=second.log)
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource["history"]
-    finally:
-        await engine.dispose()
     assert steps(past) == [("attempt", 1, "abandoned"), ("attempt", 2, "processed")]

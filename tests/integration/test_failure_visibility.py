@@ -14,9 +14,9 @@ import pytest
 
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
-from tests.integration.test_admin import login
-from tests.integration.test_cli import hookd
+from tests.support.admin import login
 from tests.support.asgi import running_app
+from tests.support.cli import hookd
 from tests.support.constants import SECRETS
 from tests.support.logcapture import Records, captured
 from tests.support.waiting import wait_for

@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import db, fastpath, sqlite_write
+from store import fastpath, sqlite_write
 from store.crypto import BodyCipher
 from store.events import get_event, insert_events
 from store.models import EVENTS
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
@@ -42,19 +43,14 @@ def inserter(url: str, cipher: BodyCipher = PLAIN) -> fastpath.Inserter:
 
 
 async def count(url: str) -> int:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return int(
-                (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar_one()
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return int(
+            (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar_one()
+        )
 
 
-async def test_same_answers_as_the_orm_path(db_url: str) -> None:
+async def test_same_answers_as_the_orm_path(db_url: str, engine: AsyncEngine) -> None:
     fast = inserter(db_url)
-    engine = db.create_engine(db_url)
     try:
         out = await fast.insert(
             [new_event("a"), new_event("b"), new_event("a"), new_event("a", "other")]
@@ -74,12 +70,10 @@ async def test_same_answers_as_the_orm_path(db_url: str) -> None:
         assert await count(db_url) == 5
     finally:
         await fast.close()
-        await engine.dispose()
 
 
-async def test_rows_read_back_exactly_through_the_orm(db_url: str) -> None:
+async def test_rows_read_back_exactly_through_the_orm(db_url: str, engine: AsyncEngine) -> None:
     fast = inserter(db_url)
-    engine = db.create_engine(db_url)
     received = datetime(2026, 11, 29, 10, 0, 0, 123456, tzinfo=UTC)
     event = replace(
         new_event("read-back", body=b'{"k": "v\\u00e9"}'),
@@ -108,15 +102,13 @@ async def test_rows_read_back_exactly_through_the_orm(db_url: str) -> None:
         assert row.created_at.tzinfo is not None
     finally:
         await fast.close()
-        await engine.dispose()
 
 
-async def test_encrypted_bodies_are_sealed(db_url: str) -> None:
+async def test_encrypted_bodies_are_sealed(db_url: str, engine: AsyncEngine) -> None:
     from cryptography.fernet import Fernet
 
     cipher = BodyCipher(Fernet.generate_key().decode())
     fast = inserter(db_url, cipher)
-    engine = db.create_engine(db_url)
     try:
         [stored] = await fast.insert([new_event("secret-body", body=b'{"card": "4242"}')])
         async with engine.connect() as conn:
@@ -126,7 +118,6 @@ async def test_encrypted_bodies_are_sealed(db_url: str) -> None:
         assert cipher.open(row.body, True) == b'{"card": "4242"}'
     finally:
         await fast.close()
-        await engine.dispose()
 
 
 async def test_batches_larger_than_one_sqlite_statement(db_url: str) -> None:

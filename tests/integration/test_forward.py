@@ -24,13 +24,12 @@ from hookd.providers import PROVIDERS
 from store import destinations as state
 from store.events import NewEvent
 from store.models import EVENTS
-from tests.integration import test_destinations as base
-from tests.integration.test_destinations import parse, processors, store
 from tests.support.destinations import Destination, whsec
 from tests.support.http import serve_app
+from tests.support.in_process import parse, processors, store
+from tests.support.services import ONLY_POSTGRES
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-engine = base.engine  # the PostgreSQL fixture of test_destinations.py
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, ONLY_POSTGRES]
 SECRET = whsec("forward")
 BODY = b'{"ok": true}'
 

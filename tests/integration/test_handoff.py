@@ -14,7 +14,7 @@ on the same database.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,23 +31,16 @@ from processing.attempt import RetryPolicy
 from processing.handoff import HandoffClient, HandoffServer, decode, encode, handoff_path
 from processing.processor import Processor
 from processing.wakeups import InProcessConsumer
-from store import claims, db, fastpath, sqlite_write
+from store import claims, fastpath, sqlite_write
 from store.crypto import BodyCipher
 from store.destinations import WHOLE_SOURCE, set_pause
 from store.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
-from tests.integration.test_destinations import STRIPE_SOURCE, count_status, mixed, parse
+from tests.support.in_process import STRIPE_SOURCE, count_status, mixed, parse
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio]
-
-
-@pytest.fixture
-async def either(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 class Seen:
@@ -107,12 +100,9 @@ def socket_path(tmp_path: Path) -> str:
     return str(tmp_path / "p0.sock")
 
 
-async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with_no_claim(
-    either: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    claimed = Claims(monkeypatch)
-    seen = Seen()
-    proc = processor(either, seen, concurrency=8, batch_size=16)
+async def handing_to(proc: Processor, socket_path: str) -> tuple[HandoffServer, HandoffClient]:
+    """A processor's hand-off server on ``socket_path`` (30 s leases), started, and a
+    receiver's client of it."""
     server = HandoffServer(
         handoff_path(socket_path),
         owners=[proc.owner],
@@ -123,6 +113,16 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
     await server.start()
     client = HandoffClient([socket_path])
     await client.start()
+    return server, client
+
+
+async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with_no_claim(
+    engine: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed = Claims(monkeypatch)
+    seen = Seen()
+    proc = processor(engine, seen, concurrency=8, batch_size=16)
+    server, client = await handing_to(proc, socket_path)
     woken: list[str] = []
 
     async def on_commit(ids: Sequence[str]) -> None:
@@ -139,7 +139,7 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
         # Held at the handler: the first events are in the database as the processor's.
         seen.gate.clear()
         first = await asyncio.gather(*(committer.submit(e) for e in mixed(5, "held")))
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             rows = (
                 await conn.execute(
                     sa.select(EVENTS.c.status, EVENTS.c.attempts, EVENTS.c.lease_owner).where(
@@ -152,19 +152,19 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
         stored = await asyncio.gather(*(committer.submit(e) for e in mixed(300)))
         ids = {s.event_id for s in [*first, *stored]}
         await wait_for(
-            lambda: count_status(either, "processed"), timeout_s=30, message="not processed"
+            lambda: count_status(engine, "processed"), timeout_s=30, message="not processed"
         )
         await wait_for(
             lambda: len(set(seen.ids)) == len(ids), timeout_s=30, message=lambda: seen.ids
         )
         await wait_for(
-            _all_processed(either, len(ids)), timeout_s=30, message="outcomes not written"
+            _all_processed(engine, len(ids)), timeout_s=30, message="outcomes not written"
         )
         assert sorted(seen.ids) == sorted(ids)  # each once
         assert client.targets[0].handed == len(ids)
         assert woken == []  # nothing was left pending to wake anyone for
         assert claimed.due == [] and claimed.expired == []
-        async with either.connect() as conn:
+        async with engine.connect() as conn:
             attempts = (await conn.execute(sa.select(sa.func.max(EVENTS.c.attempts)))).scalar_one()
         assert attempts == 1
     finally:
@@ -183,21 +183,12 @@ def _all_processed(engine: AsyncEngine, n: int) -> Any:
 
 
 async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pending(
-    either: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claimed = Claims(monkeypatch)
     seen = Seen()
-    proc = processor(either, seen, concurrency=1, batch_size=1)  # room for 3 at most
-    server = HandoffServer(
-        handoff_path(socket_path),
-        owners=[proc.owner],
-        lease_s=30.0,
-        accept=proc.accept,
-        room=proc.has_room,
-    )
-    await server.start()
-    client = HandoffClient([socket_path])
-    await client.start()
+    proc = processor(engine, seen, concurrency=1, batch_size=1)  # room for 3 at most
+    server, client = await handing_to(proc, socket_path)
     woken: list[str] = []
     # What wakes the processor for events committed pending, as in a processor process.
     consumer = InProcessConsumer(proc, sweep_s=30)
@@ -224,10 +215,10 @@ async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pend
         target = client.targets[0]
         assert 3 <= target.handed < len(events)
         assert len(woken) == len(events) - target.handed
-        assert await count_status(either, "pending") == len(woken)
+        assert await count_status(engine, "pending") == len(woken)
         seen.gate.set()
         # The pending ones: claimed when their wake-up came, as before.
-        await wait_for(_all_processed(either, len(events)), timeout_s=30, message="stuck")
+        await wait_for(_all_processed(engine, len(events)), timeout_s=30, message="stuck")
         assert sorted(seen.ids) == sorted(ids)
         assert sorted(claimed.due) == sorted(woken)
     finally:
@@ -239,7 +230,7 @@ async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pend
 
 
 async def test_rows_handed_to_a_processor_that_died_are_taken_over_when_their_lease_expires(
-    either: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine, db_url: str, socket_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claimed = Claims(monkeypatch)
     lost: list[EventRow] = []
@@ -270,17 +261,17 @@ async def test_rows_handed_to_a_processor_that_died_are_taken_over_when_their_le
         await client.close()
         await server.close()
     seen = Seen()
-    heir = processor(either, seen)
+    heir = processor(engine, seen)
     await asyncio.sleep(1.1)
 
     async def taken_over() -> bool:
         await heir.drain(max_s=1)
-        return await count_status(either, "processed") == 20
+        return await count_status(engine, "processed") == 20
 
     await wait_for(taken_over, timeout_s=30, interval_s=0.2, message="not taken over")
     assert sorted(claimed.expired) == sorted(s.event_id for s in stored)
     assert sorted(seen.ids) == sorted(s.event_id for s in stored)
-    assert await count_status(either, "processed") == 20
+    assert await count_status(engine, "processed") == 20
 
 
 def test_a_frame_carries_what_a_claim_would_return() -> None:
@@ -318,11 +309,11 @@ def test_the_writer_knows_the_whole_source_pause_as_the_store_writes_it() -> Non
 
 
 async def test_a_paused_source_is_never_handed_over_its_events_stay_pending(
-    either: AsyncEngine, db_url: str, socket_path: str
+    engine: AsyncEngine, db_url: str, socket_path: str
 ) -> None:
     """A pause committed before the insert: the insert leaves that source's events pending
     (as a claim would), hands over only the others, and tells which."""
-    async with either.begin() as conn:
+    async with engine.begin() as conn:
         await set_pause(
             conn, "other", WHOLE_SOURCE, paused=True, by="test", reason=None, now=datetime.now(UTC)
         )
@@ -339,7 +330,7 @@ async def test_a_paused_source_is_never_handed_over_its_events_stay_pending(
     finally:
         await inserter.close()
     handed = {s.event_id for s in stored if s.row is not None}
-    async with either.connect() as conn:
+    async with engine.connect() as conn:
         rows = {
             r.id: (r.source, r.status, r.attempts, r.lease_owner)
             for r in await conn.execute(sa.select(EVENTS))

@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.sources import Sources, parse_sources
-from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.anyio
 SECRET = "handshake-secret"
@@ -42,12 +42,8 @@ def sources() -> Sources:
 
 
 async def row_count(url: str) -> int:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            count = (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar()
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        count = (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar()
     return int(count or 0)
 
 

@@ -16,13 +16,12 @@ from cryptography.fernet import Fernet
 from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 from tests.support.server import ROOT
 from tests.support.services import PG_DSN, in_ci
 
@@ -52,15 +51,11 @@ def dump_data(pg_dump: str, dsn: str) -> str:
 
 
 async def bodies(url: str) -> list[tuple[str, bytes, bool]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            rows = await conn.execute(
-                sa.select(EVENTS.c.id, EVENTS.c.body, EVENTS.c.body_encrypted).order_by(EVENTS.c.id)
-            )
-            return [(r.id, r.body, r.body_encrypted) for r in rows]
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(EVENTS.c.id, EVENTS.c.body, EVENTS.c.body_encrypted).order_by(EVENTS.c.id)
+        )
+        return [(r.id, r.body, r.body_encrypted) for r in rows]
 
 
 async def test_rotation_leaves_every_body_readable_with_only_the_new_key(
@@ -134,8 +129,7 @@ async def test_a_database_dump_holds_no_secret_token_or_encrypted_body(
 
 async def store_bodies(url: str, cipher: BodyCipher, count: int, tag: str) -> list[str]:
     """``count`` events whose bodies are sealed with ``cipher``; their ids."""
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         async with engine.begin() as conn:
             stored = await insert_events(
                 conn,
@@ -143,8 +137,6 @@ async def store_bodies(url: str, cipher: BodyCipher, count: int, tag: str) -> li
                 cipher,
             )
         return [s.event_id for s in stored]
-    finally:
-        await engine.dispose()
 
 
 async def test_rotation_skips_and_names_the_bodies_no_key_opens(sqlite_url: str) -> None:

@@ -141,6 +141,18 @@ def test_serve_with_two_workers_logs_from_each_receiver_process_as_json(
 HANDLER = "tests.support.handlers:logs_its_own"
 
 
+def _handler_env(tmp_path: Path, url: str, extra: str = "", **settings: str) -> dict[str, str]:
+    """hookd on ``url`` with the handler's sources file (``extra`` added to it), the
+    admin token and INFO logs; ``settings`` add to that or override it."""
+    return {
+        "HOOKD_CONFIG": str(_handler_sources(tmp_path, extra)),
+        "HOOKD_DATABASE_URL": url,
+        "HOOKD_ADMIN_TOKEN": TOKEN,
+        "HOOKD_LOG_LEVEL": "INFO",
+        **settings,
+    }
+
+
 def _handler_sources(tmp_path: Path, extra: str = "") -> Path:
     config = tmp_path / "handler-logs.toml"
     config.write_text(
@@ -172,15 +184,29 @@ def _send_one(server: HookdServer) -> tuple[str, str]:
     return event_id, event["type"]
 
 
+def _assert_stopped_in_order(
+    lines: list[str], event_id: str, stopping_at: str, draining_at: str, stopped_at: str
+) -> None:
+    """A stop on SIGTERM logged in order: stopping, draining the one event in flight,
+    its handler done (it had its grace), stopped after at least a second."""
+
+    def index(wanted: str) -> int:
+        [found] = [i for i, line in enumerate(lines) if f" info {wanted} " in line]
+        return found
+
+    stopping, draining, stopped = index(stopping_at), index(draining_at), index(stopped_at)
+    [done] = [i for i, line in enumerate(lines) if "handler done" in line]
+    assert stopping < draining < done < stopped, lines
+    assert _fields(lines[stopping])["signal"] == "SIGTERM"
+    assert _fields(lines[draining])["events"] == "1"
+    assert _fields(lines[done])["event_id"] == event_id
+    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]
+
+
 def test_a_handlers_own_log_lines_carry_its_events_ids(tmp_path: Path, sqlite_url: str) -> None:
     """A handler logging under its own module's name (not "hookd"): before, its INFO
     went nowhere and its warning came out bare, through Python's last resort."""
-    env = {
-        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
-        "HOOKD_DATABASE_URL": sqlite_url,
-        "HOOKD_ADMIN_TOKEN": TOKEN,
-        "HOOKD_LOG_LEVEL": "INFO",
-    }
+    env = _handler_env(tmp_path, sqlite_url)
     with HookdServer(env, tmp_path) as server:
         event_id, event_type = _send_one(server)
         server.wait_for_line(lambda line: "handler warns from a task" in line)
@@ -215,13 +241,7 @@ def test_json_logs_are_json_from_start_to_stop(tmp_path: Path, sqlite_url: str) 
     forward = (
         f'[sources.forward]\nurl = "https://127.0.0.1:9/forward"\nsecret = "{whsec("forward")}"\n'
     )
-    env = {
-        "HOOKD_CONFIG": str(_handler_sources(tmp_path, forward)),
-        "HOOKD_DATABASE_URL": sqlite_url,
-        "HOOKD_ADMIN_TOKEN": TOKEN,
-        "HOOKD_LOG_JSON": "true",
-        "HOOKD_LOG_LEVEL": "INFO",
-    }
+    env = _handler_env(tmp_path, sqlite_url, extra=forward, HOOKD_LOG_JSON="true")
     with HookdServer(env, tmp_path) as server:
         event_id, event_type = _send_one(server)
         server.wait_for_line(lambda line: "handler warns from a task" in line)
@@ -259,13 +279,7 @@ def test_serve_logs_its_stop_the_drain_and_how_long_it_took(
 ) -> None:
     """SIGTERM while a handler runs: the signal, what is drained, and "stopped"; before,
     serve stopped without a line."""
-    env = {
-        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
-        "HOOKD_DATABASE_URL": sqlite_url,
-        "HOOKD_ADMIN_TOKEN": TOKEN,
-        "HOOKD_LOG_LEVEL": "INFO",
-        "TEST_HANDLER_SLEEP_S": "1.5",
-    }
+    env = _handler_env(tmp_path, sqlite_url, TEST_HANDLER_SLEEP_S="1.5")
     with HookdServer(env, tmp_path) as server:
         event_id, _ = _send_one(server)
         server.wait_for_line(lambda line: "handler sleeping" in line)
@@ -273,34 +287,16 @@ def test_serve_logs_its_stop_the_drain_and_how_long_it_took(
         assert server.exited_by_itself(), server.log()
         lines = server.log_path.read_text().splitlines()
 
-    def index(wanted: str) -> int:
-        [found] = [i for i, line in enumerate(lines) if wanted in line]
-        return found
-
-    stopping, draining, stopped = (
-        index(" info hookd.serve stopping "),
-        index(" info hookd.app draining "),
-        index(" info hookd.serve stopped "),
-    )
     # The handler in flight had its grace: it finished before serve stopped.
-    done = index("handler done")
-    assert stopping < draining < done < stopped, lines
-    assert _fields(lines[stopping])["signal"] == "SIGTERM"
-    assert _fields(lines[draining])["events"] == "1"
-    assert _fields(lines[done])["event_id"] == event_id
-    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]
+    _assert_stopped_in_order(
+        lines, event_id, "hookd.serve stopping", "hookd.app draining", "hookd.serve stopped"
+    )
 
 
 @pytest.mark.postgres
 @pytest.mark.redis
 def test_worker_logs_its_stop_the_drain_and_how_long_it_took(tmp_path: Path, pg_url: str) -> None:
-    env = {
-        "HOOKD_CONFIG": str(_handler_sources(tmp_path)),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_ADMIN_TOKEN": TOKEN,
-        "HOOKD_LOG_LEVEL": "INFO",
-        "TEST_HANDLER_SLEEP_S": "1.5",
-    }
+    env = _handler_env(tmp_path, pg_url, TEST_HANDLER_SLEEP_S="1.5")
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp_path) as server, HookdWorker(env, tmp_path) as worker:
@@ -311,18 +307,6 @@ def test_worker_logs_its_stop_the_drain_and_how_long_it_took(tmp_path: Path, pg_
             assert worker.exited_by_itself(), worker.log()
             lines = worker.log_path.read_text().splitlines()
 
-    def index(wanted: str) -> int:
-        [found] = [i for i, line in enumerate(lines) if wanted in line]
-        return found
-
-    stopping, draining, stopped = (
-        index(" info hookd.worker stopping "),
-        index(" info hookd.worker draining "),
-        index(" info hookd.worker stopped "),
+    _assert_stopped_in_order(
+        lines, event_id, "hookd.worker stopping", "hookd.worker draining", "hookd.worker stopped"
     )
-    done = index("handler done")
-    assert stopping < draining < done < stopped, lines
-    assert _fields(lines[stopping])["signal"] == "SIGTERM"
-    assert _fields(lines[draining])["events"] == "1"
-    assert _fields(lines[done])["event_id"] == event_id
-    assert float(_fields(lines[stopped])["took_s"]) >= 1.0, lines[stopped]

@@ -15,8 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hookd.providers.signing import sample_event
-from tests.integration.test_pipeline import config, prepare, send, wait_processed
 from tests.support.constants import SECRETS
+from tests.support.deliveries import send, wait_processed
+from tests.support.handlers import config, prepare, prepared_env
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -127,12 +128,7 @@ async def test_two_process_server_counts_every_request_once(tmp_path: Path, pg_u
 async def test_worker_serves_its_processing_metrics_behind_the_token(
     tmp_path: Path, pg_url: str
 ) -> None:
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_ADMIN_TOKEN": TOKEN,
-    }
+    env = await prepared_env(tmp_path, pg_url, "effect_strict", HOOKD_ADMIN_TOKEN=TOKEN)
     count = 120
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url

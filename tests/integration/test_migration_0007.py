@@ -17,7 +17,7 @@ from store import db, migrate
 from store.crypto import BodyCipher
 from store.events import insert_events
 from tests.support import services
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 
 EVENT_COLUMNS = (
     "id, source, provider, dedupe_key, type, origin, received_at, occurred_at, verified_with, "
@@ -77,45 +77,37 @@ def rows_at_0006(n: int) -> list[dict[str, Any]]:
 
 async def fill(url: str, rows: list[dict[str, Any]]) -> None:
     meta = sa.MetaData()
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(meta.reflect, only=["events", "handler_runs"])
-            events, ledger = meta.tables["events"], meta.tables["handler_runs"]
-            await conn.execute(sa.insert(events), rows)
-            finished = [
-                {"event_id": r["id"], "handler": h, "finished_at": r["received_at"]}
-                for r in rows
-                if r["status"] in ("processed", "retrying")
-                for h in ("a", "b")
-            ]
-            await conn.execute(sa.insert(ledger), finished)
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await conn.run_sync(meta.reflect, only=["events", "handler_runs"])
+        events, ledger = meta.tables["events"], meta.tables["handler_runs"]
+        await conn.execute(sa.insert(events), rows)
+        finished = [
+            {"event_id": r["id"], "handler": h, "finished_at": r["received_at"]}
+            for r in rows
+            if r["status"] in ("processed", "retrying")
+            for h in ("a", "b")
+        ]
+        await conn.execute(sa.insert(ledger), finished)
 
 
 async def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            out = {}
-            for name, sql in {
-                "events": f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id",
-                "handler_runs": "SELECT event_id, handler, finished_at FROM handler_runs "
-                "ORDER BY event_id, handler",
-            }.items():
-                out[name] = [tuple(r) for r in await conn.execute(sa.text(sql))]
-            if await conn.run_sync(lambda c: sa.inspect(c).has_table("event_keys")):
-                result = await conn.execute(
-                    sa.text(
-                        "SELECT source, dedupe_key, event_id, received_at, final_status, "
-                        "pruned_at FROM event_keys ORDER BY event_id"
-                    )
+    async with engine_of(url) as engine, engine.connect() as conn:
+        out = {}
+        for name, sql in {
+            "events": f"SELECT {EVENT_COLUMNS} FROM events ORDER BY id",
+            "handler_runs": "SELECT event_id, handler, finished_at FROM handler_runs "
+            "ORDER BY event_id, handler",
+        }.items():
+            out[name] = [tuple(r) for r in await conn.execute(sa.text(sql))]
+        if await conn.run_sync(lambda c: sa.inspect(c).has_table("event_keys")):
+            result = await conn.execute(
+                sa.text(
+                    "SELECT source, dedupe_key, event_id, received_at, final_status, "
+                    "pruned_at FROM event_keys ORDER BY event_id"
                 )
-                out["event_keys"] = [tuple(r) for r in result]
-            return out
-    finally:
-        await engine.dispose()
+            )
+            out["event_keys"] = [tuple(r) for r in result]
+        return out
 
 
 def test_0007_upgrades_a_database_with_rows(empty_url: str) -> None:
@@ -141,8 +133,7 @@ def test_0007_upgrades_a_database_with_rows(empty_url: str) -> None:
 
     # The old keys are duplicates to the new insert path, new ones are stored.
     async def insert_again() -> list[tuple[str, bool]]:
-        engine = db.create_engine(empty_url)
-        try:
+        async with engine_of(empty_url) as engine:
             async with engine.begin() as conn:
                 stored = await insert_events(
                     conn,
@@ -150,8 +141,6 @@ def test_0007_upgrades_a_database_with_rows(empty_url: str) -> None:
                     BodyCipher(""),
                 )
             return [(s.event_id, s.created) for s in stored]
-        finally:
-            await engine.dispose()
 
     again = asyncio.run(insert_again())
     assert again[:2] == [(rows[0]["id"], False), (rows[1]["id"], False)]

@@ -18,6 +18,7 @@ from store import db, migrate, partition_catalog, partition_create
 from store.ids import id_time_ms, new_id
 from tests.integration.test_migration_0007 import dump, fill, rows_at_0006
 from tests.support import services
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.postgres
 
@@ -44,12 +45,8 @@ def rows_over_days(n: int) -> list[dict[str, Any]]:
 
 def read(url: str, sql: str) -> list[tuple[Any, ...]]:
     async def run() -> list[tuple[Any, ...]]:
-        engine = db.create_engine(url)
-        try:
-            async with engine.connect() as conn:
-                return [tuple(r) for r in await conn.execute(sa.text(sql))]
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.connect() as conn:
+            return [tuple(r) for r in await conn.execute(sa.text(sql))]
 
     return asyncio.run(run())
 
@@ -101,12 +98,8 @@ def test_0008_partitions_a_database_with_rows_and_downgrades_back(empty_pg: str)
     read(empty_pg, f"SELECT 1 FROM events WHERE id = '{ledgered}'")
 
     async def delete_one() -> None:
-        engine = db.create_engine(empty_pg)
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(sa.text("DELETE FROM events WHERE id = :i"), {"i": ledgered})
-        finally:
-            await engine.dispose()
+        async with engine_of(empty_pg) as engine, engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM events WHERE id = :i"), {"i": ledgered})
 
     asyncio.run(delete_one())
     assert read(empty_pg, f"SELECT count(*) FROM handler_runs WHERE event_id = '{ledgered}'")[

@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from store import db, migrate
+from store import migrate
 from tests.support import services
+from tests.support.data import engine_of
 
 UPDATED = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -33,31 +34,23 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 def run_sql(url: str, *statements: str) -> list[tuple[Any, ...]]:
     async def go() -> list[tuple[Any, ...]]:
-        engine = db.create_engine(url)
-        try:
-            async with engine.begin() as conn:
-                rows: list[tuple[Any, ...]] = []
-                for sql in statements:
-                    result = await conn.execute(sa.text(sql))
-                    if result.returns_rows:
-                        rows = [tuple(r) for r in result]
-                return rows
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.begin() as conn:
+            rows: list[tuple[Any, ...]] = []
+            for sql in statements:
+                result = await conn.execute(sa.text(sql))
+                if result.returns_rows:
+                    rows = [tuple(r) for r in result]
+            return rows
 
     return asyncio.run(go())
 
 
 def columns(url: str, table: str) -> set[str]:
     async def go() -> set[str]:
-        engine = db.create_engine(url)
-        try:
-            async with engine.connect() as conn:
-                return await conn.run_sync(
-                    lambda c: {col["name"] for col in sa.inspect(c).get_columns(table)}
-                )
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.connect() as conn:
+            return await conn.run_sync(
+                lambda c: {col["name"] for col in sa.inspect(c).get_columns(table)}
+            )
 
     return asyncio.run(go())
 

@@ -27,10 +27,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from hookd.sources import Sources
 from hookd.web import openapi
 from hookd.web.api import ApiFallback
-from store import db
 from store import reconcile as rstate
 from store.models import ADMIN_LOGIN_FAILURES
 from tests.support.asgi import running_app
+from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator
 from tests.support.http import serve_app
 from tests.support.ops_server import (
@@ -370,18 +370,14 @@ async def test_nothing_answers_without_the_token(sqlite_url: str) -> None:
         assert response.json() == {"error": "unauthorized"}, where
         assert response.headers["www-authenticate"] == ["Bearer"], where
 
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with served_api(sqlite_url) as served:
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-                # Each pass fetches the document with the right token: from an address
-                # the last pass's guesses got limited, it would wait too.
-                async with engine.begin() as conn:
-                    await conn.execute(ADMIN_LOGIN_FAILURES.delete())
-                failures = await asyncio.to_thread(fuzz, served.url, headers, refused)
-                assert not failures, "\n\n".join(failures)
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, served_api(sqlite_url) as served:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+            # Each pass fetches the document with the right token: from an address
+            # the last pass's guesses got limited, it would wait too.
+            async with engine.begin() as conn:
+                await conn.execute(ADMIN_LOGIN_FAILURES.delete())
+            failures = await asyncio.to_thread(fuzz, served.url, headers, refused)
+            assert not failures, "\n\n".join(failures)
 
 
 async def test_a_malformed_framing_header_is_refused_by_the_server(sqlite_url: str) -> None:

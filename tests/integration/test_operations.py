@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import BadRequest, Conflict
 from hookd.ops import EventOps, OperationFilter, OperationOps, OperationRequest
 from hookd.sources import Sources, parse_sources
-from store import claims, db
+from store import claims
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS, HANDLER_RUNS, OPERATIONS
@@ -29,13 +29,6 @@ pytestmark = pytest.mark.anyio
 
 EVENTS_IN_RANGE = 2_000
 OUTSIDE = 100  # before the range and after it, each
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def seed(

@@ -17,6 +17,7 @@ from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import OPERATIONS
 from tests.integration.test_openapi_schemas import Answers
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.data import new_event
 from tests.support.http import serve_app
@@ -26,7 +27,6 @@ pytestmark = pytest.mark.anyio
 ADMIN = {"Authorization": "Bearer ops-admin"}
 READ = {"Authorization": "Bearer ops-read"}
 COUNT = 300
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def replay_body(**extra: Any) -> dict[str, Any]:

@@ -14,12 +14,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS, OPERATIONS
-from tests.integration.test_cli import hookd
-from tests.support.data import new_event
+from tests.support.cli import hookd
+from tests.support.data import engine_of, new_event
 from tests.support.server import HookdProcess, HookdServer
 
 pytestmark = pytest.mark.anyio
@@ -28,8 +27,7 @@ HOUR_AGO = datetime.now(UTC) - timedelta(hours=1)
 
 async def seed(url: str, count: int, received_at: datetime) -> list[str]:
     """``count`` processed events, received one millisecond apart from ``received_at``."""
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         async with engine.begin() as conn:
             stored = await insert_events(
                 conn,
@@ -47,18 +45,12 @@ async def seed(url: str, count: int, received_at: datetime) -> list[str]:
                 ],
             )
         return ids
-    finally:
-        await engine.dispose()
 
 
 async def pending(url: str) -> int:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            query = sa.select(sa.func.count()).where(EVENTS.c.status == "pending")
-            return int(await conn.scalar(query) or 0)
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        query = sa.select(sa.func.count()).where(EVENTS.c.status == "pending")
+        return int(await conn.scalar(query) or 0)
 
 
 async def test_replay_dry_run_prints_the_estimate_and_changes_nothing(sqlite_url: str) -> None:
@@ -140,8 +132,7 @@ async def test_kill_9_of_the_runner_is_resumed_by_another_process_without_a_seco
     pg_url: str, sources_file: Path, tmp_path: Path
 ) -> None:
     ids = await seed(pg_url, KILL_COUNT, HOUR_AGO)
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         async with engine.begin() as conn:
             for statement in TRIGGER.split(";\n"):
                 if statement.strip():
@@ -178,7 +169,5 @@ async def test_kill_9_of_the_runner_is_resumed_by_another_process_without_a_seco
                     sa.text("SELECT count(*), count(DISTINCT event_id) FROM replay_counts")
                 )
             ).one()
-    finally:
-        await engine.dispose()
     assert tuple(counts) == (KILL_COUNT, KILL_COUNT), "every event replayed exactly once"
     assert len(ids) == KILL_COUNT

@@ -3,7 +3,6 @@ refusals the API, the admin UI and the command line turn into their own answers.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.sources import Sources, parse_sources
 from reconcile.poller import Reconciler
-from store import db
 from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.events import insert_events
@@ -36,13 +34,6 @@ class Wakes:
 
     async def __call__(self) -> None:
         self.calls += 1
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(db_url)
-    yield engine
-    await engine.dispose()
 
 
 async def stored(engine: AsyncEngine, *keys: str, source: str = "github") -> list[str]:

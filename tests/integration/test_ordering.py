@@ -10,7 +10,6 @@ import asyncio
 import json
 import random
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,11 +29,12 @@ from hookd.sources import Sources, parse_sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
 from reconcile.objects import ObjectFetcher
-from store import claims, db, destinations, objects
+from store import claims, destinations, objects
 from store.crypto import BodyCipher
 from store.events import NewEvent, get_event, get_tombstone, insert_events
 from store.models import EVENTS
 from tests.support.constants import STRIPE_SECRET
+from tests.support.data import engine_of
 from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio
@@ -62,13 +62,6 @@ stale = "run"
 @pytest.fixture
 def ordered(tmp_path: Path) -> Sources:
     return parse_sources(SOURCES, tmp_path / "hookd.toml", env={})
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 class Seen:
@@ -316,8 +309,7 @@ async def test_two_claims_at_once_never_hand_out_two_events_of_one_object(
     """Two workers' claims in flight together, each seeing another head of the object (one
     claims at a later ``now``, when a retrying lower version has come due): the object's
     lock lets only one of them take an event of it until the first one's claim commits."""
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         ids = await store(
             engine, [update(ordered, n, "cus_a", 1_700_000_000 + n) for n in range(3)]
         )
@@ -348,8 +340,6 @@ async def test_two_claims_at_once_never_hand_out_two_events_of_one_object(
         async with engine.begin() as conn:  # v1 is older than v2, processed: superseded
             four = await objects.claim(conn, "w2", 300, 10, later, supersede={"stripe"})
         assert (four.rows, four.superseded) == ([], [(ids[1], "stripe", 0)])
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.postgres
@@ -359,8 +349,7 @@ async def test_a_stale_event_the_supersede_step_did_not_see_is_not_handed_out(
     """An event stored between the claim's supersede step and its pick (here: a supersede
     step that sees nothing) is older than its object's state: the pick leaves it, and the
     next claim supersedes it."""
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         [newest] = await store(engine, [update(ordered, 1, "cus_a", 1_700_000_019)])
         now = datetime.now(UTC)
         async with engine.begin() as conn:
@@ -385,8 +374,6 @@ async def test_a_stale_event_the_supersede_step_did_not_see_is_not_handed_out(
                 conn, "w2", 300, 10, datetime.now(UTC), supersede={"stripe"}
             )
         assert (later.rows, later.superseded) == ([], [(stale, "stripe", 0)])
-    finally:
-        await engine.dispose()
 
 
 FETCH_TOML = """

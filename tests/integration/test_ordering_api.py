@@ -14,8 +14,8 @@ import pytest
 
 from hookd.sources import Sources, parse_sources
 from hookd.web import models
-from tests.integration.test_cli import hookd
 from tests.support.asgi import running_app
+from tests.support.cli import hookd
 from tests.support.constants import GITHUB_SECRET, STRIPE_SECRET
 from tests.support.signing import signature_value
 from tests.support.waiting import wait_for

@@ -17,11 +17,10 @@ import pytest
 import sqlalchemy as sa
 
 from processing.claiming import EXPIRED_CHECK_S
-from store import db
 from store.models import EVENTS
-from tests.integration.test_pipeline import config, prepare
-from tests.integration.test_worker_kills import post_batch
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
+from tests.support.deliveries import post_batch
+from tests.support.handlers import prepared_env
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -35,13 +34,9 @@ QUICK_WITHIN_S = 3.0
 
 async def one(url: str, sql: str) -> object:
     """The first value a statement gives (committed: it may write), on a fresh engine."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(sa.text(sql))
-            return result.scalar() if result.returns_rows else None
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        result = await conn.execute(sa.text(sql))
+        return result.scalar() if result.returns_rows else None
 
 
 def in_list(ids: list[str]) -> str:
@@ -52,15 +47,15 @@ async def test_a_slow_handler_delays_only_its_own_event_on_the_quickstart_defaul
     tmp_path: Path, sqlite_url: str
 ) -> None:
     """``hookd serve`` alone on SQLite (a processor process beside the receiver)."""
-    await prepare(sqlite_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "slow_once")),
-        "HOOKD_DATABASE_URL": sqlite_url,
-        "HOOKD_PROCESSORS": "auto",
-        "HOOKD_HANDLER_TIMEOUT_S": str(SLOW_S + 10),
-        "HOOKD_PRUNE_EVERY_S": "0",
-        "TEST_SLOW_S": str(SLOW_S),
-    }
+    env = await prepared_env(
+        tmp_path,
+        sqlite_url,
+        "slow_once",
+        HOOKD_PROCESSORS="auto",
+        HOOKD_HANDLER_TIMEOUT_S=str(SLOW_S + 10),
+        HOOKD_PRUNE_EVERY_S="0",
+        TEST_SLOW_S=str(SLOW_S),
+    )
     with HookdServer(env, tmp_path) as server:
         worst = await latest_quick(server.url, sqlite_url)
     print(f"serve alone, SQLite: slowest quick event processed {worst:.2f} s after receipt")
@@ -95,18 +90,12 @@ async def latest_quick(url: str, db_url: str) -> float:
 
 async def worst_lag(db_url: str, ids: list[str]) -> float:
     """max(processed_at - received_at) of ``ids``, in seconds, as the database stored them."""
-    engine = db.create_engine(db_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    sa.select(EVENTS.c.received_at, EVENTS.c.processed_at).where(
-                        EVENTS.c.id.in_(ids)
-                    )
-                )
-            ).all()
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                sa.select(EVENTS.c.received_at, EVENTS.c.processed_at).where(EVENTS.c.id.in_(ids))
+            )
+        ).all()
     lags = [
         (processed - received).total_seconds()
         for received, processed in rows
@@ -122,14 +111,14 @@ async def test_a_slow_handler_delays_only_its_own_event_with_a_worker(
     tmp_path: Path, pg_url: str
 ) -> None:
     """PostgreSQL, Redis, ``hookd serve`` and one ``hookd worker``."""
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "slow_once")),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_HANDLER_TIMEOUT_S": str(SLOW_S + 10),
-        "HOOKD_PRUNE_EVERY_S": "0",
-        "TEST_SLOW_S": str(SLOW_S),
-    }
+    env = await prepared_env(
+        tmp_path,
+        pg_url,
+        "slow_once",
+        HOOKD_HANDLER_TIMEOUT_S=str(SLOW_S + 10),
+        HOOKD_PRUNE_EVERY_S="0",
+        TEST_SLOW_S=str(SLOW_S),
+    )
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp_path) as server:
@@ -165,17 +154,17 @@ async def test_kill_9_mid_wave_repeats_only_what_finished_inside_one_outcome_win
     """A killed worker's finished handlers are not run again (their outcome was written
     as each finished, not with its batch's slowest), and its events in flight are taken
     over within one lease."""
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_at_end")),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_LEASE_S": str(WAVE_LEASE_S),
-        "HOOKD_HANDLER_TIMEOUT_S": str(WAVE_SLOW_S + 2),
-        "HOOKD_PRUNE_EVERY_S": "0",
-        "TEST_SLOW_EVERY": str(SLOW_EVERY),
-        "TEST_SLOW_S": str(WAVE_SLOW_S),
-        "TEST_HANDLER_SLEEP_S": str(WAVE_QUICK_S),
-    }
+    env = await prepared_env(
+        tmp_path,
+        pg_url,
+        "effect_at_end",
+        HOOKD_LEASE_S=str(WAVE_LEASE_S),
+        HOOKD_HANDLER_TIMEOUT_S=str(WAVE_SLOW_S + 2),
+        HOOKD_PRUNE_EVERY_S="0",
+        TEST_SLOW_EVERY=str(SLOW_EVERY),
+        TEST_SLOW_S=str(WAVE_SLOW_S),
+        TEST_HANDLER_SLEEP_S=str(WAVE_QUICK_S),
+    )
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with HookdServer(env, tmp_path) as server:

@@ -11,28 +11,19 @@ the park's read and its write, and leave the event parked behind a closed breake
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import db
 from store import destinations as state
 from store.destinations import PARKED_FROM, Blocker
 from store.models import EVENTS
 from store.status import EventStatus
-from tests.integration.test_destinations import mixed, store
+from tests.support.in_process import mixed, store
 
 pytestmark = [pytest.mark.anyio]
-
-
-@pytest.fixture
-async def either(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def half_open(engine: AsyncEngine) -> None:
@@ -48,19 +39,19 @@ async def half_open(engine: AsyncEngine) -> None:
 
 
 async def test_a_park_written_while_the_breaker_closes_is_unparked_by_the_close(
-    either: AsyncEngine,
+    engine: AsyncEngine,
 ) -> None:
-    [event_id] = await store(either, mixed(1))
-    await half_open(either)
+    [event_id] = await store(engine, mixed(1))
+    await half_open(engine)
     closed = asyncio.Event()
 
     async def close() -> bool:
-        async with either.begin() as conn:
+        async with engine.begin() as conn:
             _, closes = await state.record_success(conn, "stripe", "crm", now=datetime.now(UTC))
         closed.set()
         return closes
 
-    async with either.begin() as conn:
+    async with engine.begin() as conn:
         assert await state.still_blocked(conn, [Blocker("breaker", "stripe", "crm")])
         closing = asyncio.create_task(close())
         # The close has to wait for this transaction: it read the breaker as held.
@@ -75,7 +66,7 @@ async def test_a_park_written_while_the_breaker_closes_is_unparked_by_the_close(
             .values(status=EventStatus.RETRYING, next_attempt_at=state.parked_at(received))
         )
     assert await asyncio.wait_for(closing, 10)
-    async with either.connect() as conn:
+    async with engine.connect() as conn:
         due = (
             await conn.execute(sa.select(EVENTS.c.next_attempt_at).where(EVENTS.c.id == event_id))
         ).scalar_one()

@@ -20,9 +20,10 @@ from store import claims, partition_catalog, partition_compact, partition_create
 from store import prune as store_prune
 from store.events import NewEvent, insert_events
 from store.models import EVENTS
-from tests.integration.test_partitions import (
+from tests.support.cli import hookd_with_config as hookd
+from tests.support.data import engine_of, scalar
+from tests.support.partitions import (
     PLAIN,
-    engine_of,
     exists,
     homes,
     index_layout,
@@ -33,8 +34,6 @@ from tests.integration.test_partitions import (
     prune_as_of,
     store_at,
 )
-from tests.integration.test_prune import hookd
-from tests.support.data import scalar
 
 # A claim as a lone claimer makes it: events of github, up to 10.
 GITHUB = claims.alone(["github"], 10)

@@ -5,127 +5,57 @@ once every row in them may go, and the dedupe promise kept while that happens.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time as clock
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.util import await_only
 
 from hookd.event import Event
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import claims, db, migrate, partition_catalog, partition_create, partition_drop, stats
-from store import events as store_events
-from store import prune as store_prune
-from store.crypto import BodyCipher
-from store.events import NewEvent, get_event, get_tombstone, insert_events
-from store.ids import new_id, new_ids
-from store.models import EVENTS
-from tests.integration.test_prune import (
-    STRIPE_KEY,
-    deliver,
-    hookd,
-    stripe_source,
+from store import (
+    claims,
+    migrate,
+    partition_catalog,
+    partition_create,
+    partition_drop,
+    stats,
 )
+from store import prune as store_prune
+from store.events import NewEvent, get_event, get_tombstone, insert_events
+from store.ids import new_id
+from store.models import EVENTS
 from tests.support.asgi import running_app
-from tests.support.data import scalar
+from tests.support.cli import hookd_with_config as hookd
+from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
+from tests.support.partitions import (
+    PLAIN,
+    day_name,
+    exists,
+    homes,
+    index_layout,
+    key_statuses,
+    names,
+    noon,
+    parent_indexes,
+    plain_tx,
+    prune_as_of,
+    store_at,
+)
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-PLAIN = BodyCipher("")
 DAY = timedelta(days=1)
-
-
-def noon(days_ago: int) -> datetime:
-    return datetime.combine(datetime.now(UTC).date() - timedelta(days=days_ago), time(12), UTC)
-
-
-@contextlib.asynccontextmanager
-async def engine_of(url: str) -> AsyncIterator[AsyncEngine]:
-    engine = db.create_engine(url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-async def store_at(
-    url: str,
-    moment: datetime,
-    keys: list[str],
-    *,
-    source: str = "github",
-    status: str = "processed",
-    make_partitions: bool = True,
-) -> list[str]:
-    """Events stored through the real insert path as if received at ``moment`` (their
-    ids minted then), after hookd made that day's partitions as it would have then;
-    set to ``status`` (processed ones with two ledger rows)."""
-    ms = int(moment.timestamp() * 1000)
-    async with engine_of(url) as engine:
-        if make_partitions:
-            await partition_create.ensure(engine, moment)
-        events = [
-            NewEvent(source, "github", k, "push", "webhook", moment, None, "v", {}, b"{}")
-            for k in keys
-        ]
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(store_events, "new_ids", lambda n: new_ids(n, ms))
-            async with engine.begin() as conn:
-                ids = [s.event_id for s in await insert_events(conn, events, PLAIN)]
-                if status != "pending":
-                    await conn.execute(
-                        sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status=status)
-                    )
-                if status == "processed":
-                    await claims.record_handlers(
-                        conn, [(i, h) for i in ids for h in ("a", "b")], moment
-                    )
-    return ids
-
-
-async def homes(url: str, ids: list[str]) -> dict[str, str]:
-    """Event id -> the partition its row is in."""
-    async with engine_of(url) as engine, engine.connect() as conn:
-        result = await conn.execute(
-            sa.text("SELECT id, tableoid::regclass::text FROM events WHERE id = ANY(:ids)"),
-            {"ids": ids},
-        )
-        return {r[0]: r[1] for r in result}
-
-
-async def names(url: str) -> list[str]:
-    async with engine_of(url) as engine, engine.connect() as conn:
-        return [p.name for p in await partition_catalog.list_partitions(conn)]
-
-
-async def exists(url: str, table: str) -> bool:
-    async with engine_of(url) as engine, engine.connect() as conn:
-        found = await conn.execute(sa.text("SELECT to_regclass(:t)::text"), {"t": table})
-        return found.scalar() is not None
-
-
-async def prune_as_of(
-    url: str, sources: Sources, now: datetime, *, only: str | None = None, **options: Any
-) -> store_prune.Pruned:
-    async with engine_of(url) as engine:
-        return await store_prune.prune(
-            engine, retention_policies(sources, only), now=now, owner="test", **options
-        )
-
-
-def day_name(moment: datetime) -> str:
-    return partition_catalog.name_of(moment.date())
 
 
 async def test_a_partition_per_day_from_yesterday_to_a_week_ahead_and_a_default(
@@ -248,25 +178,6 @@ async def test_the_schedule_keeps_partitions_ahead_and_statistics_fresh(
         await wait_for(maintained, timeout_s=30, interval_s=0.1)
 
 
-async def index_layout(url: str) -> dict[str, tuple[int, list[str]]]:
-    """Partition -> (indexes attached to an index of events, its storage settings)."""
-    async with engine_of(url) as engine, engine.connect() as conn:
-        result = await conn.execute(
-            sa.text(
-                "SELECT c.relname, (SELECT count(*) FROM pg_index x JOIN pg_inherits ii "
-                "ON ii.inhrelid = x.indexrelid WHERE x.indrelid = c.oid), "
-                "coalesce(c.reloptions, '{}') FROM pg_inherits i JOIN pg_class c "
-                "ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass('events')"
-            )
-        )
-        return {r[0]: (r[1], sorted(o.split("=")[0] for o in r[2])) for r in result}
-
-
-async def parent_indexes(url: str) -> int:
-    """How many indexes ``events`` has (each partition carries one of each)."""
-    return await scalar(url, "SELECT count(*) FROM pg_index WHERE indrelid = 'events'::regclass")
-
-
 def walk(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan, *(n for p in plan.get("Plans", []) for n in walk(p))]
 
@@ -382,18 +293,6 @@ def new_github(key: str) -> NewEvent:
 
 async def scalar_in(conn: AsyncConnection, sql: str, ids: list[str]) -> int:
     return int((await conn.execute(sa.text(sql), {"i": ids})).scalar() or 0)
-
-
-async def key_statuses(url: str) -> dict[str, str | None]:
-    async with engine_of(url) as engine, engine.connect() as conn:
-        result = await conn.execute(sa.text("SELECT event_id, final_status FROM event_keys"))
-        return {r[0]: r[1] for r in result}
-
-
-@contextlib.asynccontextmanager
-async def plain_tx(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    async with engine.begin() as conn:
-        yield conn
 
 
 async def test_a_stopped_drop_is_finished_and_a_replay_during_one_keeps_the_day(

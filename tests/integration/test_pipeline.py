@@ -5,71 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from hookd.providers.signing import sample_event
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
-from tests.support.handlers import config, prepare
+from tests.support.deliveries import github_requests, send, wait_processed
+from tests.support.handlers import prepared_env
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 
-Request = tuple[dict[str, str], bytes]
-
-
-async def send(base_url: str, requests: list[Request], concurrency: int = 32) -> list[int]:
-    queue = list(requests)
-    statuses: list[int] = []
-
-    async def sender(client: httpx.AsyncClient) -> None:
-        while queue:
-            headers, body = queue.pop()
-            response = await client.post("/hooks/github", content=body, headers=headers)
-            statuses.append(response.status_code)
-
-    limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
-        await asyncio.gather(*(sender(client) for _ in range(concurrency)))
-    return statuses
-
-
-async def wait_processed(url: str, expected: int, timeout_s: float = 90) -> float:
-    """Seconds until ``expected`` events are processed; fails after ``timeout_s``."""
-
-    async def done() -> bool:
-        processed = "SELECT count(*) FROM events WHERE status = 'processed'"
-        return await scalar(url, processed) >= expected
-
-    async def unprocessed() -> str:
-        states = await scalar(url, "SELECT count(*) FROM events WHERE status <> 'processed'")
-        return f"{states} events not processed after {timeout_s}s"
-
-    started = time.monotonic()
-    await wait_for(done, timeout_s=timeout_s, interval_s=0.2, message=unprocessed)
-    return time.monotonic() - started
-
-
-def github_requests(count: int, duplicates: int) -> list[Request]:
-    unique = [sample_event("github", SECRETS["github"], i) for i in range(count)]
-    mixed = unique + random.sample(unique, duplicates)
-    random.shuffle(mixed)
-    return mixed
-
 
 async def test_thousand_events_with_duplicates_give_one_effect_each_with_two_workers(
     tmp_path: Path, pg_url: str
 ) -> None:
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
-        "HOOKD_DATABASE_URL": pg_url,
-    }
+    env = await prepared_env(tmp_path, pg_url, "effect_strict")
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
         with (
@@ -92,11 +46,7 @@ async def test_two_receivers_and_two_workers_give_the_same_exactly_once_results(
 ) -> None:
     """Scaled out (docs/scaling.md): each delivery is sent to both receivers at once,
     as a provider retry landing on another replica would be."""
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
-        "HOOKD_DATABASE_URL": pg_url,
-    }
+    env = await prepared_env(tmp_path, pg_url, "effect_strict")
     unique = [sample_event("github", SECRETS["github"], i) for i in range(800)]
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
@@ -120,15 +70,15 @@ async def test_two_receivers_and_two_workers_give_the_same_exactly_once_results(
 async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect(
     tmp_path: Path, pg_url: str
 ) -> None:
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_idempotent")),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_LEASE_S": "2",
-        "HOOKD_HANDLER_TIMEOUT_S": "1",
-        "HOOKD_RETRY_BASE_S": "0.05",
-        "TEST_HANDLER_SLEEP_S": "0.05",
-    }
+    env = await prepared_env(
+        tmp_path,
+        pg_url,
+        "effect_idempotent",
+        HOOKD_LEASE_S="2",
+        HOOKD_HANDLER_TIMEOUT_S="1",
+        HOOKD_RETRY_BASE_S="0.05",
+        TEST_HANDLER_SLEEP_S="0.05",
+    )
     stuck_at_kill = []
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
@@ -165,12 +115,7 @@ async def test_kill_9_of_workers_mid_handler_loses_nothing_and_doubles_no_effect
 async def test_redis_flushed_and_stopped_while_events_arrive_loses_nothing(
     tmp_path: Path, pg_url: str
 ) -> None:
-    await prepare(pg_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
-        "HOOKD_DATABASE_URL": pg_url,
-        "HOOKD_SWEEP_S": "1",
-    }
+    env = await prepared_env(tmp_path, pg_url, "effect_strict", HOOKD_SWEEP_S="1")
     requests = github_requests(600, 0)
     with RedisServer(tmp_path) as redis:
         env["HOOKD_REDIS_URL"] = redis.url
@@ -191,11 +136,7 @@ async def test_redis_flushed_and_stopped_while_events_arrive_loses_nothing(
 async def test_without_redis_serve_processes_in_process_on_sqlite(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    await prepare(sqlite_url)
-    env = {
-        "HOOKD_CONFIG": str(config(tmp_path, "effect_strict")),
-        "HOOKD_DATABASE_URL": sqlite_url,
-    }
+    env = await prepared_env(tmp_path, sqlite_url, "effect_strict")
     with HookdServer(env, tmp_path) as server:
         statuses = await send(server.url, github_requests(300, 60), concurrency=16)
         assert sorted(statuses) == [200] * 60 + [202] * 300

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +18,7 @@ from hookd.sources import Sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
 from processing.running import UNDECRYPTABLE
-from store import claims, db
+from store import claims
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENTS
@@ -31,13 +31,6 @@ GITHUB = claims.alone(["github"], 10)
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def store(engine: AsyncEngine, count: int, source: str = "github") -> list[str]:

@@ -27,7 +27,6 @@ from processing.attempt import RetryPolicy
 from processing.destinations import Router
 from processing.limits import LocalLimits
 from processing.processor import Processor
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events
 from store.models import EVENT_HISTORY, EVENTS
@@ -61,13 +60,6 @@ def parse(text: str) -> Sources:
     from pathlib import Path
 
     return parse_sources(text, Path("hookd.toml"), env={})
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(db_url)
-    yield eng
-    await eng.dispose()
 
 
 async def store(engine: AsyncEngine, count: int, source: str, first: int = 0) -> list[str]:

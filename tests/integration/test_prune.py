@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -43,57 +42,25 @@ from store.models import (
 )
 from tests.support import handlers
 from tests.support.asgi import running_app
-from tests.support.constants import STRIPE_SECRET
-from tests.support.data import new_event, scalar
+from tests.support.cli import hookd_with_config as hookd
+from tests.support.data import engine_of, new_event, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT
-from tests.support.signing import signed_request
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
 TOKEN = "admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-STRIPE_KEY = "sk_test_hookd"
 PLAIN = BodyCipher("")
 DAY = timedelta(days=1)
 
 
-def stripe_source(api_url: str | None = None, handler: bool = True, extra: str = "") -> str:
-    reconcile = (
-        f'[sources.reconcile]\napi_url = "{api_url}"\nallow_insecure = true\n'
-        f'token = "{STRIPE_KEY}"\n'
-        "lookback_s = 86400\noverlap_s = 120\n"
-        if api_url
-        else ""
-    )
-    chain = 'handlers = ["tests.support.handlers:effect_strict"]\n' if handler else ""
-    return (
-        f'[[sources]]\nname = "stripe"\nprovider = "stripe"\nsecrets = ["{STRIPE_SECRET}"]\n'
-        f"{chain}{reconcile}{extra}"
-    )
-
-
-def webhook(event: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    """A Stripe delivery of ``event``, signed by hand (tests.support.signing) now."""
-    body = json.dumps({**event, "pending_webhooks": 1}, separators=(",", ":")).encode()
-    headers, body = signed_request("stripe", STRIPE_SECRET, body, ts=str(int(time.time())))
-    return body, {name: values[0] for name, values in headers.items()}
-
-
-async def deliver(client: httpx.AsyncClient, event: dict[str, Any]) -> httpx.Response:
-    body, headers = webhook(event)
-    return await client.post("/hooks/stripe", content=body, headers=headers)
-
-
 async def prune_at(url: str, sources: Sources, days: float, **options: Any) -> store_prune.Pruned:
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         return await prune_sources(
             engine, sources, owner="test", now=datetime.now(UTC) + days * DAY, **options
         )
-    finally:
-        await engine.dispose()
 
 
 @dataclass
@@ -123,9 +90,7 @@ class World:
 @pytest.fixture
 async def world(db_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
     monkeypatch.setenv("HOOKD_DATABASE_URL", db_url)
-    engine = db.create_engine(db_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
+    await handlers.prepare(db_url)
     emulator = StripeEmulator(STRIPE_KEY)
     async with serve_app(emulator.app) as api_url:
         sources = parse_sources(stripe_source(api_url), Path("hookd.toml"), env={})
@@ -272,17 +237,14 @@ async def add_events(
 ) -> dict[str, list[str]]:
     """Events of ``source`` in each status (with a body, headers and, for the processed
     ones, a ledger row), received ``days_ago`` (their ids minted then); status -> ids."""
-    engine = db.create_engine(url)
     out: dict[str, list[str]] = {}
     now = datetime.now(UTC) - timedelta(days=days_ago)
     ms = int(now.timestamp() * 1000)
-    try:
+    async with engine_of(url) as engine:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(store_events, "new_ids", lambda n: new_ids(n, ms))
             async with engine.begin() as conn:
                 await _add(conn, source, statuses, now, out)
-    finally:
-        await engine.dispose()
     return out
 
 
@@ -314,7 +276,6 @@ async def _add(
 
 
 async def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    engine = db.create_engine(url)
     tables = {
         "events": EVENTS,
         "event_keys": EVENT_KEYS,
@@ -322,45 +283,36 @@ async def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
         "reconcile_runs": RECONCILE_RUNS,
         "prune_totals": PRUNE_TOTALS,
     }
-    try:
-        async with engine.connect() as conn:
-            return {
-                name: [
-                    tuple(r)
-                    for r in await conn.execute(
-                        sa.select(table).order_by(*table.primary_key.columns)
-                    )
-                ]
-                for name, table in tables.items()
-            }
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return {
+            name: [
+                tuple(r)
+                for r in await conn.execute(sa.select(table).order_by(*table.primary_key.columns))
+            ]
+            for name, table in tables.items()
+        }
 
 
 async def add_runs(url: str, source: str, n: int) -> list[str]:
     """``n`` finished reconcile runs of ``source``, the last one its ``last_run_id``."""
-    engine = db.create_engine(url)
     ids = [new_id() for _ in range(n)]
     now = datetime.now(UTC)
-    try:
-        async with engine.begin() as conn:
-            await rstate.ensure_state(conn, source, now)
-            for run_id in ids:
-                await rstate.create_run(
-                    conn,
-                    id=run_id,
-                    source=source,
-                    status="succeeded",
-                    trigger="schedule",
-                    dry_run=False,
-                    started_at=now,
-                    finished_at=now,
-                    items_missing=2,
-                    rate_limited=1,
-                )
-            await rstate.update_state(conn, source, None, last_run_id=ids[-1])
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await rstate.ensure_state(conn, source, now)
+        for run_id in ids:
+            await rstate.create_run(
+                conn,
+                id=run_id,
+                source=source,
+                status="succeeded",
+                trigger="schedule",
+                dry_run=False,
+                started_at=now,
+                finished_at=now,
+                items_missing=2,
+                rate_limited=1,
+            )
+        await rstate.update_state(conn, source, None, last_run_id=ids[-1])
     return ids
 
 
@@ -397,14 +349,11 @@ async def test_policy_step_by_step(db_url: str, sources: Sources) -> None:
         assert rows[event_id]["body"] == b"x" * 300
 
     # A processed event without its body cannot be replayed.
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         events = EventOps(engine, wake=nothing)
         with pytest.raises(Conflict) as refused:
             await events.replay(ids["processed"][0])
         assert refused.value.reason == "body_pruned"
-    finally:
-        await engine.dispose()
 
     # Past keep_events_days: processed rows and their ledger go, their keys stay.
     done = await prune_at(db_url, sources, 31, only="github")
@@ -438,11 +387,8 @@ async def test_policy_step_by_step(db_url: str, sources: Sources) -> None:
     # Run again: nothing left to do. The counters say what went.
     again = await prune_at(db_url, sources, 401, only="github")
     assert again.counts["github"].total() == 0
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         families = {f.name: f for f in await dbmetrics.collect(engine, sources)}
-    finally:
-        await engine.dispose()
     pruned = {tuple(s.labels.values()): s.value for s in families["hookd_pruned"].samples}
     assert pruned[("github", "body")] == 4
     assert pruned[("github", "event")] == 6
@@ -458,46 +404,33 @@ async def nothing() -> None:
 
 
 async def event_rows(url: str) -> dict[str, dict[str, Any]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return {r.id: dict(r._mapping) for r in await conn.execute(sa.select(EVENTS))}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return {r.id: dict(r._mapping) for r in await conn.execute(sa.select(EVENTS))}
 
 
 async def key_rows(url: str) -> dict[str, dict[str, Any]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.execute(sa.select(EVENT_KEYS))
-            return {r.event_id: dict(r._mapping) for r in result}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.execute(sa.select(EVENT_KEYS))
+        return {r.event_id: dict(r._mapping) for r in result}
 
 
 async def run_totals(url: str) -> dict[tuple[str, str, bool], tuple[int, int, int]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            out: dict[tuple[str, str, bool], tuple[int, int, int]] = {}
-            for row in await rstate.run_totals(conn):
-                key = (row.source, row.status, bool(row.dry_run))
-                old = out.get(key, (0, 0, 0))
-                out[key] = (old[0] + row.runs, old[1] + row.missing, old[2] + row.rate_limited)
-            return out
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        out: dict[tuple[str, str, bool], tuple[int, int, int]] = {}
+        for row in await rstate.run_totals(conn):
+            key = (row.source, row.status, bool(row.dry_run))
+            old = out.get(key, (0, 0, 0))
+            out[key] = (old[0] + row.runs, old[1] + row.missing, old[2] + row.rate_limited)
+        return out
 
 
 async def test_prune_stops_between_batches_and_gives_the_lease_back(
     sqlite_url: str, sources: Sources
 ) -> None:
     await add_events(sqlite_url, "github", {"processed": 400})
-    engine = db.create_engine(sqlite_url)
     stop = asyncio.Event()
     policy = retention_policies(sources, "github")
-    try:
+    async with engine_of(sqlite_url) as engine:
         task = asyncio.create_task(
             store_prune.prune(
                 engine, policy, now=datetime.now(UTC) + 31 * DAY, owner="a", batch=1, stop=stop
@@ -523,8 +456,6 @@ async def test_prune_stops_between_batches_and_gives_the_lease_back(
         assert not second.stopped
         assert first.counts["github"].event + second.counts["github"].event == 400
         assert await prune_lease.last_finished(engine) is not None
-    finally:
-        await engine.dispose()
     assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 0
 
 
@@ -559,21 +490,17 @@ async def test_sqlite_file_stops_growing_at_steady_state(tmp_path: Path, sources
     after: list[int] = []
     grown: list[int] = []
     for round_ in range(5):
-        engine = db.create_engine(url)
-        try:
-            async with engine.begin() as conn:
-                stored = await insert_events(
-                    conn,
-                    [new_event(f"r{round_}-{i}", body=b"x" * 2000) for i in range(300)],
-                    PLAIN,
-                )
-                ids = [s.event_id for s in stored]
-                await conn.execute(
-                    sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status="processed")
-                )
-                await claims.record_handlers(conn, [(i, "h") for i in ids], datetime.now(UTC))
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.begin() as conn:
+            stored = await insert_events(
+                conn,
+                [new_event(f"r{round_}-{i}", body=b"x" * 2000) for i in range(300)],
+                PLAIN,
+            )
+            ids = [s.event_id for s in stored]
+            await conn.execute(
+                sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status="processed")
+            )
+            await claims.record_handlers(conn, [(i, "h") for i in ids], datetime.now(UTC))
         grown.append(file_size(path))
         done = await prune_at(url, sources, 401, only="github")
         assert (done.counts["github"].event, done.counts["github"].key) == (300, 300)
@@ -615,35 +542,13 @@ async def test_serve_prunes_on_its_schedule_and_stops_at_shutdown(db_url: str) -
         )
         started = time.monotonic()
     assert time.monotonic() - started < 10  # the shutdown did not wait for a period
-    engine = db.create_engine(db_url)
-    try:
-        async with engine.connect() as conn:
-            state = (await conn.execute(sa.select(MAINTENANCE_STATE))).one()
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.connect() as conn:
+        state = (await conn.execute(sa.select(MAINTENANCE_STATE))).one()
     assert state.last_finished_at is not None
     assert state.lease_owner is None  # given back
 
 
 # -- hookd prune ------------------------------------------------------------------------
-
-
-def hookd(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``hookd ARGS`` with this database and sources file."""
-    env = {
-        **os.environ,
-        "HOOKD_DATABASE_URL": url,
-        "HOOKD_CONFIG": str(config),
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "hookd.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def prune_cli(url: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -723,13 +628,10 @@ async def test_show_and_wait_of_a_pruned_event_say_how_it_ended(
 ) -> None:
     ids = await add_events(sqlite_url, "github", {"processed": 1})
     await prune_at(sqlite_url, sources, 31)
-    engine = db.create_engine(sqlite_url)
-    try:
+    async with engine_of(sqlite_url) as engine:
         with pytest.raises(NotFound) as gone:
             await EventOps(engine, nothing).show(ids["processed"][0])
         assert "was pruned at" in gone.value.said
-    finally:
-        await engine.dispose()
     event_id = ids["processed"][0]
     waited = hookd(sqlite_url, sources_file, "wait", event_id, "--timeout", "5")
     assert waited.returncode == 0, waited

@@ -27,15 +27,8 @@ from store import prune as store_prune
 from store.crypto import BodyCipher
 from store.events import get_tombstone, insert_events
 from store.status import EventStatus
-from tests.integration.test_partitions import (
-    day_name,
-    engine_of,
-    homes,
-    noon,
-    plain_tx,
-    store_at,
-)
-from tests.support.data import new_event, scalar
+from tests.support.data import engine_of, new_event, scalar
+from tests.support.partitions import day_name, homes, noon, plain_tx, store_at
 
 pytestmark = pytest.mark.anyio
 DAY = timedelta(days=1)

@@ -15,15 +15,15 @@ import sqlalchemy as sa
 
 from hookd.ops import prune_sources
 from hookd.sources import parse_sources
-from store import db, partition_compact, partition_create
+from store import partition_compact, partition_create
 from store.prune import Pruned
-from tests.integration.test_partitions import engine_of, noon, store_at
-from tests.integration.test_prune import STRIPE_KEY, deliver, stripe_source
 from tests.support import handlers
 from tests.support.asgi import running_app
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
+from tests.support.partitions import noon, store_at
+from tests.support.stripe_source import STRIPE_KEY, deliver, stripe_source
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -66,9 +66,7 @@ async def test_prune_while_webhooks_arrive_loses_doubles_and_fails_none(
 ) -> None:
     monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
     monkeypatch.setattr(partition_compact, "COMPACT_MIN_GOING", 10)
-    engine = db.create_engine(pg_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
+    await handlers.prepare(pg_url)
     old = await backlog(pg_url)
     emulator = StripeEmulator(STRIPE_KEY)
     sources = parse_sources(stripe_source(), Path("hookd.toml"), env={})

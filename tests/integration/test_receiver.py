@@ -16,12 +16,12 @@ from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
 from hookd.providers.slack import slack_headers
 from hookd.sources import Sources
-from store import db
 from store.crypto import BodyCipher
 from store.models import EVENTS
 from tests.support import rawhttp
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 
 pytestmark = pytest.mark.anyio
 PROVIDERS = ["github", "stripe", "slack", "standard"]
@@ -33,12 +33,8 @@ def via(request: pytest.FixtureRequest) -> str:
 
 
 async def rows(url: str) -> list[sa.Row]:  # type: ignore[type-arg]
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return list((await conn.execute(sa.select(EVENTS))).all())
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return list((await conn.execute(sa.select(EVENTS))).all())
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

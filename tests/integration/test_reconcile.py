@@ -8,116 +8,42 @@ duplicate and reorder deliveries and then check what one reconciliation pass doe
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
-import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from hookd.sources import Sources, parse_sources
-from store import db
+from hookd.sources import parse_sources
 from store import reconcile as rstate
 from store.ids import new_id
-from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
-from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
+from tests.support.data import engine_of, scalar
+from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import (
+    API_TOKEN,
+    AUTH,
+    STRIPE_KEY,
+    TOKEN,
+    Emulator,
+    ReconcileWorld,
+    make_emulator,
+    running_world,
+    sources_toml,
+)
 
 pytestmark = pytest.mark.anyio
-TOKEN = "admin-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-API_TOKEN = "provider-api-token"
-STRIPE_KEY = "sk_test_hookd"
-HOOK = "repos/octo/hello/hooks/42"
-
-Emulator = GitHubEmulator | StripeEmulator | SlackEmulator
 
 
-def make_emulator(provider: str) -> Emulator:
-    if provider == "github":
-        return GitHubEmulator(API_TOKEN, hook=HOOK)
-    if provider == "stripe":
-        return StripeEmulator(STRIPE_KEY)
-    return SlackEmulator(API_TOKEN, channels=["C0HOOKD", "C1HOOKD"])
-
-
-def sources_toml(provider: str, api_url: str, token: str | None = None, extra: str = "") -> str:
-    secret = SECRETS[provider]
-    token = token or (STRIPE_KEY if provider == "stripe" else API_TOKEN)
-    specific = {
-        "github": f'hook = "{HOOK}"',
-        "stripe": "",
-        "slack": 'channels = ["C0HOOKD", "C1HOOKD"]\nrequests_per_minute = 6000',
-    }[provider]
-    return f"""
-[[sources]]
-name = "{provider}"
-provider = "{provider}"
-secrets = ["{secret}"]
-handlers = ["tests.support.handlers:effect_strict"]
-
-[sources.reconcile]
-api_url = "{api_url}"
-allow_insecure = true
-token = "{token}"
-lookback_s = 86400
-overlap_s = 120
-{specific}
-{extra}
-"""
-
-
-@dataclass
-class World:
-    provider: str
-    emulator: Emulator
-    api_url: str
-    sources: Sources
-    client: httpx.AsyncClient
-    db_url: str
-
-    async def scalar(self, sql: str) -> int:
-        return await scalar(self.db_url, sql)
-
-    async def reconcile(self, dry_run: bool = False) -> dict[str, Any]:
-        """One pass through the operations API; the finished run resource."""
-        query = "?dry_run=true" if dry_run else ""
-        started = await self.client.post(
-            f"/api/sources/{self.provider}/reconcile{query}", headers=AUTH
-        )
-        assert started.status_code == 202, started.text
-        run = started.json()
-        assert run["name"] == f"reconcile-runs/{run['id']}"
-        for _ in range(600):
-            run = (await self.client.get(f"/api/reconcile-runs/{run['id']}", headers=AUTH)).json()
-            if run["done"]:
-                return run
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"run not done: {run}")
-
-    async def metric(self, name: str) -> float:
-        text = (await self.client.get("/metrics", headers=AUTH)).text
-        match = re.search(rf'^{name}\{{source="{self.provider}"\}} (\S+)$', text, re.M)
-        assert match, f"{name} missing"
-        return float(match.group(1))
-
-    async def wait_processed(self, count: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if await self.scalar("SELECT count(*) FROM events WHERE status = 'processed'") >= count:
-                return
-            await asyncio.sleep(0.2)
-        raise AssertionError("events not processed in time")
+class World(ReconcileWorld[Emulator]):
+    pass
 
 
 @pytest.fixture
@@ -125,18 +51,10 @@ async def world(
     request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[World]:
     provider: str = request.param
-    monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    engine = db.create_engine(pg_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
     emulator = make_emulator(provider)
-    async with serve_app(emulator.app) as api_url:
-        text = sources_toml(provider, api_url)
-        sources = parse_sources(text, Path("reconcile.toml"), env={})
-        async with running_app(
-            sources, pg_url, admin_token=TOKEN, sweep_s=0.1, reconcile_schedule=False
-        ) as (_, client):
-            yield World(provider, emulator, api_url, sources, client, pg_url)
+    toml = functools.partial(sources_toml, provider)
+    async with running_world(World, provider, emulator, toml, pg_url, monkeypatch) as world:
+        yield world
 
 
 def webhook_url(provider: str) -> str:
@@ -292,30 +210,26 @@ async def test_429_with_retry_after_waits_then_finishes(world: World) -> None:
 async def leave_a_run_behind(db_url: str, source: str, lease_left_s: float) -> str:
     """What a process SIGKILLed mid-run leaves: its run ``running`` and the source's
     lease in its name, running out in ``lease_left_s`` (negative: already expired)."""
-    engine = db.create_engine(db_url)
     run_id = new_id()
     now = datetime.now(UTC)
-    try:
-        async with engine.begin() as conn:
-            await rstate.ensure_state(conn, source, now)
-            await rstate.update_state(
-                conn,
-                source,
-                None,
-                lease_owner="gone-host:4242",
-                lease_expires_at=now + timedelta(seconds=lease_left_s),
-            )
-            await rstate.create_run(
-                conn,
-                id=run_id,
-                source=source,
-                status="running",
-                trigger="cli",
-                dry_run=False,
-                started_at=now - timedelta(minutes=5),
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, engine.begin() as conn:
+        await rstate.ensure_state(conn, source, now)
+        await rstate.update_state(
+            conn,
+            source,
+            None,
+            lease_owner="gone-host:4242",
+            lease_expires_at=now + timedelta(seconds=lease_left_s),
+        )
+        await rstate.create_run(
+            conn,
+            id=run_id,
+            source=source,
+            status="running",
+            trigger="cli",
+            dry_run=False,
+            started_at=now - timedelta(minutes=5),
+        )
     return run_id
 
 

@@ -34,9 +34,9 @@ from hookd.errors import ReconcileError
 from hookd.sources import Source, parse_sources
 from reconcile.http import Api
 from reconcile.poller import Outcome, Reconciler
-from store import db
 from store.crypto import BodyCipher
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator
 from tests.support.http import serve_app
 
@@ -112,12 +112,8 @@ lookback_s = 86400
 
 
 async def run_once(db_url: str, source: Source, client: httpx.AsyncClient | None = None) -> Outcome:
-    engine = db.create_engine(db_url)
-    try:
-        async with client or httpx.AsyncClient() as http:
-            return await Reconciler(engine, http, BodyCipher("")).run(source)
-    finally:
-        await engine.dispose()
+    async with engine_of(db_url) as engine, client or httpx.AsyncClient() as http:
+        return await Reconciler(engine, http, BodyCipher("")).run(source)
 
 
 # --- URLs from answers stay on the API's origin --------------------------------------

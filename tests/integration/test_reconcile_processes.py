@@ -15,14 +15,13 @@ import httpx
 import pytest
 
 from hookd.sources import parse_sources
-from store import db
-from tests.integration.test_reconcile import sources_toml
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import scalar
 from tests.support.emulators import GitHubEmulator, SlackEmulator, StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import ROOT, HookdServer, HookdWorker, RedisServer, free_port
 from tests.support.waiting import wait_for
 
@@ -131,9 +130,7 @@ async def test_run_killed_midway_then_rerun_repairs_the_rest_once(
 
 
 async def test_worker_schedule_reconciles_with_redis(tmp_path: Path, pg_url: str) -> None:
-    engine = db.create_engine(pg_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
+    await handlers.prepare(pg_url)
     emulator = StripeEmulator("sk_test_hookd")
     keys = emulator.add_events(200, start=time.time() - 3600, step_s=1.0)
     dropped = set(random.Random(3).sample(keys, 20))

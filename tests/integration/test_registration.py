@@ -7,13 +7,10 @@ in ``GET /api/sources``, on the admin sources page, and as
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import json
-import os
 import re
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -28,11 +25,12 @@ from hookd.cli.reconcile import cmd_sources
 from hookd.settings import Settings
 from hookd.sources import parse_sources
 from tests.support.asgi import running_app
+from tests.support.cli import hookd_async
 from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.emulators import GitHubEmulator, StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT, free_port
-from tests.support.waiting import wait_for
+from tests.support.reconcile_world import run_to_end
+from tests.support.server import free_port
 
 pytestmark = pytest.mark.anyio
 TOKEN = "registration-token"
@@ -45,7 +43,6 @@ PUBLIC = {
     "stripe": "https://hookd.example/hooks/stripe",
 }
 ELSEWHERE = "https://old-host.example/hooks/{provider}?token=abc"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 Emulator = GitHubEmulator | StripeEmulator
 # A run's registration check as its resource shows it.
@@ -112,15 +109,7 @@ class World:
     client: httpx.AsyncClient
 
     async def reconcile(self) -> dict[str, Any]:
-        started = await self.client.post(f"/api/sources/{self.provider}/reconcile", headers=AUTH)
-        assert started.status_code == 202, started.text
-        path = f"/api/reconcile-runs/{started.json()['id']}"
-
-        async def done() -> dict[str, Any]:
-            run: dict[str, Any] = (await self.client.get(path, headers=AUTH)).json()
-            return run if run["done"] else {}
-
-        run: dict[str, Any] = await wait_for(done, timeout_s=60, interval_s=0.05)
+        run = await run_to_end(self.client, self.provider, AUTH)
         assert run["status"] == "succeeded", run
         return run
 
@@ -159,21 +148,11 @@ async def hookd_cli(tmp_path: Path, db_url: str, config: str, *args: str) -> tup
     its exit status, its output and its last line on stderr."""
     path = tmp_path / "hookd.toml"
     path.write_text(config)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_DATABASE_URL": db_url}
-    env["HOOKD_CONFIG"] = str(path)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hookd.cli",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    said = err.decode().strip().splitlines()
-    assert "Traceback" not in err.decode(), err.decode()
-    return proc.returncode or 0, out.decode(), said[-1] if said else ""
+    env = {"HOOKD_DATABASE_URL": db_url, "HOOKD_CONFIG": str(path)}
+    code, out, err = await hookd_async(env, *args)
+    said = err.strip().splitlines()
+    assert "Traceback" not in err, err
+    return code, out, said[-1] if said else ""
 
 
 @pytest.mark.parametrize("world", ["github", "stripe"], indirect=True)

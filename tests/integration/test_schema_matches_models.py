@@ -33,9 +33,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from store import db, migrate
+from store import migrate
 from store.models import EVENTS
 from tests.support import services
+from tests.support.data import engine_of
 
 # What store/migrations/env.py passes as target_metadata (it cannot be imported:
 # it runs the migrations when loaded).
@@ -82,12 +83,8 @@ def migrated_schema_diff(url: str) -> tuple[str | None, list[Any]]:
         return context.get_current_revision(), compare_metadata(context, TARGET_METADATA)
 
     async def run() -> tuple[str | None, list[Any]]:
-        engine = db.create_engine(url)
-        try:
-            async with engine.connect() as conn:
-                return await conn.run_sync(compare)
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.connect() as conn:
+            return await conn.run_sync(compare)
 
     return asyncio.run(run())
 
@@ -161,12 +158,8 @@ def partition_layout(url: str) -> dict[str, Any]:
         }
 
     async def run() -> dict[str, Any]:
-        engine = db.create_engine(url)
-        try:
-            async with engine.connect() as conn:
-                return await conn.run_sync(read)
-        finally:
-            await engine.dispose()
+        async with engine_of(url) as engine, engine.connect() as conn:
+            return await conn.run_sync(read)
 
     return asyncio.run(run())
 

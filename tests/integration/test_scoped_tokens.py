@@ -29,9 +29,10 @@ from hookd.settings import Settings
 from hookd.sources import parse_sources
 from hookd.web.api import ApiFallback
 from store.models import ADMIN_LOGIN_FAILURES
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -39,7 +40,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 ADMIN, READ, METRICS = "admin-token-scoped", "read-token-scoped", "metrics-token-scoped"
 TOKENS = {"admin": ADMIN, "read": READ, "metrics": METRICS}
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 # What each token gets from each route; no token and a wrong one get 401 everywhere.
 ROUTES: list[tuple[str, str, dict[str, int]]] = [
     ("GET", "/metrics", {"admin": 200, "read": 403, "metrics": 200}),
@@ -109,17 +109,12 @@ async def dead_event(url: str | httpx.AsyncClient, pg_url: str) -> str:
         return await scalar(pg_url, sql) == 1
 
     await wait_for(processed, timeout_s=30)
-    from store import db
 
-    engine = db.create_engine(pg_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.exec_driver_sql(
-                "UPDATE events SET status = 'dead', attempts = 8, last_error = 'boom' "
-                f"WHERE id = '{event_id}'"
-            )
-    finally:
-        await engine.dispose()
+    async with engine_of(pg_url) as engine, engine.begin() as conn:
+        await conn.exec_driver_sql(
+            "UPDATE events SET status = 'dead', attempts = 8, last_error = 'boom' "
+            f"WHERE id = '{event_id}'"
+        )
     return event_id
 
 

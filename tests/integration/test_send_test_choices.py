@@ -12,7 +12,7 @@ import pytest
 
 from hookd.providers import PROVIDERS
 from hookd.providers.signing import chosen_event
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd
 from tests.support.server import HookdServer, free_port
 
 pytestmark = pytest.mark.anyio

@@ -19,8 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.test_pipeline import config, github_requests, prepare, send, wait_processed
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
+from tests.support.deliveries import github_requests, send, wait_processed
+from tests.support.handlers import config, prepare
 from tests.support.server import ROOT, HookdServer, free_port
 from tests.support.waiting import wait_for
 
@@ -86,15 +87,10 @@ def socket_path(argv: list[str]) -> Path:
 
 
 async def handler_pids(url: str) -> set[int]:
-    from store import db
 
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            rows = await conn.exec_driver_sql("SELECT DISTINCT handler FROM calls")
-            return {int(name.split()[1]) for (name,) in rows}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        rows = await conn.exec_driver_sql("SELECT DISTINCT handler FROM calls")
+        return {int(name.split()[1]) for (name,) in rows}
 
 
 async def processed_metric(server: HookdServer) -> float:

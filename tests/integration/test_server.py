@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
-from store import db
 from store.models import EVENTS
 from tests.support import services
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.server import HookdServer
 from tests.support.waiting import wait_for
 
@@ -42,13 +42,9 @@ def server(server_env: dict[str, str], tmp_path: Path) -> Iterator[HookdServer]:
 
 
 async def stored_keys(url: str) -> dict[str, str]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.execute(sa.select(EVENTS.c.dedupe_key, EVENTS.c.id))
-            return {row.dedupe_key: row.id for row in result}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.execute(sa.select(EVENTS.c.dedupe_key, EVENTS.c.id))
+        return {row.dedupe_key: row.id for row in result}
 
 
 async def test_fifty_concurrent_identical_deliveries_store_one_row(

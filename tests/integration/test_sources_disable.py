@@ -6,10 +6,7 @@ window a disabled source went unchecked; no run starts until it is enabled again
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,13 +17,14 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.sources import Sources, parse_sources
-from store import db
 from store.models import RECONCILE_STATE
+from tests.support.admin import CSRF_RE
 from tests.support.asgi import running_app
+from tests.support.cli import hookd_async
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
-from tests.support.server import ROOT
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +32,6 @@ TOKEN = "disable-admin-token"
 READ_TOKEN = "disable-read-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STRIPE_KEY = "sk_test_disable"
-CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 def sources_text(api_url: str, extra: str = "") -> str:
@@ -70,16 +67,12 @@ def sources_for(api_url: str, extra: str = "") -> Sources:
 
 async def state_row(url: str) -> dict[str, Any]:
     """The stripe source's ``reconcile_state`` row; empty before anything wrote one."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    sa.select(RECONCILE_STATE).where(RECONCILE_STATE.c.source == "stripe")
-                )
-            ).first()
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        row = (
+            await conn.execute(
+                sa.select(RECONCILE_STATE).where(RECONCILE_STATE.c.source == "stripe")
+            )
+        ).first()
     return {} if row is None else dict(row._mapping)
 
 
@@ -219,20 +212,10 @@ async def test_the_automatic_stop_after_auth_failures_records_when_and_by_what(
 
 
 async def hookd_cli(url: str, config: Path, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HOOKD_DATABASE_URL": url}
-    env["HOOKD_CONFIG"] = str(config)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "hookd.cli",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert "Traceback" not in err.decode(), err.decode()
-    return proc.returncode or 0, out.decode()
+    env = {"HOOKD_DATABASE_URL": url, "HOOKD_CONFIG": str(config)}
+    code, out, err = await hookd_async(env, *args)
+    assert "Traceback" not in err, err
+    return code, out
 
 
 async def test_disable_from_the_command_line_records_the_os_user_and_stops_runs(

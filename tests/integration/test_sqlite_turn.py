@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store import db, fastpath, sqlite_write
 from store.crypto import BodyCipher
 from store.models import EVENTS
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio
 
@@ -90,11 +90,8 @@ class TurnDb:
 @pytest.fixture
 async def turn_db(sqlite_url: str) -> AsyncIterator[TurnDb]:
     """A migrated SQLite file, an engine on it, and its turn-taking transactions."""
-    engine = db.create_engine(sqlite_url)
-    try:
+    async with engine_of(sqlite_url) as engine:
         yield TurnDb(db_path(sqlite_url), engine, db.transaction(engine))
-    finally:
-        await engine.dispose()
 
 
 async def test_the_processor_side_waits_at_its_first_statement_and_goes_on_when_let_go(
@@ -220,12 +217,9 @@ async def test_the_receivers_insert_waits_for_the_turn(sqlite_url: str, process:
 
 
 async def test_postgresql_has_no_turn(pg_url: str) -> None:
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         assert db.transaction(engine) == engine.begin
         assert db.sqlite_path(pg_url) is None
-    finally:
-        await engine.dispose()
 
 
 def test_the_turn_file_sits_beside_the_database(tmp_path: Path) -> None:

@@ -28,8 +28,8 @@ from hookd.runtime.app import create_app
 from hookd.settings import Settings
 from hookd.sources import Sources
 from ingest.httpguard import GuardedHttpToolsProtocol
-from tests.integration.test_direct_receive import github, stored_keys
 from tests.support import rawhttp
+from tests.support.deliveries import github, stored_keys
 from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio

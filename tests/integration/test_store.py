@@ -7,11 +7,10 @@ import asyncio
 import pytest
 import sqlalchemy as sa
 
-from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events, list_events
 from store.models import EVENTS
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 
 pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
@@ -21,8 +20,7 @@ ev = new_event
 
 
 async def test_batch_with_inner_duplicates_creates_one_row_each(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             out = await insert_events(conn, [ev("a"), ev("b"), ev("a"), ev("a", "other")], PLAIN)
         assert [s.created for s in out] == [True, True, False, True]
@@ -35,15 +33,12 @@ async def test_batch_with_inner_duplicates_creates_one_row_each(db_url: str) -> 
         async with engine.connect() as conn:
             count = (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar()
         assert count == 4
-    finally:
-        await engine.dispose()
 
 
 async def test_concurrent_batches_sharing_keys_neither_deadlock_nor_double(db_url: str) -> None:
     """Two transactions inserting overlapping keys in opposite orders both commit."""
-    engine = db.create_engine(db_url)
     keys = [f"k{i}" for i in range(50)]
-    try:
+    async with engine_of(db_url) as engine:
 
         async def batch(order: list[str]) -> list[str]:
             async with engine.begin() as conn:
@@ -57,13 +52,10 @@ async def test_concurrent_batches_sharing_keys_neither_deadlock_nor_double(db_ur
         async with engine.connect() as conn:
             count = (await conn.execute(sa.select(sa.func.count()).select_from(EVENTS))).scalar()
         assert count == 50
-    finally:
-        await engine.dispose()
 
 
 async def test_list_is_newest_first_and_keyset_paged(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         for key in ("one", "two", "three"):
             async with engine.begin() as conn:
                 await insert_events(conn, [ev(key)], PLAIN)
@@ -73,26 +65,18 @@ async def test_list_is_newest_first_and_keyset_paged(db_url: str) -> None:
             rest = await list_events(conn, limit=2, before_id=first[-1].id)
         assert [r.dedupe_key for r in first] == ["three", "two"]
         assert [r.dedupe_key for r in rest] == ["one"]
-    finally:
-        await engine.dispose()
 
 
 async def test_sqlite_runs_in_wal_with_full_sync(sqlite_url: str) -> None:
-    engine = db.create_engine(sqlite_url)
-    try:
+    async with engine_of(sqlite_url) as engine:
         async with engine.connect() as conn:
             mode = (await conn.execute(sa.text("PRAGMA journal_mode"))).scalar()
             sync = (await conn.execute(sa.text("PRAGMA synchronous"))).scalar()
         assert (mode, sync) == ("wal", 2)
-    finally:
-        await engine.dispose()
 
 
 async def test_postgres_sessions_commit_synchronously(pg_url: str) -> None:
-    engine = db.create_engine(pg_url)
-    try:
+    async with engine_of(pg_url) as engine:
         async with engine.connect() as conn:
             value = (await conn.execute(sa.text("SHOW synchronous_commit"))).scalar()
         assert value == "on"
-    finally:
-        await engine.dispose()

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import claims, db
+from store import claims
 from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.events import event_resource, get_event, insert_events, list_events
 from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import EventRow, RunRow, RunTotalsRow, SourceStateRow
 from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
-from tests.support.data import new_event
+from tests.support.data import engine_of, new_event
 
 # A claim as a lone claimer makes it: events of github, up to 10.
 GITHUB = claims.alone(["github"], 10)
@@ -26,8 +26,7 @@ PLAIN = BodyCipher("")
 
 
 async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             (stored,) = await insert_events(conn, [new_event("k", body=b'{"a":1}')], PLAIN)
         async with engine.connect() as conn:
@@ -52,14 +51,11 @@ async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
         assert claimed.id == stored.event_id and claimed.body == full.body
         assert claimed.status == EventStatus.PROCESSING and claimed.attempts == 1
         assert claimed.lease_owner == "w"
-    finally:
-        await engine.dispose()
 
 
 async def test_reconcile_rows_hold_every_column_as_stored(db_url: str) -> None:
-    engine = db.create_engine(db_url)
     now = datetime.now(UTC)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             await rstate.ensure_state(conn, "stripe", now)
             await rstate.update_state(conn, "stripe", None, cursor=12.5, meta={"team_id": "T1"})
@@ -98,8 +94,6 @@ async def test_reconcile_rows_hold_every_column_as_stored(db_url: str) -> None:
             RunTotalsRow("stripe", "queued", False, 1, 0, 0, 0),
             RunTotalsRow("stripe", "succeeded", False, 1, 3, 2, 0),
         ]
-    finally:
-        await engine.dispose()
 
 
 async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) -> None:
@@ -111,8 +105,7 @@ async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) 
 
     at = datetime(2026, 12, 1, 23, 2, 9, tzinfo=UTC)  # no microseconds
     finished = datetime(2026, 12, 2, 1, 2, 9, 123456, tzinfo=timezone(timedelta(hours=2)))
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             mine, theirs = await insert_events(conn, [new_event("a"), new_event("b")], PLAIN)
             await claims.record_handlers(conn, [(mine.event_id, "h")], finished)
@@ -143,8 +136,6 @@ async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) 
         async with engine.connect() as conn:
             ledger = (await conn.execute(as_text(HANDLER_RUNS, "event_id"))).all()
             attempts = (await conn.execute(as_text(EVENT_HISTORY, "id", "event_id"))).all()
-    finally:
-        await engine.dispose()
     assert ledger[0] == ledger[1]
     assert attempts[0] == attempts[1]
     assert "09" in str(attempts[0])  # the timestamps are there, not NULL
@@ -157,8 +148,7 @@ async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: st
     from store.models import EVENTS
 
     now = datetime.now(UTC)  # the events are due from the time they were made
-    engine = db.create_engine(db_url)
-    try:
+    async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             events = [new_event(k) for k in ("mine", "theirs", "other")]
             stored = await insert_events(conn, events, PLAIN)
@@ -199,8 +189,6 @@ async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: st
                     sa.select(*[sa.cast(c, sa.Text).label(c.name) for c in EVENTS.c])
                 )
             }
-    finally:
-        await engine.dispose()
     assert done == {ids[0]}, "the event held by another owner is fenced off"
     varies = {"id", "dedupe_key", "body", "received_at", "next_attempt_at", "created_at"}
 

@@ -23,13 +23,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hookd.providers.signing import sample_event
-from store import db
-from tests.integration.test_reconcile import sources_toml
 from tests.integration.test_reconcile_processes import reconcile_cli, seeded_github
 from tests.support import destinations
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 from tests.support.destinations import Destination, whsec
+from tests.support.handlers import github_source
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 
@@ -113,35 +114,21 @@ async def collector() -> AsyncIterator[tuple[Collector, str]]:
 
 async def stored_context(url: str, event_id: str) -> tuple[str | None, str]:
     """An event's ``traceparent`` column and its stored headers, as text."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            sql = sa.text("SELECT traceparent, headers FROM events WHERE id = :id")
-            row = (await conn.execute(sql, {"id": event_id})).one()
-            return row[0], str(row[1])
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        sql = sa.text("SELECT traceparent, headers FROM events WHERE id = :id")
+        row = (await conn.execute(sql, {"id": event_id})).one()
+        return row[0], str(row[1])
 
 
 FAILS_ONCE = "tests.support.handlers:fails_once"
 
 
 def config(tmp_path: Path, forward_url: str) -> Path:
-    path = tmp_path / "tracing.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["{FAILS_ONCE}"]
-[sources.forward]
-url = "{forward_url}"
-allow_insecure = true
-secret = "{whsec("forward")}"
-"""
+    forward = (
+        f'[sources.forward]\nurl = "{forward_url}"\nallow_insecure = true\n'
+        f'secret = "{whsec("forward")}"\n'
     )
-    return path
+    return github_source(tmp_path / "tracing.toml", FAILS_ONCE, forward)
 
 
 async def test_one_github_delivery_is_one_trace_across_receiver_worker_and_forward(

@@ -16,9 +16,9 @@ import pytest
 
 from hookd.event import idempotency_key
 from hookd.providers.signing import sample_event
-from tests.integration.test_pipeline import prepare
 from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
+from tests.support.handlers import github_source, prepare
 from tests.support.server import ROOT, HookdServer
 from tests.support.waiting import wait_for
 
@@ -29,18 +29,7 @@ SUMMARISE = "tests.support.try_handlers:summarise"
 
 
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "hookd.toml"
-    path.write_text(
-        f"""
-[[sources]]
-name = "github"
-provider = "github"
-secrets = ["{SECRETS["github"]}"]
-handlers = ["{FAILING}"]
-max_attempts = 1
-"""
-    )
-    return path
+    return github_source(tmp_path / "hookd.toml", FAILING, "max_attempts = 1\n")
 
 
 def hookd_try(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,17 +46,12 @@ def hookd_try(env: dict[str, str], cwd: Path, *args: str) -> subprocess.Complete
 
 async def row_text(url: str, event_id: str) -> str:
     """The whole row as PostgreSQL writes it out (the body as bytea hex): byte for byte."""
-    from store import db
 
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.exec_driver_sql(
-                f"SELECT e::text FROM events e WHERE e.id = '{event_id}'"
-            )
-            return str(result.scalar_one())
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.exec_driver_sql(
+            f"SELECT e::text FROM events e WHERE e.id = '{event_id}'"
+        )
+        return str(result.scalar_one())
 
 
 async def counts(url: str) -> tuple[int, ...]:

@@ -15,18 +15,16 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
-from hookd.providers.signing import sample_event
 from processing.claiming import EXPIRED_CHECK_S
-from tests.integration.test_pipeline import config, prepare
-from tests.integration.test_reconcile import sources_toml
-from tests.support.constants import SECRETS
-from tests.support.data import scalar
+from tests.support.data import engine_of, scalar
+from tests.support.deliveries import post_batch
 from tests.support.emulators import StripeEmulator
+from tests.support.handlers import config, prepare
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdServer, HookdWorker, RedisServer, free_port
 from tests.support.waiting import wait_for
 
@@ -75,36 +73,19 @@ async def in_progress_marks(url: str) -> AsyncIterator[list[tuple[str, int]]]:
         await client.aclose()
 
 
-async def post_batch(url: str, first: int, count: int) -> list[str]:
-    """``count`` signed GitHub deliveries; their event ids, every one accepted."""
-    ids: list[str] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        for seq in range(first, first + count):
-            headers, body = sample_event("github", SECRETS["github"], seq)
-            response = await client.post("/hooks/github", content=body, headers=headers)
-            assert response.status_code == 202, response.text
-            ids.append(response.json()["event_id"])
-    return ids
-
-
 def id_list(ids: list[str]) -> str:
     return ", ".join(f"'{i}'" for i in ids)
 
 
 async def holders(url: str, ids: list[str]) -> set[int]:
     """pids of the workers holding claims on ``ids`` with one of their handlers started."""
-    from store import db
 
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            result = await conn.exec_driver_sql(
-                "SELECT DISTINCT e.lease_owner FROM events e JOIN calls c ON c.event_id = e.id "
-                f"WHERE e.status = 'processing' AND e.id IN ({id_list(ids)})"
-            )
-            return {int(owner.split(":")[-2]) for (owner,) in result}
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        result = await conn.exec_driver_sql(
+            "SELECT DISTINCT e.lease_owner FROM events e JOIN calls c ON c.event_id = e.id "
+            f"WHERE e.status = 'processing' AND e.id IN ({id_list(ids)})"
+        )
+        return {int(owner.split(":")[-2]) for (owner,) in result}
 
 
 async def processed(url: str, ids: list[str]) -> bool:

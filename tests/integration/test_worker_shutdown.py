@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_reconcile import sources_toml
 from tests.support.data import scalar
 from tests.support.emulators import StripeEmulator
 from tests.support.http import serve_app
+from tests.support.reconcile_world import sources_toml
 from tests.support.server import HookdWorker, RedisServer
 from tests.support.waiting import wait_for
 

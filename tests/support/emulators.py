@@ -41,7 +41,7 @@ import secrets
 import time
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -139,6 +139,7 @@ class _Emulator:
         self.signing_now: Clock = time.time
         self._faults: collections.deque[tuple[int, float | None]] = collections.deque()
         self._latency_cut = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.app = Starlette(routes=self._routes())
 
     # -- to be provided by each emulator ---------------------------------------
@@ -220,6 +221,17 @@ class _Emulator:
     def _sent(self, key: str, status: int) -> None:
         """Hook called after each webhook is answered."""
 
+    def _in_background(self, webhook: Coroutine[Any, Any, None]) -> None:
+        """Send ``webhook`` (one delivered again on request) as a task of its own."""
+        task = asyncio.create_task(webhook)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for every webhook sent in the background to be answered."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks))
+
 
 # ---------------------------------------------------------------------------------
 # GitHub
@@ -271,7 +283,6 @@ class GitHubEmulator(_Emulator):
         self.rate_reset: int | None = None
         self._ids = itertools.count(12_000_000_001)
         self._numbers = itertools.count(1)
-        self._tasks: set[asyncio.Task[None]] = set()
         self._record_status = False
         # The hook's registration (GET /{hook}): None URL means where webhooks go
         # (``webhook_target``); None last response means the newest delivery's.
@@ -444,11 +455,6 @@ class GitHubEmulator(_Emulator):
             for d in self.deliveries_for(key):
                 d["status"] = "OK" if 200 <= status < 300 else f"Invalid HTTP Response: {status}"
                 d["status_code"] = status
-
-    async def drain(self) -> None:
-        """Wait for every background redelivery webhook to be answered."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks))
 
     async def _redeliver(self, delivery: dict[str, Any], url: str, secret: str) -> None:
         body, headers = self._signed(delivery, secret)
@@ -682,9 +688,7 @@ class GitHubEmulator(_Emulator):
         )
         if self.webhook_target is not None:
             url, secret = self.webhook_target
-            task = asyncio.create_task(self._redeliver(again, url, secret))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._in_background(self._redeliver(again, url, secret))
         return JSONResponse({}, status_code=202)
 
 

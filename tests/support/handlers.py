@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from hookd import Event
-from store import db
 from tests.support.constants import SECRETS
+from tests.support.data import engine_of
 
 # A handler's own logger, as a user's module has it: not under "hookd".
 log = logging.getLogger(__name__)
@@ -48,29 +48,42 @@ def _engine() -> AsyncEngine:
     return _engines[loop_id]
 
 
-def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
-    """A sources file with one GitHub source whose handler is ``NAME`` of this module."""
-    path = tmp_path / "pipeline.toml"
+def github_source(path: Path, handler: str, extra: str = "") -> Path:
+    """``path``, written as a sources file of one GitHub source that runs ``handler``
+    (``module:name``), with ``extra`` added to its table."""
     path.write_text(
         f"""
 [[sources]]
 name = "github"
 provider = "github"
 secrets = ["{SECRETS["github"]}"]
-handlers = ["tests.support.handlers:{handler}"]
-max_attempts = {max_attempts}
-"""
+handlers = ["{handler}"]
+{extra}"""
     )
     return path
 
 
+def config(tmp_path: Path, handler: str, max_attempts: int = 8) -> Path:
+    """A sources file with one GitHub source whose handler is ``NAME`` of this module."""
+    return github_source(
+        tmp_path / "pipeline.toml",
+        f"tests.support.handlers:{handler}",
+        f"max_attempts = {max_attempts}\n",
+    )
+
+
 async def prepare(url: str) -> None:
     """This module's tables in hookd's database at ``url``."""
-    engine = db.create_engine(url)
-    try:
+    async with engine_of(url) as engine:
         await create_tables(engine)
-    finally:
-        await engine.dispose()
+
+
+async def prepared_env(tmp_path: Path, url: str, handler: str, **extra: str) -> dict[str, str]:
+    """The environment of a ``hookd serve`` or ``hookd worker`` on the database at ``url``
+    (this module's tables made there), its GitHub source running handler ``handler``;
+    ``extra`` is more of it."""
+    await prepare(url)
+    return {"HOOKD_CONFIG": str(config(tmp_path, handler)), "HOOKD_DATABASE_URL": url, **extra}
 
 
 async def create_tables(engine: AsyncEngine) -> None:
@@ -97,8 +110,9 @@ async def effect_strict(event: Event) -> None:
         )
 
 
-async def effect_idempotent(event: Event) -> None:
-    await _call(event, "idempotent")
+async def _effect_once(event: Event, handler: str) -> None:
+    """After ``TEST_HANDLER_SLEEP_S``, the event's effect, skipped if its key is already
+    applied (in the same transaction), recorded as ``handler``'s."""
     await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
     async with _engine().begin() as conn:
         seen = await conn.execute(
@@ -107,25 +121,20 @@ async def effect_idempotent(event: Event) -> None:
         )
         if seen.first() is None:
             await conn.execute(
-                sa.text("INSERT INTO effects VALUES (:k, :e, 'idempotent')"),
-                {"k": event.idempotency_key, "e": event.id},
+                sa.text("INSERT INTO effects VALUES (:k, :e, :h)"),
+                {"k": event.idempotency_key, "e": event.id, "h": handler},
             )
+
+
+async def effect_idempotent(event: Event) -> None:
+    await _call(event, "idempotent")
+    await _effect_once(event, "idempotent")
 
 
 async def effect_pid(event: Event) -> None:
     """``effect_idempotent`` that names, in ``calls``, the process it ran in: ``pid N``."""
     await _call(event, f"pid {os.getpid()}")
-    await asyncio.sleep(float(os.environ.get("TEST_HANDLER_SLEEP_S", "0")))
-    async with _engine().begin() as conn:
-        seen = await conn.execute(
-            sa.text("SELECT 1 FROM effects WHERE idempotency_key = :k"),
-            {"k": event.idempotency_key},
-        )
-        if seen.first() is None:
-            await conn.execute(
-                sa.text("INSERT INTO effects VALUES (:k, :e, 'pid')"),
-                {"k": event.idempotency_key, "e": event.id},
-            )
+    await _effect_once(event, "pid")
 
 
 async def until_fixed(event: Event) -> None:

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from hookd import Event
-from store import db
 from tests.support.constants import STRIPE_SECRET
+from tests.support.data import engine_of
 from tests.support.server import HookdServer, HookdWorker, RedisServer
 from tests.support.signing import signature_value
 from tests.support.waiting import wait_for
@@ -131,12 +131,8 @@ async def post(url: str, batch: list[tuple[str, int, bytes]]) -> dict[str, tuple
 
 
 async def rows(url: str, sql: str) -> list[tuple[object, ...]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return [tuple(r) for r in (await conn.execute(sa.text(sql))).all()]
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        return [tuple(r) for r in (await conn.execute(sa.text(sql))).all()]
 
 
 async def count(url: str, sql: str) -> int:
@@ -178,12 +174,8 @@ async def run(
 ) -> Outcome:
     """The scenario (see the module's text) on the migrated PostgreSQL database ``url``;
     each handler run lasts ``handler_s``."""
-    engine = db.create_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(sa.text(SCHEMA))
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.begin() as conn:
+        await conn.execute(sa.text(SCHEMA))
     env = {
         "HOOKD_CONFIG": str(sources_toml(tmp_path)),
         "HOOKD_DATABASE_URL": url,

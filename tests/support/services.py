@@ -11,6 +11,11 @@ import pytest
 
 PG_DSN = os.environ.get("HOOKD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 
+# The ``db_url`` fixture (and ``engine`` on it) runs a test on SQLite and PostgreSQL;
+# these narrow it to one, as a test's decorator or in a module's ``pytestmark``.
+ONLY_SQLITE = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+ONLY_POSTGRES = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -12,21 +12,10 @@ from hookd.providers import PROVIDERS
 from hookd.providers.base import Ed25519Key, HmacKey
 from hookd.settings import Settings
 from hookd.sources import load_sources, parse_sources
+from tests.support.sources_file import error_of, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 P = Path("hookd.toml")
-
-
-def parse(text: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return parse_sources(text, P, env or {})
-
-
-def error_of(text: str, env: dict[str, str] | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        parse(text, env)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 GH = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["s"]\n'

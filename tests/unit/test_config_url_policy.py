@@ -7,31 +7,19 @@ only whitespace is refused, in the sources file and in the environment."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from hookd.sources import Sources, internal_target, parse_sources
+from hookd.sources import internal_target
 from processing.delivery import header_value
+from tests.support.sources_file import error_of, parse
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMzQ="
 GH = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["s"]\n'
 STRIPE = '[[sources]]\nname = "st"\nprovider = "stripe"\nsecrets = ["whsec_x"]\n'
-
-
-def parse(text: str, env: dict[str, str] | None = None) -> Sources:
-    return parse_sources(text, Path("hookd.toml"), env=env or {})
-
-
-def error_of(text: str, env: dict[str, str] | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        parse(text, env)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def destination(url: str, extra: str = "") -> str:

@@ -12,13 +12,13 @@ from urllib.parse import urlencode
 
 import pytest
 
-from hookd.errors import ConfigError
 from hookd.event import Event
 from hookd.routing import FilterConfig
 from hookd.sources import parse_sources
 from processing import filters
 from processing.filters import Document, Selector
 from processing.limits import LocalLimits, Wait
+from tests.support.sources_file import error_of
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMzQ="
 GH = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["s"]\n'
@@ -153,14 +153,6 @@ def test_the_body_is_parsed_once_for_every_filter(monkeypatch: pytest.MonkeyPatc
     ]
     assert [s.selects(e, document) for s in chosen if s is not None] == [True, True, False]
     assert calls == [e.body]
-
-
-def error_of(text: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        parse_sources(text, Path("hookd.toml"), env={})
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def destination(name: str = "billing", extra: str = "") -> str:

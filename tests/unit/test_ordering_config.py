@@ -12,10 +12,10 @@ from urllib.parse import quote
 
 import pytest
 
-from hookd.errors import ConfigError
 from hookd.ordering import MAX_KEY_CHARS, OrderConfig, object_version
 from hookd.sources import parse_sources
 from store.events import NewEvent
+from tests.support.sources_file import error_of
 
 P = Path("hookd.toml")
 STRIPE = '[[sources]]\nname = "pay"\nprovider = "stripe"\nsecrets = ["whsec_x"]\n'
@@ -27,14 +27,6 @@ def order_of(text: str) -> OrderConfig:
     [source] = list(parse_sources(text, P, {}))
     assert source.config.order is not None
     return source.config.order
-
-
-def error_of(text: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        parse_sources(text, P, {})
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def event(body: bytes, content_type: str = "application/json") -> NewEvent:

@@ -24,9 +24,9 @@ import sqlalchemy as sa
 from hookd.errors import SignatureError
 from hookd.providers import PROVIDERS
 from hookd.sources import Sources, parse_sources
-from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
+from tests.support.data import engine_of
 from tests.unit.webhook_requests import (
     NOW,
     OTHER_SECRETS,
@@ -170,12 +170,8 @@ async def test_receiver_window_edges_with_a_clock_between_seconds(
         assert answer.status_code == status, (offset, answer.text)
         if reason is not None:
             assert answer.json()["error"] == reason
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            stored = (await conn.execute(sa.select(EVENTS.c.verified_with))).scalars().all()
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.connect() as conn:
+        stored = (await conn.execute(sa.select(EVENTS.c.verified_with))).scalars().all()
     scheme = SCHEME[provider]
     assert sorted(stored) == [
         f"{scheme};key=0;t={NOW - tol + 1}",

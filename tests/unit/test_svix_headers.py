@@ -23,9 +23,9 @@ from svix.webhooks import Webhook as SvixWebhook
 
 from hookd.errors import SignatureError
 from hookd.sources import Sources, parse_sources
-from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
+from tests.support.data import engine_of
 from tests.unit.webhook_requests import MSG_ID, NOW, SECRETS, accept, signed_request, verify
 
 BODY = b'{"type": "invoice.paid", "data": {"n": 1}}'
@@ -144,12 +144,8 @@ async def test_svix_library_signature_is_202_then_duplicate_200(
     assert again.status_code == 200, again.text
     assert tampered.status_code == 401
     assert tampered.json()["error"] == "bad_signature"
-    engine = db.create_engine(sqlite_url)
-    try:
-        async with engine.connect() as conn:
-            stored = (await conn.execute(sa.select(EVENTS.c.dedupe_key))).scalars().all()
-    finally:
-        await engine.dispose()
+    async with engine_of(sqlite_url) as engine, engine.connect() as conn:
+        stored = (await conn.execute(sa.select(EVENTS.c.dedupe_key))).scalars().all()
     assert stored == ["msg_svix_0001"]
 
 
@@ -352,13 +348,9 @@ def test_svix_library_signs_each_valid_v1_vector(vector: SvixVector) -> None:
 
 
 async def stored_events(url: str) -> list[tuple[str, str]]:
-    engine = db.create_engine(url)
-    try:
-        async with engine.connect() as conn:
-            query = sa.select(EVENTS.c.dedupe_key, EVENTS.c.verified_with)
-            rows = (await conn.execute(query)).all()
-    finally:
-        await engine.dispose()
+    async with engine_of(url) as engine, engine.connect() as conn:
+        query = sa.select(EVENTS.c.dedupe_key, EVENTS.c.verified_with)
+        rows = (await conn.execute(query)).all()
     return [(key, verified) for key, verified in rows]
 
 

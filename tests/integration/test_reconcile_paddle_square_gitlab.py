@@ -8,31 +8,28 @@ reconciliation pass must then store each event exactly once and run its handler 
 
 from __future__ import annotations
 
-import asyncio
 import random
-import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from hookd.errors import ConfigError
 from hookd.providers.rfc3339 import epoch
-from hookd.sources import Sources, parse_sources
-from store import db
-from tests.support import handlers
+from hookd.sources import parse_sources
 from tests.support.asgi import running_app
 from tests.support.data import scalar
-from tests.support.emulators_more import GitLabEmulator, PaddleEmulator, SquareEmulator
+from tests.support.emulators_paddle_square_gitlab import (
+    GitLabEmulator,
+    PaddleEmulator,
+    SquareEmulator,
+)
 from tests.support.http import serve_app
+from tests.support.reconcile_world import AUTH, TOKEN, ReconcileWorld, running_world
 
 pytestmark = pytest.mark.anyio
-TOKEN = "admin-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 API_KEYS = {
     "paddle": "pdl_sdbx_apikey_01hemulatortestkey",
     "square": "EAAAlemulatortoken",
@@ -89,46 +86,8 @@ overlap_s = 120
 """
 
 
-@dataclass
-class World:
-    provider: str
-    emulator: Emulator
-    api_url: str
-    sources: Sources
-    client: httpx.AsyncClient
-    db_url: str
-
-    async def scalar(self, sql: str) -> int:
-        return await scalar(self.db_url, sql)
-
-    async def reconcile(self, dry_run: bool = False) -> dict[str, Any]:
-        """One pass through the operations API; the finished run resource."""
-        query = "?dry_run=true" if dry_run else ""
-        started = await self.client.post(
-            f"/api/sources/{self.provider}/reconcile{query}", headers=AUTH
-        )
-        assert started.status_code == 202, started.text
-        run: dict[str, Any] = started.json()
-        for _ in range(1200):
-            run = (await self.client.get(f"/api/reconcile-runs/{run['id']}", headers=AUTH)).json()
-            if run["done"]:
-                return run
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"run not done: {run}")
-
-    async def metric(self, name: str) -> float:
-        text = (await self.client.get("/metrics", headers=AUTH)).text
-        match = re.search(rf'^{name}\{{source="{self.provider}"\}} (\S+)$', text, re.M)
-        assert match, f"{name} missing"
-        return float(match.group(1))
-
-    async def wait_processed(self, count: int, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if await self.scalar("SELECT count(*) FROM events WHERE status = 'processed'") >= count:
-                return
-            await asyncio.sleep(0.2)
-        raise AssertionError("events not processed in time")
+class World(ReconcileWorld[Emulator]):
+    polls = 1200
 
     async def send(self, **options: Any) -> dict[str, int]:
         return await self.emulator.send_webhooks(
@@ -136,28 +95,18 @@ class World:
         )
 
 
-async def create_handler_tables(db_url: str) -> None:
-    engine = db.create_engine(db_url)
-    await handlers.create_tables(engine)
-    await engine.dispose()
-
-
 @pytest.fixture
 async def world(
     request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[World]:
     provider: str = request.param
-    monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    await create_handler_tables(pg_url)
     emulator = make_emulator(provider)
-    async with serve_app(emulator.app) as api_url:
-        sources = parse_sources(
-            sources_toml(provider, emulator, api_url), Path("reconcile.toml"), env={}
-        )
-        async with running_app(
-            sources, pg_url, admin_token=TOKEN, sweep_s=0.1, reconcile_schedule=False
-        ) as (_, client):
-            yield World(provider, emulator, api_url, sources, client, pg_url)
+
+    def toml(api_url: str) -> str:
+        return sources_toml(provider, emulator, api_url)
+
+    async with running_world(World, provider, emulator, toml, pg_url, monkeypatch) as world:
+        yield world
 
 
 @pytest.mark.parametrize(

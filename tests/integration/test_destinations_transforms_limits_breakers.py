@@ -1,5 +1,5 @@
-"""More of the destinations on real PostgreSQL, delivering to real HTTP servers on
-loopback that verify every signature: a transform, the concurrency limit (in one
+"""Destinations' transforms, limits and breaker on real PostgreSQL, delivering to real
+HTTP servers on loopback that verify every signature: a transform, the concurrency limit (in one
 process, and across two sharing Redis), the breaker's failure-rate trip, handlers'
 filters in the ledger, a source paused and resumed from the command line, and the
 breaker's state on ``/metrics``.
@@ -36,28 +36,25 @@ from processing.limits import RedisLimits
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
-from tests.integration import test_destinations as base
-from tests.integration.test_destinations import (
+from tests.integration.test_destinations import live_takes
+from tests.integration.test_destinations_processes import config, env_for, hookd
+from tests.support.asgi import running_app
+from tests.support.destinations import Destination, app, whsec
+from tests.support.http import serve_app
+from tests.support.in_process import (
     STRIPE_SOURCE,
     count_status,
     drain_until,
-    live_takes,
     mixed,
     parse,
     processors,
     store,
 )
-from tests.integration.test_destinations_processes import config, env_for, hookd
-from tests.support.asgi import running_app
-from tests.support.destinations import Destination, app, whsec
-from tests.support.http import serve_app
 from tests.support.server import RedisServer
+from tests.support.services import ONLY_POSTGRES
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-# The fixtures of test_destinations.py: PostgreSQL, and billing, live and crm on loopback.
-engine = base.engine
-servers = base.servers
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, ONLY_POSTGRES]
 HERE = __name__
 TOKEN = "destinations-more-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -39,13 +39,13 @@ from processing.delivery import ANSWER_READ_BYTES
 from processing.destinations import Router
 from processing.limits import LocalLimits
 from processing.processor import Processor
-from store import db
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
 from store.models import DESTINATION_BREAKERS, EVENT_HISTORY, EVENTS, HANDLER_RUNS
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app
 from tests.support.server import ROOT, free_port
+from tests.support.services import ONLY_SQLITE
 
 pytestmark = pytest.mark.anyio
 HERE = __name__
@@ -74,13 +74,6 @@ timeout_s = 10
 
 def parse(text: str) -> Sources:
     return parse_sources(text, Path("hookd.toml"), env={})
-
-
-@pytest.fixture
-async def engine(sqlite_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = db.create_engine(sqlite_url)
-    yield eng
-    await eng.dispose()
 
 
 def event(key: str, kind: str | None = "invoice.paid") -> NewEvent:
@@ -196,6 +189,7 @@ async def huge_answer(total: int) -> AsyncIterator[tuple[HugeAnswer, str]]:
         await server.wait_closed()
 
 
+@ONLY_SQLITE
 async def test_a_200_mb_answer_is_read_up_to_the_cap_and_its_connection_closed(
     engine: AsyncEngine,
 ) -> None:
@@ -221,6 +215,7 @@ async def test_a_200_mb_answer_is_read_up_to_the_cap_and_its_connection_closed(
     assert ANSWER_READ_BYTES <= 64 * 1024
 
 
+@ONLY_SQLITE
 async def test_a_short_answer_is_read_whole_and_its_connection_kept(
     engine: AsyncEngine,
 ) -> None:
@@ -263,6 +258,7 @@ def redirecting(status: int, location: str, elsewhere: list[bytes]) -> Starlette
     )
 
 
+@ONLY_SQLITE
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 async def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
     engine: AsyncEngine, status: int
@@ -292,6 +288,7 @@ async def test_a_redirect_is_a_failed_attempt_and_is_not_followed(
     assert all(b.failures == 0 for b in breakers), breakers
 
 
+@ONLY_SQLITE
 async def test_a_redirect_error_names_the_target_without_credentials_or_query(
     engine: AsyncEngine,
 ) -> None:
@@ -316,6 +313,7 @@ TYPES = {
 }
 
 
+@ONLY_SQLITE
 async def test_any_event_type_is_delivered_in_a_header_that_encodes(
     engine: AsyncEngine,
 ) -> None:
@@ -347,6 +345,7 @@ def bad_header(event: Event) -> tuple[bytes, dict[str, str]]:
     return event.body, {"X-Customer": "Zoë"}
 
 
+@ONLY_SQLITE
 async def test_a_transform_header_http_cannot_carry_is_the_transforms_permanent_error(
     engine: AsyncEngine,
 ) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -29,13 +29,10 @@ from paddle_billing.Resources.Shared.Operations.List.Pager import Pager
 from square import Square
 from square.core.api_error import ApiError as SquareApiError
 from square.utils.webhooks_helper import verify_signature
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tests.support.emulators_more import (
+from tests.support import emulator_servers
+from tests.support.emulator_servers import Clock, Target
+from tests.support.emulators_paddle_square_gitlab import (
     GITLAB_LOG_FIELDS,
     PADDLE_FIELDS,
     GitLabEmulator,
@@ -43,7 +40,6 @@ from tests.support.emulators_more import (
     SquareEmulator,
     webhook_key,
 )
-from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio
 
@@ -57,73 +53,10 @@ GITLAB_SECRET = "gitlab-secret-token"
 DAY = 86400
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.t = now
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class Target:
-    """A tiny webhook receiver that records what it gets."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
-
-    async def endpoint(self, request: Request) -> Response:
-        self.received.append((dict(request.headers), await request.body()))
-        return JSONResponse({"ok": True}, status_code=202)
-
-    def keys(self) -> collections.Counter[str]:
-        return collections.Counter(webhook_key(h, b) for h, b in self.received)
-
-
-class Swap:
-    """An ASGI app forwarding to whichever app a test plugged in: one loopback server
-    per module serves every test."""
-
-    def __init__(self) -> None:
-        self.app: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert self.app is not None, "no app plugged in"
-        await self.app(scope, receive, send)
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def servers() -> AsyncIterator[tuple[tuple[Swap, str], tuple[Swap, str]]]:
-    api, sink = Swap(), Swap()
-    async with serve_app(api) as api_url, serve_app(sink) as sink_url:
-        yield (api, api_url), (sink, sink_url)
-
-
-@pytest.fixture
-def serve(servers: tuple[tuple[Swap, str], tuple[Swap, str]]) -> Iterator[Callable[[Any], str]]:
-    """``serve(app)`` plugs ``app`` into the module's API server; returns its base URL."""
-    swap, url = servers[0]
-
-    def plug(app: Any) -> str:
-        swap.app = app
-        return url
-
-    yield plug
-    swap.app = None
-
-
-@pytest.fixture
-def target(servers: tuple[tuple[Swap, str], tuple[Swap, str]]) -> Iterator[tuple[Target, str]]:
-    """A recording webhook receiver on the module's second server: (recorder, URL)."""
-    swap, url = servers[1]
-    recorder = Target()
-    swap.app = Starlette(routes=[Route("/in", recorder.endpoint, methods=["POST"])])
-    yield recorder, url + "/in"
-    swap.app = None
+anyio_backend = emulator_servers.anyio_backend
+servers = emulator_servers.servers
+serve = emulator_servers.serve
+target = emulator_servers.recording_target(webhook_key)
 
 
 @dataclass

@@ -29,7 +29,6 @@ duplicate=, shuffle=)``.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -150,7 +149,6 @@ class PaddleEmulator(_Emulator):
         self.webhook_target: tuple[str, str] | None = None  # (url, secret) for replays
         self.replay_statuses: list[tuple[str, int]] = []  # (event_id, status) per replay
         self.queries: list[dict[str, str]] = []  # the query of every list request
-        self._tasks: set[asyncio.Task[None]] = set()
         super().__init__()
 
     # -- IDs and recording -------------------------------------------------------
@@ -312,11 +310,6 @@ class PaddleEmulator(_Emulator):
             notification.update(status="delivered", delivered_at=now, retry_at=None)
         else:
             notification.update(status="needs_retry", retry_at=_utc_micro(self.now() + 60))
-
-    async def drain(self) -> None:
-        """Wait for every background replay webhook to be answered."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks))
 
     async def _deliver_replay(self, notification: dict[str, Any], url: str, secret: str) -> None:
         body, headers = self._signed(notification, secret)
@@ -516,9 +509,7 @@ class PaddleEmulator(_Emulator):
         original["replayed_at"] = _utc_micro(self.now())
         if self.webhook_target is not None:
             url, secret = self.webhook_target
-            task = asyncio.create_task(self._deliver_replay(replay, url, secret))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._in_background(self._deliver_replay(replay, url, secret))
         return JSONResponse(
             {"data": {"notification_id": replay["id"]}, "meta": {"request_id": _request_id()}},
             status_code=202,

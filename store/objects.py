@@ -36,7 +36,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z
 from store.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
 from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
@@ -370,21 +369,3 @@ async def object_counts(conn: AsyncConnection, source: str, key: str) -> dict[st
         .group_by(EVENTS.c.status)
     )
     return {status: int(count) for status, count in result}
-
-
-def object_resource(
-    source: str, key: str, row: SourceObjectRow | None, counts: dict[str, int]
-) -> dict[str, Any]:
-    """An object as the API shows it: its latest known state (null fields until an event
-    of it was processed) and how many of its events are in each status."""
-    return {
-        "name": f"sources/{source}/objects/{key}",
-        "source": source,
-        "key": key,
-        "latest_type": None if row is None else row.type,
-        "version": None if row is None else row.version,
-        "last_event_id": None if row is None else row.event_id,
-        "payload_hash": None if row is None else row.payload_hash,
-        "updated_at": None if row is None else iso_z(row.updated_at),
-        "events": {status: counts.get(status, 0) for status in EventStatus},
-    }

@@ -20,10 +20,11 @@ from hookd.cli.parser import EXIT_FAIL, EXIT_OK, LEASE_WAIT_S
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
-from hookd.timefmt import iso_z_seconds
+from hookd.timefmt import iso_z, iso_z_or_none, iso_z_seconds
 from store.status import RunStatus, RunTrigger
 
 if TYPE_CHECKING:
+    from hookd.ops import models
     from reconcile.poller import Reconciler
     from reconcile.providers.base import Registration
 
@@ -160,29 +161,29 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
                 ) from None
             print(f"{args.name}: reconciliation enabled")
             return EXIT_OK
-        resources = await source_ops.overview()
+        found = await source_ops.overview()
     if args.json:
-        for res in resources:
-            print(json.dumps(res))
+        for source in found:
+            print(json.dumps(source.answer()))
         return EXIT_OK
     rows = []
-    for res in resources:
-        rc = res["reconcile"] or {}
-        last = rc.get("last_run") or {}
+    for source in found:
+        rc = source.reconcile
+        last = None if rc is None else rc.last_run
         rows.append(
             {
-                "name": res["name"],
-                "provider": res["provider"],
-                "reconcile": rc.get("state", "off"),
-                "cursor": iso_z_seconds(rc.get("cursor")),
-                "last_run": last.get("status"),
-                "next_run_at": rc.get("next_run_at"),
-                "pending": res["pending"],
-                "dead": res["dead"],
-                "reason": rc.get("reason"),
-                "processing": _processing_word(res),
-                "by": rc.get("disabled_by"),
-                "registration": _registration_word(rc.get("registration")),
+                "name": source.name,
+                "provider": source.provider,
+                "reconcile": "off" if rc is None else rc.state,
+                "cursor": iso_z_seconds(None if rc is None else rc.cursor),
+                "last_run": None if last is None else last.status,
+                "next_run_at": None if rc is None else iso_z_or_none(rc.next_run_at),
+                "pending": source.pending,
+                "dead": source.dead,
+                "reason": None if rc is None else rc.reason,
+                "processing": _processing_word(source),
+                "by": None if rc is None else rc.disabled_by,
+                "registration": _registration_word(None if rc is None else rc.registration),
             }
         )
     print_table(
@@ -205,31 +206,29 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
     return EXIT_OK
 
 
-def _processing_word(resource: dict[str, Any]) -> str:
+def _processing_word(source: models.Source) -> str:
     """Active, or paused with since when, by whom and why (``hookd sources pause``)."""
-    if not resource.get("paused"):
+    pause = source.pause
+    if not source.paused or pause is None:
         return "active"
-    pause = resource.get("pause") or {}
     said = ", ".join(
-        f"{label} {pause[key]}" for key, label in (("at", "since"), ("by", "by")) if pause.get(key)
+        f"{label} {value}"
+        for label, value in (("since", iso_z(pause.at)), ("by", pause.by))
+        if value
     )
-    return (
-        "paused"
-        + (f" ({said})" if said else "")
-        + (f": {pause['reason']}" if pause.get("reason") else "")
-    )
+    return "paused" + (f" ({said})" if said else "") + (f": {pause.reason}" if pause.reason else "")
 
 
-def _registration_word(registration: dict[str, Any] | None) -> str | None:
+def _registration_word(registration: models.SourceRegistration | None) -> str | None:
     """The last registration check in a word: ok, drift (and what), could not check
     (and why), or none yet."""
     if registration is None:
         return None
-    if registration["ok"] is None:
-        return f"could not check: {registration['reason']}"
-    if registration["ok"]:
+    if registration.ok is None:
+        return f"could not check: {registration.reason}"
+    if registration.ok:
         return "ok"
-    return "drift: " + "; ".join(registration["problems"])
+    return "drift: " + "; ".join(registration.problems)
 
 
 def _check_state(registration: Registration) -> str | None:
@@ -266,10 +265,11 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
                 resource = await source_ops.disable(args.name, args.reason, cli_actor())
             except BadRequest as exc:
                 raise ConfigError(f"--reason: {exc.detail}") from None
-            rc = resource["reconcile"]
+            rc = resource.reconcile
+            assert rc is not None  # a source that has none is refused above
             print(
-                f"{args.name}: reconciliation disabled by {rc['disabled_by']} at "
-                f"{rc['disabled_at']}: {rc['reason']}"
+                f"{args.name}: reconciliation disabled by {rc.disabled_by} at "
+                f"{iso_z_or_none(rc.disabled_at)}: {rc.reason}"
             )
             return EXIT_OK
         if not chosen:

@@ -12,7 +12,7 @@ never change state. Event bodies and headers are never shown.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -23,11 +23,13 @@ from starlette.routing import Route
 
 from hookd.auth import Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops import ADMIN_REPLAY, EventOps, EventPage, EventQuery, RunOps, RunQuery, SourceOps
+from hookd.ops import ADMIN_REPLAY, EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.ops.coverage import CoverageOps
 from hookd.ops.destinations import DestinationOps
+from hookd.ops.models import Event, WatchPage
 from hookd.ops.objects import ObjectOps
 from hookd.ops.operations import OperationOps
+from hookd.ops.resources import coverage_of
 from hookd.ops.sources import ADMIN_ACTOR
 from hookd.ops.watch import WatchOps, WatchQuery
 from hookd.providers import PROVIDERS
@@ -274,9 +276,9 @@ class AdminUI:
 
     async def sources_page(self, request: Request, session: Session) -> Response:
         now = datetime.now(UTC).timestamp()
-        rows = await self._source_ops.overview()
+        rows = [source.answer() for source in await self._source_ops.overview()]
         for row in rows:
-            rc = row["reconcile"]
+            rc: Any = row["reconcile"]
             if rc is not None:
                 rc["lag_s"] = None if rc["cursor"] is None else max(0.0, now - rc["cursor"])
         return self._render(
@@ -333,7 +335,7 @@ class AdminUI:
             return self._problem(request, session, 404, "No such source.")
         except Conflict as exc:
             return self._back(form, PREFIX, error=exc.reason)
-        run_id = started.run["id"]
+        run_id = started.run.id
         log.info("admin reconcile started", extra={"source": name, "run_id": run_id})
         return RedirectResponse(f"{PREFIX}/runs/{run_id}?done=reconcile_started", status_code=303)
 
@@ -429,9 +431,6 @@ class AdminUI:
             text = BAD_FILTER.get(exc.field, exc.detail)
             return self._problem(request, session, 400, text)
         page = await self._events.page(query)
-        for resource in page.events:
-            # The summary line the API gives as error.message, for the list's column.
-            resource["last_error"] = (resource["error"] or {}).get("message")
         filters = {
             "source": query.source,
             "status": query.status,
@@ -444,7 +443,7 @@ class AdminUI:
         if page.next_cursor is not None:
             older = "?" + urlencode({**kept, "cursor": page.next_cursor})
         return {
-            "events": page.events,
+            "events": listed(page.events),
             "filters": filters,
             "older": older,
             "newest": "?" + urlencode(kept),
@@ -471,7 +470,7 @@ class AdminUI:
         listed = await self._event_list(request, session, dead=True)
         if isinstance(listed, Response):
             return listed
-        counts = [{"name": r["name"], "dead": r["dead"]} for r in await self._source_ops.overview()]
+        counts = [{"name": r.name, "dead": r.dead} for r in await self._source_ops.overview()]
         return self._render(
             request,
             "dead.html",
@@ -488,7 +487,7 @@ class AdminUI:
         request: Request,
         session: Session,
         section: str,
-        fetch: Callable[[WatchQuery], Awaitable[EventPage]],
+        fetch: Callable[[WatchQuery], Awaitable[WatchPage]],
     ) -> Response:
         """A watch list (stuck, many attempts): filtered and paged as the event list."""
         q = request.query_params
@@ -498,8 +497,6 @@ class AdminUI:
         except BadRequest as exc:
             return self._problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
         page = await fetch(query)
-        for resource in page.events:
-            resource["last_error"] = (resource["error"] or {}).get("message")
         kept = {k: v for k, v in params.items() if k != "cursor"}
         older = None
         if page.next_cursor is not None:
@@ -511,7 +508,7 @@ class AdminUI:
             can_act=session.can_act,
             section=section,
             sources=self._names,
-            events=page.events,
+            events=listed(page.events),
             filters={"source": query.source, "attempts": query.min_attempts},
             older=older,
             newest="?" + urlencode(kept),
@@ -529,7 +526,7 @@ class AdminUI:
             detail = await self._events.show(request.path_params["id"], with_ledger=True)
         except NotFound:
             return self._problem(request, session, 404, "No such event.")
-        event = detail.resource
+        event = detail.resource.answer()
         runnable = event["status"] in RUNNABLE_STATUSES
         event["next_attempt_at"] = iso_z_or_none(detail.next_attempt_at) if runnable else None
         source = self._sources.get(event["source"])
@@ -566,16 +563,14 @@ class AdminUI:
         except Conflict as exc:
             return self._problem(request, session, 409, exc.detail)
         page = await self._events.page(EventQuery(source=name, object=key, limit=PAGE_SIZE))
-        for resource in page.events:
-            resource["last_error"] = (resource["error"] or {}).get("message")
         return self._render(
             request,
             "object.html",
             csrf=session.csrf,
             can_act=session.can_act,
             section="events",
-            state=state,
-            events=page.events,
+            state=state.answer(),
+            events=listed(page.events),
             first_page=True,
             older=None,
             newest=None,
@@ -610,7 +605,7 @@ class AdminUI:
             return self._problem(request, session, 409, "This source is not reconciled.")
         except BadRequest as exc:
             return self._problem(request, session, 400, exc.detail)
-        view = report.resource()
+        view = coverage_of(report).answer()
         return self._render(
             request,
             "coverage.html",
@@ -637,7 +632,7 @@ class AdminUI:
             csrf=session.csrf,
             can_act=session.can_act,
             section="runs",
-            runs=await self._runs.recent(query),
+            runs=[run.answer() for run in (await self._runs.recent(query)).runs],
             reconciled=[s.name for s in self._source_ops.reconciled()],
             sources=self._names,
             source=query.source,
@@ -645,10 +640,11 @@ class AdminUI:
 
     async def run_page(self, request: Request, session: Session) -> Response:
         try:
-            run = await self._runs.get(request.path_params["id"])
+            found = await self._runs.get(request.path_params["id"])
         except NotFound:
             return self._problem(request, session, 404, "No such reconciliation run.")
-        source = self._sources.get(run["source"])
+        run = found.answer()
+        source = self._sources.get(found.source)
         return self._render(
             request,
             "run.html",
@@ -657,14 +653,14 @@ class AdminUI:
             section="runs",
             run=run,
             can_reconcile=source is not None and source.config.reconcile is not None,
-            refresh=None if run["done"] else 2,
+            refresh=None if found.done else 2,
         )
 
     # -- bulk operations -------------------------------------------------------------
     async def operations_page(self, request: Request, session: Session) -> Response:
         params = filled(request.query_params, "cursor")
         try:
-            found, next_cursor = await self._operations.page({**params, "limit": str(PAGE_SIZE)})
+            page = await self._operations.page({**params, "limit": str(PAGE_SIZE)})
         except BadRequest as exc:
             return self._problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
         return self._render(
@@ -673,10 +669,12 @@ class AdminUI:
             csrf=session.csrf,
             can_act=session.can_act,
             section="operations",
-            operations=found,
-            older=None if next_cursor is None else "?" + urlencode({"cursor": next_cursor}),
+            operations=[op.answer() for op in page.operations],
+            older=None
+            if page.next_cursor is None
+            else "?" + urlencode({"cursor": page.next_cursor}),
             first_page="cursor" not in params,
-            refresh=2 if any(not op["done"] for op in found) else None,
+            refresh=2 if any(not op.done for op in page.operations) else None,
         )
 
     async def operation_page(self, request: Request, session: Session) -> Response:
@@ -690,8 +688,8 @@ class AdminUI:
             csrf=session.csrf,
             can_act=session.can_act,
             section="operations",
-            op=operation,
-            refresh=None if operation["done"] else 1,
+            op=operation.answer(),
+            refresh=None if operation.done else 1,
         )
 
     async def operation_cancel(
@@ -760,6 +758,12 @@ class AdminUI:
                 methods=["POST"],
             ),
         ]
+
+
+def listed(events: Sequence[Event]) -> list[dict[str, object]]:
+    """Events as a list shows them: with the summary line the API gives as
+    ``error.message``, for the list's column."""
+    return [e.answer() | {"last_error": e.error and e.error.message} for e in events]
 
 
 def _in_days(days: float) -> str:

@@ -166,26 +166,7 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
         for source in found:
             print(json.dumps(source.answer()))
         return EXIT_OK
-    rows = []
-    for source in found:
-        rc = source.reconcile
-        last = None if rc is None else rc.last_run
-        rows.append(
-            {
-                "name": source.name,
-                "provider": source.provider,
-                "reconcile": "off" if rc is None else rc.state,
-                "cursor": iso_z_seconds(None if rc is None else rc.cursor),
-                "last_run": None if last is None else last.status,
-                "next_run_at": None if rc is None else iso_z_or_none(rc.next_run_at),
-                "pending": source.pending,
-                "dead": source.dead,
-                "reason": None if rc is None else rc.reason,
-                "processing": _processing_word(source),
-                "by": None if rc is None else rc.disabled_by,
-                "registration": _registration_word(None if rc is None else rc.registration),
-            }
-        )
+    rows = [_source_row(source) for source in found]
     print_table(
         rows,
         (
@@ -204,6 +185,42 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
         ),
     )
     return EXIT_OK
+
+
+def _source_row(source: models.Source) -> dict[str, object]:
+    """One line of ``hookd sources``: a source not reconciled says ``off``, and no more."""
+    row: dict[str, object] = {
+        "name": source.name,
+        "provider": source.provider,
+        "processing": _processing_word(source),
+        "pending": source.pending,
+        "dead": source.dead,
+        "reconcile": "off",
+        **dict.fromkeys(("cursor", "last_run", "next_run_at", "reason", "by", "registration")),
+    }
+    rc = source.reconcile
+    if rc is not None:
+        row |= {
+            "reconcile": rc.state,
+            "cursor": iso_z_seconds(rc.cursor),
+            "last_run": None if rc.last_run is None else rc.last_run.status,
+            "next_run_at": iso_z_or_none(rc.next_run_at),
+            "reason": rc.reason,
+            "by": rc.disabled_by,
+            "registration": _registration_word(rc.registration),
+        }
+    return row
+
+
+def _disabled_line(name: str, source: models.Source) -> str:
+    """What ``hookd sources disable`` says: by whom, when and why (a source without a
+    ``[sources.reconcile]`` table is refused before)."""
+    rc = source.reconcile
+    assert rc is not None
+    return (
+        f"{name}: reconciliation disabled by {rc.disabled_by} at "
+        f"{iso_z_or_none(rc.disabled_at)}: {rc.reason}"
+    )
 
 
 def _processing_word(source: models.Source) -> str:
@@ -265,12 +282,7 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
                 resource = await source_ops.disable(args.name, args.reason, cli_actor())
             except BadRequest as exc:
                 raise ConfigError(f"--reason: {exc.detail}") from None
-            rc = resource.reconcile
-            assert rc is not None  # a source that has none is refused above
-            print(
-                f"{args.name}: reconciliation disabled by {rc.disabled_by} at "
-                f"{iso_z_or_none(rc.disabled_at)}: {rc.reason}"
-            )
+            print(_disabled_line(args.name, resource))
             return EXIT_OK
         if not chosen:
             raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")

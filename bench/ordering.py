@@ -38,7 +38,7 @@ sys.path.insert(0, str(BENCH.parent))
 import sqlalchemy as sa  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 
-from store import claims, db, migrate, objects, partitions  # noqa: E402
+from store import claims, db, migrate, objects, partition_catalog  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
 from store.events import NewEvent, insert_events  # noqa: E402
 from store.models import EVENTS  # noqa: E402
@@ -183,7 +183,7 @@ async def compare(before: AsyncEngine, after: AsyncEngine, times: int) -> dict[s
 async def bulk_unordered(engine: AsyncEngine, count: int) -> None:
     """``count`` pending events of no object, due now, in today's partition: the columns
     every schema since 0008 has, so before and after ordering get the same rows."""
-    prefix = partitions.bounds(datetime.now(UTC).date())[0][:10]
+    prefix = partition_catalog.bounds(datetime.now(UTC).date())[0][:10]
     async with engine.begin() as conn:
         await conn.execute(
             sa.text(

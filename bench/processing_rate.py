@@ -37,7 +37,8 @@ if str(REPO) not in sys.path:
 
 from hookd.event import Event  # noqa: E402
 from hookd.sources import parse_sources  # noqa: E402
-from processing.processor import Processor, RetryPolicy  # noqa: E402
+from processing.attempt import RetryPolicy  # noqa: E402
+from processing.processor import Processor  # noqa: E402
 from store import db, history, migrate  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
 from store.events import NewEvent, insert_events  # noqa: E402

@@ -56,8 +56,7 @@ sys.path.insert(0, str(REPO_DIR))
 
 import sqlalchemy as sa  # noqa: E402
 
-from store import db  # noqa: E402
-from store import partitions as parts  # noqa: E402
+from store import db, partition_create  # noqa: E402
 from store.ids import id_floor  # noqa: E402
 
 
@@ -89,7 +88,7 @@ async def store_backlog(url: str, days: range, per_day: int, round_no: int) -> i
     try:
         for ago in days:
             start = today - timedelta(days=ago)
-            await parts._create(engine, start.date())
+            await partition_create.create_day(engine, start.date())
             prefix = id_floor(int((start + timedelta(hours=1)).timestamp() * 1000))[:10]
             groups = [(ib.SOURCE, per_day)]
             if ago > 30 and ago % 2:

@@ -50,8 +50,12 @@ import sqlalchemy as sa  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine  # noqa: E402
 
 from hookd.sources import RetentionConfig  # noqa: E402
-from store import db, migrate  # noqa: E402
-from store import partitions as parts  # noqa: E402
+from store import (  # noqa: E402
+    db,
+    migrate,
+    partition_catalog,
+    partition_create,
+)
 from store.crypto import BodyCipher  # noqa: E402
 from store.events import NewEvent, NewRow, _insert_keys, insert_events, key_row  # noqa: E402
 
@@ -285,7 +289,7 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
             if path is None:
                 # The simulated day's partition only: ``ensure`` would also make the days
                 # ahead of it, which a prune judged against the real clock drops as empty.
-                await parts._create(engine, start.date())
+                await partition_create.create_day(engine, start.date())
             rows = day_rows(d + 1, start, per_day, args.body_bytes)
             t0 = time.perf_counter()
             async with engine.begin() as conn:
@@ -334,7 +338,7 @@ async def simulate(url: str, path: str | None, args: argparse.Namespace) -> dict
         tables = await table_sizes(engine, path is None)
         if path is None:
             async with engine.connect() as conn:
-                part_left = len(await parts.list_partitions(conn))
+                part_left = len(await partition_catalog.list_partitions(conn))
         else:
             part_left = 0
     finally:

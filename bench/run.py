@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     took: dict[str, float] = {}
     ok = True
     previous = signal.signal(signal.SIGTERM, raise_terminated)
+    # Started in the background by a non-interactive shell, this process (and so every
+    # script it starts) would inherit SIGINT ignored, and the one SIGINT run_step sends
+    # to clean up would do nothing. A handler of our own is reset to the default in the
+    # scripts at exec, so they take Ctrl-C as KeyboardInterrupt again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for name, step in steps(args, info):
             t0 = time.monotonic()

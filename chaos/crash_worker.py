@@ -40,7 +40,7 @@ from chaos.harness import (
     pg_database,
     prepare_handlers,
 )
-from processing.processor import EXPIRED_CHECK_S
+from processing.claiming import EXPIRED_CHECK_S
 from store import claims, db
 from store.models import EVENTS
 

@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # the receiver's /metrics); port 0 turns it off.
     worker_metrics_host: str = "127.0.0.1"
     worker_metrics_port: int = Field(default=9464, ge=0, le=65_535)
+    # `hookd send-test`'s private key for a source verified with a public key, when
+    # --signing-key does not give one.
+    send_test_key: str = ""
 
     @field_validator("log_level")
     @classmethod

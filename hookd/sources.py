@@ -28,7 +28,7 @@ from hookd.ordering import OrderConfig
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key, Provider
 from hookd.providers.generic import SourceSettings
-from hookd.providers.reconciling import ReconcileConfig, validate_table
+from hookd.providers.reconciling import ReconcileConfig
 from hookd.routing import (
     FORWARD,
     BreakerConfig,
@@ -183,7 +183,7 @@ class SourceConfig(_Strict):
         model = ReconcileConfig
         if provider is not None and provider.reconcile is not None:
             model = provider.reconcile.settings
-        return validate_table(value, model, _reconcile_models())
+        return model.from_table(value, _reconcile_models())
 
     @field_validator("verify", mode="before")
     @classmethod

@@ -6,9 +6,10 @@ the application is only called once the head is complete, so a slow-loris that t
 its headers holds a connection for ever. And httptools buffers a head of any size, so
 one connection streaming header bytes grows the process without bound.
 
-Here a connection's request head must arrive within ``HOOKD_BODY_TIMEOUT_S`` (from the
-connection being accepted, or from the first byte of a later request on a kept-alive
-connection): else ``408`` and close, or a plain close if not a byte came. A head past
+Here a connection's request head must arrive within the receiver's body timeout
+(``HOOKD_BODY_TIMEOUT_S``, as the settings gave it to ``ingest.receiver.Receiver``), from
+the connection being accepted, or from the first byte of a later request on a kept-alive
+connection: else ``408`` and close, or a plain close if not a byte came. A head past
 ``HEAD_MAX_BYTES`` gets ``431`` and close, whether it came in one read or many. As for
 bodies, one sweep per process checks every connection's deadline (no timer per request).
 
@@ -26,7 +27,6 @@ Both refusals answer ``{"error": reason}`` and log a "rejected" line, like the r
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 from typing import Any
@@ -52,11 +52,9 @@ PREFIX = b"/hooks/"
 REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large"}
 # What a header line holds besides its name and value: ": " and CRLF.
 HEADER_FRAMING = 4
-
-
-@functools.cache
-def head_timeout_s() -> float:
-    return Settings.from_env().body_timeout_s
+# The head's deadline under an app that is not hookd's (no receiver to say it): the
+# default of HOOKD_BODY_TIMEOUT_S.
+DEFAULT_HEAD_TIMEOUT_S: float = Settings.model_fields["body_timeout_s"].default
 
 
 class _Watch:
@@ -132,13 +130,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # parsed or handed to the application.
         self._refusal: tuple[int, str] | None = None
         self._receiver, self._proxy = _receiver_of(self.app)
+        receiver = self._receiver
+        self._head_timeout_s = (
+            DEFAULT_HEAD_TIMEOUT_S if receiver is None else receiver.body_timeout_s
+        )
         self._keep_alive_graced = False
         # The client half-closed: what it sent is answered, then the connection closes.
         self._client_done = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_due = self.loop.time() + head_timeout_s()
+        self._head_due = self.loop.time() + self._head_timeout_s
         _WATCH.add(self, self.loop)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -171,7 +173,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_seen = True
         self._parsed_bytes = 0
         if self._head_due is None:  # a later request on a kept-alive connection
-            self._head_due = self.loop.time() + head_timeout_s()
+            self._head_due = self.loop.time() + self._head_timeout_s
             self._head_bytes = 0
             _WATCH.add(self, self.loop)
 

@@ -1,10 +1,11 @@
-"""The Prometheus metric families ``/metrics`` exports, and how this process renders them.
+"""The receiver's Prometheus metric families, and how a process renders its families.
 
 Per-process families (received, rejections, ack latency, processed, processing
-time) live here and in ``processing.processor``. With several ``hookd serve`` worker
-processes they use prometheus-client's multiprocess mode: ``hookd serve --workers N``
-points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start,
-and every scrape, whichever process answers it, sums the files of all of them.
+time) are declared in ``hookd.metric_families`` and registered where they are
+observed: the receiver's here. With several ``hookd serve`` worker processes they use
+prometheus-client's multiprocess mode: ``hookd serve --workers N`` points
+``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before the workers start, and every
+scrape, whichever process answers it, sums the files of all of them.
 Queue and reconciliation families are read from the database at scrape time
 (``hookd.metrics.db``), so every process and every replica reports the same value.
 """
@@ -19,14 +20,15 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 from prometheus_client import values as client_values
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from hookd import metric_families as families
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-# Buckets that show the providers' answer budgets: Slack 3 s, GitHub 10 s.
-ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+ACK_BUCKETS = families.ACK_SECONDS.buckets
 
 UNKNOWN_SOURCE = "_unknown"
 # The outcome label of hookd_webhooks_received_total.
@@ -61,46 +63,13 @@ REJECTION_REASONS = (
 # Refusals before a source is known, counted with source="_unknown".
 UNKNOWN_SOURCE_REASONS = ("unknown_source", "header_timeout", "headers_too_large")
 
-WEBHOOKS_RECEIVED = Counter(
-    "hookd_webhooks_received_total",
-    "Webhook requests by outcome (accepted, duplicate, rejected).",
-    ["source", "outcome"],
-)
-WEBHOOK_REJECTIONS = Counter(
-    "hookd_webhook_rejections_total",
-    "Rejected webhook requests by reason code.",
-    ["source", "reason"],
-)
-ACK_SECONDS = Histogram(
-    "hookd_ack_seconds",
-    "Time from request start to acknowledgement of a stored event.",
-    ["source"],
-    buckets=ACK_BUCKETS,
-)
+# Declared in hookd.metric_families; registered here, in the processes that receive.
+WEBHOOKS_RECEIVED = families.WEBHOOKS_RECEIVED.register()
+WEBHOOK_REJECTIONS = families.WEBHOOK_REJECTIONS.register()
+ACK_SECONDS = families.ACK_SECONDS.register()
 # Group commits: what an acknowledgement waits for once its request is read.
 COMMIT_OUTCOMES = ("committed", "failed")
-COMMIT_BUCKETS = (
-    0.0005,
-    0.001,
-    0.002,
-    0.004,
-    0.008,
-    0.016,
-    0.032,
-    0.064,
-    0.128,
-    0.256,
-    0.5,
-    1.0,
-    2.5,
-    10.0,
-)
-COMMIT_SECONDS = Histogram(
-    "hookd_commit_seconds",
-    "Group commits of received events: how long each insert and its commit took.",
-    ["outcome"],
-    buckets=COMMIT_BUCKETS,
-)
+COMMIT_SECONDS = families.COMMIT_SECONDS.register()
 
 
 def initialise(sources: Iterable[str]) -> None:

@@ -19,7 +19,7 @@ from typing import Any, cast
 from hookd import logs
 from hookd.errors import PermanentError
 from hookd.event import Event, Handler, idempotency_key
-from processing.processor import event_of
+from processing.attempt import event_of
 from store.rows import EventRow
 
 

@@ -26,7 +26,8 @@ from redis.asyncio import ConnectionPool, Redis
 
 from hookd import tracing
 from hookd.backoff import capped
-from processing.processor import Processor, ProcessorPool
+from processing.pool import ProcessorPool
+from processing.processor import Processor
 
 log = logging.getLogger("hookd.dispatch")
 

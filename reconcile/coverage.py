@@ -149,16 +149,30 @@ def merge(
         (r for r in rows if _ts(r.end_at) > since and _ts(r.start_at) < until),
         key=lambda r: _ts(r.start_at),
     )
+    spans = _sweep(_cuts(records, since, until, situation), records, situation)
+    for r in records:  # each checking record lies inside one checked span
+        if r.outcome in COVERING_OUTCOMES:
+            next(s for s in spans if r.id in s.records).repaired += r.repaired
+    return Report(source, since, until, spans, situation)
+
+
+def _cuts(
+    records: Sequence[CoverageRow], since: float, until: float, sit: Situation
+) -> list[float]:
+    """Every moment where what covers the range may change: the range's ends, each
+    record's ends inside it, and the retention, settle and cursor edges."""
     cuts = {since, until}
     for r in records:
         cuts |= {max(_ts(r.start_at), since), min(_ts(r.end_at), until)}
-    sit = situation
     for edge in (sit.now - sit.retention_s, sit.now - sit.settle_s, sit.cursor):
         if edge is not None and since < edge < until:
             cuts.add(edge)
-    bounds = sorted(cuts)
-    # A sweep over the cuts: every record starts and ends on one, so each piece
-    # between two cuts lies wholly inside or wholly outside each record.
+    return sorted(cuts)
+
+
+def _sweep(bounds: Sequence[float], records: Sequence[CoverageRow], sit: Situation) -> list[Span]:
+    """A sweep over the cuts: every record starts and ends on one, so each piece
+    between two cuts lies wholly inside or wholly outside each record."""
     active: dict[str, CoverageRow] = {}
     upcoming = iter(records)
     waiting = next(upcoming, None)
@@ -175,10 +189,7 @@ def merge(
         else:
             piece = Span(start, end, False, reasons=_reasons(list(active.values()), start, sit))
         _append(spans, piece)
-    for r in records:  # each checking record lies inside one checked span
-        if r.outcome in COVERING_OUTCOMES:
-            next(s for s in spans if r.id in s.records).repaired += r.repaired
-    return Report(source, since, until, spans, situation)
+    return spans
 
 
 def _reasons(over: Sequence[CoverageRow], start: float, sit: Situation) -> list[Reason]:

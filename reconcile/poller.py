@@ -30,9 +30,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from prometheus_client import Counter, Histogram
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hookd import metric_families as families
 from hookd import tracing
 from hookd.errors import AuthFailure, LeaseLost, RateLimited, ReconcileError
 from hookd.providers.reconciling import ReconcileConfig
@@ -60,20 +60,9 @@ LEASE_WAIT_LOG_S = 30.0
 
 OnRepaired = Callable[[Sequence[str]], Awaitable[None]]
 
-# Per process, like the processing families: in the process that ran the run (a
-# `hookd worker`'s schedule, `hookd serve`'s API runs, or its schedule without Redis).
-RUN_SECONDS = Histogram(
-    "hookd_reconcile_run_seconds",
-    "Duration of reconciliation runs that ended (succeeded or failed).",
-    ["source"],
-    buckets=(0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0),
-)
-DUPLICATES = Counter(
-    "hookd_reconcile_duplicates_total",
-    "Items a reconciliation run listed that were already stored: duplicates the store "
-    "suppressed on the reconcile path.",
-    ["source"],
-)
+# Per process, like the processing families: in the process that ran the run.
+RUN_SECONDS = families.RUN_SECONDS.register()
+DUPLICATES = families.DUPLICATES.register()
 
 
 def initialise_metrics(sources: Iterable[str]) -> None:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.ids import id_floor
 from store.models import RECONCILE_RUNS
 
@@ -61,7 +62,7 @@ def _floor_ms(at: datetime) -> int:
 
 async def minutes(conn: AsyncConnection, source: str, since: datetime) -> Minutes:
     """Events of ``source`` received and processed per minute from ``since`` on."""
-    pg = conn.dialect.name == "postgresql"
+    pg = dialect.is_postgres(conn)
     minute, lag = (_PG_MINUTE, _PG_LAG) if pg else (_SQLITE_MINUTE, _SQLITE_LAG)
     # The bounds are bound as strings on SQLite, where the column holds naive UTC text.
     bound = since if pg else since.replace(tzinfo=None).isoformat(sep=" ")

@@ -27,6 +27,8 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from store import dialect, queries
+
 log = logging.getLogger("hookd.analyze")
 
 # And each partition of events (events itself before migration 0008).
@@ -37,20 +39,12 @@ LOCK_TIMEOUT_MS = 1_000
 # pg_advisory_xact_lock key: one process analyzes at a time.
 ANALYZE_LOCK = 0x686F6F6B64_02
 
-STALE = sa.text(
-    "SELECT c.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid "
-    "WHERE s.schemaname = current_schema() "
-    "AND c.relkind = 'r' AND (c.relname = ANY(CAST(:tables AS text[])) OR c.oid IN "
-    "(SELECT relid FROM pg_partition_tree(to_regclass('events')) WHERE isleaf)) "
-    "AND pg_has_role(c.relowner, 'USAGE') "
-    "AND s.n_mod_since_analyze >= greatest(:min_rows, :fraction * greatest(c.reltuples, 0)) "
-    "ORDER BY s.n_mod_since_analyze DESC"
-)
+STALE = sa.text(queries.load("stats")["stale_tables_pg"])
 
 
 async def stale(engine: AsyncEngine) -> list[str]:
     """The tables ``analyze_stale`` would analyze now (none on SQLite)."""
-    if engine.dialect.name != "postgresql":
+    if not dialect.is_postgres(engine):
         return []
     async with engine.connect() as conn:
         result = await conn.execute(

@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.models import ACK_VIOLATIONS, RECONCILE_RUNS, RECONCILE_STATE
 
 # disabled_by of the automatic stop after authentication failures.
@@ -57,7 +57,6 @@ async def record_violations(
     """Add ``found`` to the ledger; the ones that were not in it yet."""
     if not found:
         return []
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     added: set[str] = set()
     for start in range(0, len(found), CHUNK):
         rows = [
@@ -73,7 +72,7 @@ async def record_violations(
             for a in found[start : start + CHUNK]
         ]
         result = await conn.execute(
-            insert(ACK_VIOLATIONS)
+            dialect.insert(conn, ACK_VIOLATIONS)
             .values(rows)
             .on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
             .returning(ACK_VIOLATIONS.c.dedupe_key)

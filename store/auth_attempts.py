@@ -30,7 +30,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import db
+from store import db, dialect
 from store.models import ADMIN_LOGIN_FAILURES
 
 T = ADMIN_LOGIN_FAILURES
@@ -96,7 +96,7 @@ class Checking:
     async def admitted(self, since: datetime) -> Rows:
         """As ``recent``, read after every reservation asked for before it has committed."""
         async with self._guarded() as conn:
-            if conn.dialect.name == "postgresql":
+            if dialect.is_postgres(conn):
                 await conn.execute(ADMIT_LOCK)
             return await _rows(conn, since)
 
@@ -109,7 +109,7 @@ class Checking:
         Committed when ``checking`` ends (PostgreSQL) or before this returns."""
         attempt = secrets.token_hex(16)
         async with self._guarded() as conn:
-            if conn.dialect.name == "postgresql":
+            if dialect.is_postgres(conn):
                 await conn.execute(RESERVE_LOCK)
             # On SQLite the first write takes the database's write lock: the insert's
             # counts below see every committed reservation, and no other can commit.
@@ -125,7 +125,7 @@ class Checking:
 @contextlib.asynccontextmanager
 async def checking(engine: AsyncEngine) -> AsyncIterator[Checking]:
     """One token check's statements, committed when the block ends."""
-    if engine.dialect.name == "postgresql":
+    if dialect.is_postgres(engine):
         async with engine.begin() as conn:
             yield Checking(engine, conn)
     else:

@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect, queries
 from store.destinations import paused_sources
 from store.history import UNKNOWN, Requester, record_replays
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
@@ -25,17 +25,9 @@ from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 from store.values import safe_text
 
-
-def one_of(
-    conn: AsyncConnection, column: sa.ColumnElement[str], values: Sequence[str]
-) -> sa.ColumnElement[bool]:
-    """``column IN values``; on PostgreSQL one array parameter (``= ANY($1)``), so a
-    batch of a few hundred ids is neither a few hundred parameters nor a new plan."""
-    if conn.dialect.name == "postgresql":
-        return column == sa.any_(
-            sa.bindparam(None, list(values), type_=postgresql.ARRAY(sa.String))
-        )
-    return column.in_(list(values))
+# store.prune and chaos/ use it from here.
+one_of = dialect.one_of
+SQL = queries.load("claims")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +78,7 @@ async def claim_due(
             .order_by(EVENTS.c.next_attempt_at)
             .limit(min(share.room, limit))
         )
-        if conn.dialect.name == "postgresql":
-            pick = pick.with_for_update(skip_locked=True)
-        arm = pick.cte(f"s{index}")
+        arm = dialect.locked(conn, pick, skip_locked=True).cte(f"s{index}")
         rank = sa.literal(share.held) + sa.func.row_number().over(order_by=arm.c.next_attempt_at)
         arms.append(sa.select(arm.c.id, arm.c.next_attempt_at, rank.label("rank")))
     if not arms or limit <= 0:
@@ -121,9 +111,7 @@ async def claim_orphans(
         )
         .limit(limit)
     )
-    if conn.dialect.name == "postgresql":
-        pick = pick.with_for_update(skip_locked=True)
-    return await _take(conn, pick, owner, lease_s, now)
+    return await _take(conn, dialect.locked(conn, pick, skip_locked=True), owner, lease_s, now)
 
 
 async def claim_expired(
@@ -154,9 +142,7 @@ async def claim_expired(
     )
     if spare:
         leases = leases.where(sa.not_(one_of(conn, EVENTS.c.id, spare)))
-    if conn.dialect.name == "postgresql":
-        leases = leases.with_for_update(skip_locked=True)
-    return await _take(conn, leases, owner, lease_s, now)
+    return await _take(conn, dialect.locked(conn, leases, skip_locked=True), owner, lease_s, now)
 
 
 def _not_paused() -> sa.ColumnElement[bool]:
@@ -189,11 +175,7 @@ async def _take(
     return list(map(EventRow._make, await conn.execute(stmt)))
 
 
-LEDGER_PG = sa.text(
-    "SELECT k.id, h.handler FROM unnest(CAST(:ids AS text[])) AS k(id) "
-    "CROSS JOIN LATERAL (SELECT r.handler FROM handler_runs AS r "
-    "WHERE r.event_id = k.id OFFSET 0) AS h"
-)
+LEDGER_PG = sa.text(SQL["ledger_pg"])
 
 
 async def finished_handlers_many(
@@ -208,7 +190,7 @@ async def finished_handlers_many(
     Per probe, a scan of the table can never be cheaper than its index."""
     if not event_ids:
         return {}
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         result = await conn.execute(LEDGER_PG, {"ids": list(event_ids)})
     else:
         result = await conn.execute(
@@ -222,17 +204,9 @@ async def finished_handlers_many(
     return ledger
 
 
-LEDGER_INSERT_PG = sa.text(
-    "INSERT INTO handler_runs (event_id, handler, finished_at) "
-    "SELECT e, h, CAST(:now AS timestamptz) "
-    "FROM unnest(CAST(:e AS text[]), CAST(:h AS text[])) AS v(e, h) "
-    "ON CONFLICT (event_id, handler) DO NOTHING"
-)
+LEDGER_INSERT_PG = sa.text(SQL["ledger_insert_pg"])
 
-LEDGER_INSERT_SQLITE = (
-    "INSERT INTO handler_runs (event_id, handler, finished_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (event_id, handler) DO NOTHING"
-)
+LEDGER_INSERT_SQLITE = SQL["ledger_insert_sqlite"]
 
 
 async def record_handlers(
@@ -241,7 +215,7 @@ async def record_handlers(
     """Add (event id, handler) pairs to the ledger; one that is there already stays."""
     if not finished:
         return
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         # One statement over two arrays: a batch's pairs (a hundred and more) cost one
         # execution, where an executemany binds and executes each pair on its own.
         await conn.execute(
@@ -263,7 +237,7 @@ def _held(conn: AsyncConnection, event_ids: Sequence[str], owner: str) -> sa.Col
     planner may AND the primary key with ``ix_events_lease``'s "processing" entries,
     which until vacuum include a dead one for every event processed since."""
     status: sa.ColumnElement[str] = EVENTS.c.status
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         status = EVENTS.c.status.concat(sa.literal_column("''"))
     return sa.and_(
         one_of(conn, EVENTS.c.id, event_ids),
@@ -299,7 +273,7 @@ async def mark_processed(
     """Mark events processed where ``owner`` still holds the lease; the ids it did."""
     if not event_ids:
         return set()
-    if conn.dialect.name == "sqlite":
+    if not dialect.is_postgres(conn):
         # The same statement as the driver takes it: SQLAlchemy's rendering of the id
         # list and its parameters, per batch, was a third of this statement's time in
         # the write lock.
@@ -441,13 +415,32 @@ async def replay(
     """
     if not event_ids:
         return []
+    rows = await _replayable_rows(conn, event_ids, only_handler)
+    # A processed event whose body retention removed cannot be run again.
+    ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
+    processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
+    await _clear_ledgers(conn, ids, processed, only_handler)
+    if not ids:
+        return ids
+    made = await _reset_pending(conn, ids, now)
+    await record_replays(
+        conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
+    )
+    # In the order asked for (the rows were read, and locked, in id order).
+    return [i for i in dict.fromkeys(event_ids) if i in made]
+
+
+async def _replayable_rows(
+    conn: AsyncConnection, event_ids: Sequence[str], only_handler: str | None
+) -> list[sa.Row[Any]]:
+    """The rows of ``event_ids`` (locked on PostgreSQL), but those being pruned."""
     query = sa.select(
         EVENTS.c.id,
         EVENTS.c.status,
         EVENTS.c.attempts,
         EVENTS.c.body.is_(None).label("bodiless"),
     ).where(EVENTS.c.id.in_(list(event_ids)))
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         # Locked first, in id order (as prune locks them): a prune batch holding one
         # of them is waited for, and what follows reads what it committed.
         query = query.order_by(EVENTS.c.id).with_for_update()
@@ -462,10 +455,14 @@ async def replay(
             [r.id for r in rows if r.status != EventStatus.PROCESSED or only_handler is not None],
         )
     )
-    rows = [r for r in rows if r.id not in pruning]
-    # A processed event whose body retention removed cannot be run again.
-    ids = [r.id for r in rows if r.status != EventStatus.PROCESSING and not r.bodiless]
-    processed = [r.id for r in rows if r.status == EventStatus.PROCESSED]
+    return [r for r in rows if r.id not in pruning]
+
+
+async def _clear_ledgers(
+    conn: AsyncConnection, ids: list[str], processed: list[str], only_handler: str | None
+) -> None:
+    """One handler's ledger entry of every replayed event, or the whole ledger of the
+    processed ones (replayed whole)."""
     if only_handler is not None and ids:
         await conn.execute(
             sa.delete(HANDLER_RUNS).where(
@@ -474,29 +471,27 @@ async def replay(
         )
     elif processed:
         await conn.execute(sa.delete(HANDLER_RUNS).where(HANDLER_RUNS.c.event_id.in_(processed)))
-    if ids:
-        result = await conn.execute(
-            sa.update(EVENTS)
-            .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
-            .values(
-                status=EventStatus.PENDING,
-                attempts=0,
-                next_attempt_at=now,
-                processed_at=None,
-                **_NO_ERROR,
-                lease_owner=None,
-                lease_expires_at=None,
-                updated_at=now,
-            )
-            .returning(EVENTS.c.id)
+
+
+async def _reset_pending(conn: AsyncConnection, ids: list[str], now: datetime) -> set[str]:
+    """Make ``ids`` pending with attempts reset; the ids the update changed (one
+    claimed since it was read is not among them)."""
+    result = await conn.execute(
+        sa.update(EVENTS)
+        .where(EVENTS.c.id.in_(ids), EVENTS.c.status != EventStatus.PROCESSING)
+        .values(
+            status=EventStatus.PENDING,
+            attempts=0,
+            next_attempt_at=now,
+            processed_at=None,
+            **_NO_ERROR,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
         )
-        made = {r[0] for r in result}
-        # In the order asked for (the rows were read, and locked, in id order).
-        ids = [i for i in dict.fromkeys(event_ids) if i in made]
-        await record_replays(
-            conn, [(r.id, r.attempts, r.status) for r in rows if r.id in made], by, now
-        )
-    return ids
+        .returning(EVENTS.c.id)
+    )
+    return {r[0] for r in result}
 
 
 async def being_pruned(conn: AsyncConnection, event_ids: Sequence[str]) -> list[str]:

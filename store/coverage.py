@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.ids import new_id
 from store.models import EVENT_KEYS, RECONCILE_COVERAGE, RECONCILE_RUN_TOTALS, RECONCILE_RUNS
 from store.status import RunStatus
@@ -157,8 +157,7 @@ async def _count_late(conn: AsyncConnection, source: str, run_id: str, count: in
         return
     # The run's record was pruned (its counters carried to the totals): count it there,
     # so that hookd_reconcile_late_total still goes up.
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(RECONCILE_RUN_TOTALS).values(
+    stmt = dialect.insert(conn, RECONCILE_RUN_TOTALS).values(
         source=source,
         status=RunStatus.SUCCEEDED,
         dry_run=False,

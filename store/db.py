@@ -24,6 +24,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_only
 
 from hookd.errors import ConfigError
+from store import dialect
 from store.sqlite_write import SQLITE_PRAGMAS, open_turn
 
 
@@ -355,7 +356,7 @@ async def ping(engine: AsyncEngine) -> None:
 
 async def autovacuum_on(engine: AsyncEngine) -> bool:
     """False only for a PostgreSQL server that runs with ``autovacuum = off``."""
-    if engine.dialect.name != "postgresql":
+    if not dialect.is_postgres(engine):
         return True
     async with engine.connect() as conn:
         value = (await conn.execute(sa.text("SHOW autovacuum"))).scalar()

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS, PAUSES
 from store.status import RUNNABLE_STATUSES, BreakerState, EventStatus, LedgerOutcome
 
@@ -59,10 +59,6 @@ PAUSE_COLUMNS = [PAUSES.c[name] for name in PauseRow._fields]
 BREAKER_COLUMNS = [DESTINATION_BREAKERS.c[name] for name in BreakerRow._fields]
 
 
-def _insert(conn: AsyncConnection) -> Any:
-    return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-
-
 def paused_sources() -> sa.Select[tuple[str]]:
     """The sources paused whole: what claims leave alone."""
     return sa.select(PAUSES.c.source).where(
@@ -98,7 +94,7 @@ async def set_pause(
     values = {"paused": paused, "changed_by": by[:128], "reason": reason, "changed_at": now}
     if before is not None and was_paused == paused:
         return PauseRow._make(before), False
-    stmt = _insert(conn)(PAUSES).values(source=source, destination=destination, **values)
+    stmt = dialect.insert(conn, PAUSES).values(source=source, destination=destination, **values)
     await conn.execute(
         stmt.on_conflict_do_update(index_elements=["source", "destination"], set_=values)
     )
@@ -139,7 +135,7 @@ async def _breaker_for_update(
 ) -> BreakerRow:
     """The breaker's row, locked until the transaction ends (made closed if missing)."""
     await conn.execute(
-        _insert(conn)(DESTINATION_BREAKERS)
+        dialect.insert(conn, DESTINATION_BREAKERS)
         .values(
             source=source,
             destination=destination,
@@ -153,9 +149,7 @@ async def _breaker_for_update(
         DESTINATION_BREAKERS.c.source == source,
         DESTINATION_BREAKERS.c.destination == destination,
     )
-    if conn.dialect.name == "postgresql":
-        select = select.with_for_update()
-    return BreakerRow._make((await conn.execute(select)).one())
+    return BreakerRow._make((await conn.execute(dialect.locked(conn, select))).one())
 
 
 async def _write_breaker(conn: AsyncConnection, row: BreakerRow) -> None:
@@ -280,7 +274,7 @@ async def still_blocked(conn: AsyncConnection, blockers: Iterable[Blocker]) -> b
     switch, and any later one waits for this park and unparks it."""
     held = False
     ordered = sorted(set(blockers))
-    if ordered and conn.dialect.name == "sqlite":
+    if ordered and not dialect.is_postgres(conn):
         first = ordered[0]
         await conn.execute(
             sa.update(DESTINATION_BREAKERS)
@@ -295,17 +289,13 @@ async def still_blocked(conn: AsyncConnection, blockers: Iterable[Blocker]) -> b
             select = sa.select(PAUSES.c.paused).where(
                 PAUSES.c.source == blocker.source, PAUSES.c.destination == blocker.destination
             )
-            if conn.dialect.name == "postgresql":
-                select = select.with_for_update(read=True)
-            held |= bool((await conn.execute(select)).scalar())
+            held |= bool((await conn.execute(dialect.locked(conn, select, read=True))).scalar())
         else:
             select = sa.select(DESTINATION_BREAKERS.c.state).where(
                 DESTINATION_BREAKERS.c.source == blocker.source,
                 DESTINATION_BREAKERS.c.destination == blocker.destination,
             )
-            if conn.dialect.name == "postgresql":
-                select = select.with_for_update(read=True)
-            state = (await conn.execute(select)).scalar()
+            state = (await conn.execute(dialect.locked(conn, select, read=True))).scalar()
             held |= state is not None and state != BreakerState.CLOSED
     return held
 
@@ -345,7 +335,9 @@ async def record_skipped(
     if not skipped:
         return
     await conn.execute(
-        _insert(conn)(HANDLER_RUNS).on_conflict_do_nothing(index_elements=["event_id", "handler"]),
+        dialect.insert(conn, HANDLER_RUNS).on_conflict_do_nothing(
+            index_elements=["event_id", "handler"]
+        ),
         [
             {"event_id": e, "handler": h, "finished_at": now, "outcome": LedgerOutcome.SKIPPED}
             for e, h in skipped

@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.timefmt import iso_z
+from store import dialect, queries
 from store.crypto import BodyCipher
 from store.ids import new_ids
 from store.models import EVENT_KEYS, EVENTS
@@ -138,9 +139,16 @@ def key_row(row: NewRow) -> KeyRow:
     }
 
 
+SQL = queries.load("events")
+KEYS_PRUNED_PG = sa.text(SQL["keys_pruned_pg"]).bindparams(
+    sa.bindparam("now", type_=EVENT_KEYS.c.pruned_at.type)
+)
+
+
 def _insert_keys(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return insert(EVENT_KEYS).on_conflict_do_nothing(index_elements=["source", "dedupe_key"])
+    return dialect.insert(conn, EVENT_KEYS).on_conflict_do_nothing(
+        index_elements=["source", "dedupe_key"]
+    )
 
 
 # How many times one batch tries again for keys that were there when it inserted and
@@ -293,14 +301,9 @@ async def mark_pruned(
     key when the planner has no statistics)."""
     if not rows:
         return
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         await conn.execute(
-            sa.text(
-                "UPDATE event_keys AS k SET final_status = v.status, pruned_at = :now "
-                "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[]), "
-                "CAST(:statuses AS text[])) AS v(source, dedupe_key, status) "
-                "WHERE k.source = v.source AND k.dedupe_key = v.dedupe_key"
-            ).bindparams(sa.bindparam("now", type_=EVENT_KEYS.c.pruned_at.type)),
+            KEYS_PRUNED_PG,
             {
                 "now": now,
                 "sources": [r[0] for r in rows],

@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect, queries
 from store.models import EVENT_HISTORY, utc_binder
 from store.values import safe_text
 
@@ -105,25 +106,9 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
     }
 
 
-# PostgreSQL: a batch's attempts as one statement over arrays, one execution and one
-# plan for the batch (an executemany runs the statement once per row).
-ATTEMPTS_PG = sa.text(
-    "INSERT INTO event_history (event_id, kind, at, finished_at, attempt, worker, handler, "
-    "outcome, error, error_type, duration_s) "
-    "SELECT e, :kind, a, f, n, w, h, o, r, t, d FROM unnest(CAST(:e AS text[]), "
-    "CAST(:a AS timestamptz[]), CAST(:f AS timestamptz[]), CAST(:n AS integer[]), "
-    "CAST(:w AS text[]), CAST(:h AS text[]), CAST(:o AS text[]), CAST(:r AS text[]), "
-    "CAST(:t AS text[]), CAST(:d AS double precision[])) AS v(e, a, f, n, w, h, o, r, t, d)"
-)
-
-
-# SQLite: the rows as the driver takes them, in one executemany, without SQLAlchemy's
-# per-row parameter processing (a dict and two datetime conversions per row), which was
-# most of this statement's time in the write lock.
-ATTEMPTS_SQLITE = (
-    "INSERT INTO event_history (event_id, kind, at, finished_at, attempt, worker, handler, "
-    "outcome, error, error_type, duration_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+SQL = queries.load("history")
+ATTEMPTS_PG = sa.text(SQL["attempts_pg"])
+ATTEMPTS_SQLITE = SQL["attempts_sqlite"]
 
 
 async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) -> None:
@@ -131,7 +116,7 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) ->
     if not attempts:
         return
     rows = [_attempt_row(a) for a in attempts]
-    if conn.dialect.name != "postgresql":
+    if not dialect.is_postgres(conn):
         bind = utc_binder(conn.dialect)
         await conn.exec_driver_sql(
             ATTEMPTS_SQLITE,

@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import ConfigError
-from store import db, partitions
+from store import db, partition_create
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -30,7 +30,7 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Migrate; a database that cannot be opened is one ``ConfigError`` line, not a traceback.
 
     Then, on a PostgreSQL ``events`` partitioned by day (0008), create the partitions
-    missing from yesterday to a week ahead (``store.partitions.ensure``)."""
+    missing from yesterday to a week ahead (``store.partition_create.ensure``)."""
     path = db.sqlite_path(url)
     if path is not None and not os.path.isdir(os.path.dirname(path)):
         # Said before any connection: a failed aiosqlite connect can leave its thread
@@ -46,7 +46,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 async def _ensure_partitions(url: str) -> None:
     engine = db.create_engine(url)
     try:
-        await partitions.ensure(engine)
+        await partition_create.ensure(engine)
     finally:
         await engine.dispose()
 

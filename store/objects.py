@@ -33,9 +33,9 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect, queries
 from store.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
 from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
@@ -48,42 +48,15 @@ LOCK_SPACE = 0x686B6F62
 _NOW = sa.bindparam("now", type_=EVENTS.c.updated_at.type)
 _RUNNABLE = sql_in("e.status", RUNNABLE_STATUSES)
 
-# The objects of the candidates that this transaction could lock (see the module).
-LOCK_PG = sa.text(
-    "SELECT k.source, k.object_key "
-    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[])) AS k(source, object_key) "
-    "WHERE pg_try_advisory_xact_lock(:space, hashtext(k.source || '/' || k.object_key))"
-)
-
-# Of the locked objects of sources that supersede: their runnable events older than
-# what was processed, marked superseded.
-SUPERSEDE_PG = sa.text(
-    f"UPDATE events AS e SET status = '{EventStatus.SUPERSEDED}', processed_at = :now, "  # noqa: S608 - constants and placeholders only
-    "updated_at = :now, last_error = NULL, last_error_handler = NULL, last_error_type = NULL "
-    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[])) AS k(source, object_key) "
-    "JOIN source_objects AS o ON o.source = k.source AND o.object_key = k.object_key "
-    "WHERE e.source = k.source AND e.object_key = k.object_key AND e.object_key IS NOT NULL "
-    f"AND {_RUNNABLE} AND e.object_version < o.version "
-    "RETURNING e.id, e.source, e.attempts"
-).bindparams(_NOW)
-
-# Of the locked objects not being processed: each one's due event of lowest version.
-# Where stale events are superseded, of lowest version not older than the object's: one
-# stored since SUPERSEDE_PG's snapshot is new to this one, and is left to the next claim.
-HEADS_PG = sa.text(
-    "SELECT h.id "  # noqa: S608 - constants and placeholders only
-    "FROM unnest(CAST(:sources AS text[]), CAST(:keys AS text[]), CAST(:supersede AS bool[])) "
-    "  AS k(source, object_key, supersede) "
-    "LEFT JOIN source_objects AS o ON o.source = k.source AND o.object_key = k.object_key "
-    "CROSS JOIN LATERAL (SELECT e.id FROM events AS e "
-    "  WHERE e.source = k.source AND e.object_key = k.object_key AND e.object_key IS NOT NULL "
-    f"  AND {_RUNNABLE} AND e.next_attempt_at <= :now "
-    "  AND (NOT k.supersede OR o.version IS NULL OR e.object_version >= o.version) "
-    "  ORDER BY e.object_version, e.id LIMIT 1) AS h "
-    "WHERE NOT EXISTS (SELECT 1 FROM events AS p "
-    "  WHERE p.source = k.source AND p.object_key = k.object_key AND p.object_key IS NOT NULL "
-    f"  AND p.status = '{EventStatus.PROCESSING}')"
-).bindparams(_NOW)
+SQL = queries.load("objects")
+_STATUS = {
+    "runnable": _RUNNABLE,
+    "superseded": EventStatus.SUPERSEDED,
+    "processing": EventStatus.PROCESSING,
+}
+LOCK_PG = sa.text(SQL["lock_pg"])
+SUPERSEDE_PG = sa.text(SQL["supersede_pg"].format(**_STATUS)).bindparams(_NOW)
+HEADS_PG = sa.text(SQL["heads_pg"].format(**_STATUS)).bindparams(_NOW)
 
 
 class Superseded(NamedTuple):
@@ -169,7 +142,7 @@ async def claim(
     object, each its object's next; first mark superseded the stale events of the
     objects looked at whose source is in ``supersede``; none of a source in ``exclude``.
     See the module's text."""
-    if conn.dialect.name == "postgresql":
+    if dialect.is_postgres(conn):
         return await _claim_pg(
             conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
         )
@@ -316,8 +289,7 @@ async def record_processed(conn: AsyncConnection, rows: Sequence[EventRow], now:
             newest[key] = row
     if not newest:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(SOURCE_OBJECTS)
+    stmt = dialect.insert(conn, SOURCE_OBJECTS)
     stmt = stmt.on_conflict_do_update(
         index_elements=[SOURCE_OBJECTS.c.source, SOURCE_OBJECTS.c.object_key],
         set_={

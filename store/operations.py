@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.ids import id_floor
 from store.models import EVENTS, OPERATIONS
 from store.status import (
@@ -130,11 +131,7 @@ async def next_batch(
 
 
 def _insert(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
-    return (
-        postgresql.insert(OPERATIONS)
-        if conn.dialect.name == "postgresql"
-        else sqlite.insert(OPERATIONS)
-    )
+    return dialect.insert(conn, OPERATIONS)
 
 
 async def insert(conn: AsyncConnection, new: NewOperation, *, finished: bool = False) -> bool:

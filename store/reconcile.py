@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect
 from store.models import EVENT_KEYS, RECONCILE_RUN_TOTALS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
 from store.status import UNFINISHED_RUN_STATUSES, RunStatus
@@ -78,9 +78,8 @@ class RunChange(_RunProgress, total=False):
 
 
 async def ensure_state(conn: AsyncConnection, source: str, now: datetime) -> None:
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     await conn.execute(
-        insert(RECONCILE_STATE)
+        dialect.insert(conn, RECONCILE_STATE)
         .values(
             source=source,
             disabled=False,

@@ -20,7 +20,10 @@ from typing import NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store import dialect, queries
 from store.models import EVENTS, PRUNE_TOTALS
+
+SQL = queries.load("stats")
 
 # The tables that grow with traffic, and the small ones beside them.
 TABLES = (
@@ -42,20 +45,9 @@ class TableSize(NamedTuple):
 
 
 async def table_sizes(conn: AsyncConnection) -> list[TableSize]:
-    if conn.dialect.name == "postgresql":
-        # A partitioned table (events) has neither rows nor bytes of its own: its
-        # partitions' are added to its nothing.
+    if dialect.is_postgres(conn):
         result = await conn.execute(
-            sa.text(
-                "SELECT c.relname, sum(greatest(l.reltuples, 0)), "
-                "sum(pg_total_relation_size(l.oid)) "
-                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "CROSS JOIN LATERAL (SELECT c.oid AS relid UNION "
-                "SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf) AS t "
-                "JOIN pg_class l ON l.oid = t.relid "
-                "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
-                "AND c.relname = ANY(:names) GROUP BY c.relname"
-            ),
+            sa.text(SQL["table_sizes_pg"]),
             {"names": list(TABLES)},
         )
         found = {r[0]: TableSize(r[0], float(r[1]), float(r[2])) for r in result}
@@ -71,12 +63,7 @@ async def table_sizes(conn: AsyncConnection) -> list[TableSize]:
 async def _sqlite_bytes(conn: AsyncConnection) -> dict[str, float] | None:
     """Bytes per table, its indexes included, from ``dbstat``; None without it."""
     try:
-        result = await conn.execute(
-            sa.text(
-                "SELECT m.tbl_name, sum(d.pgsize) FROM dbstat AS d "
-                "JOIN sqlite_master AS m ON m.name = d.name GROUP BY m.tbl_name"
-            )
-        )
+        result = await conn.execute(sa.text(SQL["table_bytes_sqlite"]))
     except sa.exc.OperationalError:  # SQLite built without SQLITE_ENABLE_DBSTAT_VTAB
         return None
     return {r[0]: float(r[1]) for r in result}

@@ -97,7 +97,7 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
     """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
     batches, its lease given back) by SIGTERM or SIGINT."""
     from hookd.ops import prune_sources
-    from store import prune as store_prune
+    from store import prune_lease
     from store.ids import worker_id
 
     as_of = _as_of(args)
@@ -125,7 +125,7 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
                 stop=stop,
             )
             if done.lease_held:
-                owner, until = await store_prune.lease_holder(engine)
+                owner, until = await prune_lease.lease_holder(engine)
                 print(
                     f"hookd: prune: another process is pruning ({owner}, its lease runs "
                     f"until {iso_z_or_none(until)}); nothing done",

@@ -1,5 +1,6 @@
-"""The ``hookd`` command's options: the parser, its value types, and the defaults and
-exit statuses its help text names.
+"""The ``hookd`` command's options: each command's ``add_*`` function (registered with
+its handler in ``hookd.cli.commands``), their value types, and the defaults and exit
+statuses the help text names.
 
 Exit status 0: done; 1: the command ran and failed (an event dead or unknown, a run
 failed); 2: a usage or configuration error, printed as one ``hookd: ...`` line.
@@ -13,6 +14,7 @@ import argparse
 import math
 from importlib import metadata
 from pathlib import Path
+from typing import TypeAlias
 
 from hookd.errors import ConfigError
 from hookd.settings import Settings
@@ -77,8 +79,21 @@ def listen_port(settings: Settings, option: str) -> int:
         ) from None
 
 
+# What each command's ``add_*`` function adds its parser to.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hookd", description="Durable, verified webhooks.")
+    """The whole command line: the table of commands (``hookd.cli.commands``) builds it,
+    each command's options coming from its ``add_*`` function here."""
+    # Imported here: the table imports the commands, and they import this module.
+    from hookd.cli.commands import build_parser as build
+
+    return build()
+
+
+def add_top_level(parser: argparse.ArgumentParser) -> SubParsers:
+    """The options before the command, and the place each command is added to."""
     parser.add_argument("--version", action="version", version=f"hookd {package_version()}")
     parser.add_argument(
         "--config",
@@ -86,8 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the sources file (default: $HOOKD_CONFIG, else ./hookd.toml)",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    return parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+
+def add_serve(sub: SubParsers) -> None:
     serve = sub.add_parser("serve", help="run the receiver")
     # None: from HOOKD_HOST/HOOKD_PORT, read with the other settings (see cmd_serve).
     serve.add_argument(
@@ -102,8 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=positive_int, default=1, help="receiver processes (default: %(default)s)"
     )
 
+
+def add_worker(sub: SubParsers) -> None:
     sub.add_parser("worker", help="run an arq worker: processing and the outbox sweep")
 
+
+def add_wait(sub: SubParsers) -> None:
     wait = sub.add_parser(
         "wait",
         help="wait for an existing event to finish; never resubmits",
@@ -132,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between looks at the event (default: %(default)g)",
     )
 
-    _add_replay(sub)
 
+def add_reconcile(sub: SubParsers) -> None:
     rec = sub.add_parser("reconcile", help="one reconciliation pass now (for cron, CronJob)")
     rec.add_argument("sources", nargs="*", metavar="SOURCE")
     rec.add_argument(
@@ -145,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"if another run holds a source, wait for it (up to {LEASE_WAIT_S:g}s), then run",
     )
 
+
+def add_sources(sub: SubParsers) -> None:
+    """``hookd sources list|enable|disable|check|pause|resume``."""
     src = sub.add_parser("sources", help="configured sources and their reconciliation state")
     srcsub = src.add_subparsers(dest="sources_command", required=True, metavar="ACTION")
     src_list = srcsub.add_parser("list", help="sources, reconcile state, counts")
@@ -156,11 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     src_enable.add_argument("name")
     _add_source_audits(srcsub)
-    _add_pauses(srcsub, sub)
+    _add_source_pauses(srcsub)
 
-    for add in (_add_db_keys, _add_prune, _add_try, _add_coverage, _add_operations, _add_send_test):
-        add(sub)
 
+def add_events(sub: SubParsers) -> None:
     events = sub.add_parser("events", help="inspect stored events")
     evsub = events.add_subparsers(dest="events_command", required=True, metavar="ACTION")
     ev_list = evsub.add_parser("list", help="newest events first")
@@ -186,8 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
     ev_show.add_argument("--json", action="store_true", help="print one JSON object")
     ev_show.add_argument("--body", action="store_true", help="also print the stored body")
 
-    return parser
-
 
 # The options of `hookd replay` that make it a bulk operation (`hookd.cli.operations`).
 BULK_REPLAY_OPTIONS = ("since", "until", "type", "destination", "origin", "object")
@@ -200,7 +221,7 @@ REPLAY_FORMS = (
 )
 
 
-def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_replay(sub: SubParsers) -> None:
     replay = sub.add_parser(
         "replay",
         usage="\n       ".join(REPLAY_FORMS),
@@ -248,7 +269,7 @@ def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
 
 
-def _add_send_test(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_send_test(sub: SubParsers) -> None:
     send = sub.add_parser("send-test", help="send correctly signed sample events to a source")
     send.add_argument("source")
     send.add_argument(
@@ -280,7 +301,7 @@ def _add_send_test(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
 
 
-def _add_operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_operations(sub: SubParsers) -> None:
     ops = sub.add_parser(
         "operations", help="bulk operations (replay or cancel by filter): list, show, cancel"
     )
@@ -302,7 +323,7 @@ def _add_operations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ops_cancel.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _add_source_audits(srcsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_source_audits(srcsub: SubParsers) -> None:
     """``hookd sources disable`` and ``hookd sources check``."""
     disable = srcsub.add_parser(
         "disable",
@@ -336,7 +357,7 @@ def _add_source_audits(srcsub: argparse._SubParsersAction[argparse.ArgumentParse
     )
 
 
-def _add_coverage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_coverage(sub: SubParsers) -> None:
     coverage = sub.add_parser(
         "coverage",
         help="what reconciliation has checked of a source: intervals and holes",
@@ -372,8 +393,8 @@ def _add_coverage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     coverage.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _add_db_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``hookd db upgrade`` and ``hookd keys rotate``."""
+def add_db(sub: SubParsers) -> None:
+    """``hookd db upgrade``."""
     dbp = sub.add_parser("db", help="database schema")
     dbsub = dbp.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     upgrade = dbsub.add_parser(
@@ -389,6 +410,9 @@ def _add_db_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="add hookd's tables to a database that already holds other tables",
     )
 
+
+def add_keys(sub: SubParsers) -> None:
+    """``hookd keys rotate``."""
     keys = sub.add_parser("keys", help="encryption keys of stored bodies")
     keysub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     rotate = keysub.add_parser(
@@ -413,7 +437,7 @@ def _add_db_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
 
 
-def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_prune(sub: SubParsers) -> None:
     prune = sub.add_parser(
         "prune",
         help="apply the retention policy now: strip old bodies, delete old events and keys",
@@ -438,7 +462,7 @@ def _add_prune(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
 
 
-def _add_try(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_try(sub: SubParsers) -> None:
     trial = sub.add_parser(
         "try",
         help="run a handler on stored events and show what it did; records nothing",
@@ -481,11 +505,8 @@ def _add_try(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
-def _add_pauses(
-    srcsub: argparse._SubParsersAction[argparse.ArgumentParser],
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
-    """``hookd sources pause|resume NAME`` and ``hookd destinations``."""
+def _add_source_pauses(srcsub: SubParsers) -> None:
+    """``hookd sources pause|resume NAME``."""
     pause = srcsub.add_parser(
         "pause",
         help="pause a source's processing: events are still stored and acknowledged",
@@ -499,10 +520,9 @@ def _add_pauses(
         "resume", help="resume a source's processing: what waited runs in the order it came"
     )
     resume.add_argument("name")
-    _add_destinations(sub)
 
 
-def _add_destinations(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_destinations(sub: SubParsers) -> None:
     """``hookd destinations list|pause|resume``."""
     dest = sub.add_parser(
         "destinations", help="destinations: pause, circuit breaker, what waits for each"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -76,7 +75,7 @@ def cmd_send_test(args: argparse.Namespace, settings: Settings, sources: Sources
     secret = source.config.secrets[0]
     needed = source.adapter.signing_key_needed(secret)
     if needed is not None:
-        secret = args.signing_key or os.environ.get("HOOKD_SEND_TEST_KEY", "")
+        secret = args.signing_key or settings.send_test_key
         if not secret:
             raise ConfigError(
                 f"{sources.path}: source {source.name!r}: key 'secrets.0': a public key "

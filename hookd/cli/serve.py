@@ -30,7 +30,7 @@ log = logging.getLogger("hookd.serve")
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from ingest.metrics import prepare_multiprocess
-    from processing.destinations import import_transform
+    from processing.delivery import import_transform
     from processing.handlers import import_handler
     from store.crypto import BodyCipher
 
@@ -234,7 +234,7 @@ def run_uvicorn(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_worker(settings: Settings) -> int:
+def cmd_worker(_args: argparse.Namespace, settings: Settings) -> int:
     from hookd.runtime import worker
 
     if not settings.redis_url:

@@ -21,7 +21,7 @@ from hookd.metrics.destinations import families as destination_families
 from hookd.sources import Sources
 from reconcile import coverage
 from reconcile.service import is_due, is_leased
-from store import audit, stats
+from store import audit, dialect, stats
 from store import coverage as ledger
 from store import reconcile as rstate
 from store.models import EVENTS
@@ -352,7 +352,7 @@ def _retention(
 async def _table_sizes(engine: AsyncEngine, conn: AsyncConnection) -> list[stats.TableSize]:
     """PostgreSQL's at every scrape (catalog reads); SQLite's once per
     ``SQLITE_SIZES_EVERY_S``, kept per database in this process."""
-    if conn.dialect.name != "sqlite":
+    if dialect.is_postgres(conn):
         return await stats.table_sizes(conn)
     key = engine.url.render_as_string(hide_password=True)
     cached = _sqlite_sizes.get(key)

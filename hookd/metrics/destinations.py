@@ -8,7 +8,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.sources import Sources
-from processing.destinations import destination_configs
+from processing.delivery import destination_configs
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE
 from store.status import BreakerState

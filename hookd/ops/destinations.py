@@ -22,7 +22,7 @@ from hookd.ops.events import Wake
 from hookd.ops.resources import breaker_of, pause_of
 from hookd.routing import DestinationConfig
 from hookd.sources import Source, Sources
-from processing.destinations import destination_configs
+from processing.delivery import destination_configs
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE, BreakerRow, PauseRow
 

@@ -1,4 +1,6 @@
-"""Shared pieces of the provider adapters: header access, timestamps, HMAC.
+"""What a provider adapter is (``Provider`` and the values it passes around), and the
+shared pieces of reading a request: header access and the payload's JSON, keys, types
+and times. The signature shapes are in ``hookd.providers.signatures``.
 
 Adapters are pure: they take headers, raw body bytes, parsed keys and ``now``
 and return a value or raise ``SignatureError``/``PayloadError``. Nothing here
@@ -7,9 +9,6 @@ logs, reads a clock or touches the network.
 
 from __future__ import annotations
 
-import binascii
-import hashlib
-import hmac
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,8 +29,6 @@ if TYPE_CHECKING:
 HeaderMap = Mapping[str, Sequence[str]]
 
 MAX_DEDUPE_KEY_CHARS = 255
-# A timestamp is seconds since the epoch; twelve digits reach the year 33658.
-MAX_TIMESTAMP_DIGITS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,79 +229,28 @@ def optional_header(headers: HeaderMap, name: str) -> str | None:
     return values[-1]
 
 
-def parse_timestamp(raw: str, now: float, tolerance_s: int) -> int:
-    """Seconds since the epoch, inside ``now ± tolerance_s`` (both edges inclusive).
-
-    ``now`` keeps its fraction, as the providers' own Python libraries compare (stripe,
-    standardwebhooks, slack_sdk): a timestamp ``tolerance_s`` old is accepted at that
-    exact instant and refused a quarter second later; flooring ``now`` would stretch the
-    past edge by up to a second. On the future edge the two agree, the timestamp being a
-    whole number. Those libraries all accept the exact edges (strict comparisons), so
-    hookd does too."""
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > MAX_TIMESTAMP_DIGITS:
-        raise SignatureError("malformed_timestamp")
-    ts = int(raw)
-    if ts < now - tolerance_s:
-        raise SignatureError("timestamp_too_old")
-    if ts > now + tolerance_s:
-        raise SignatureError("timestamp_in_future")
-    return ts
-
-
-HEX_DIGITS = frozenset("0123456789abcdef")
-
-
-def parse_hex_digest(raw: str) -> bytes:
-    """A SHA-256 hex digest in lower case, as every provider sends it, or
-    ``malformed_signature``. Upper case is refused: it decodes to the same bytes, so
-    accepting it would let a changed header verify (the providers' own libraries compare
-    the hex strings and refuse it too)."""
-    if len(raw) != 64 or not HEX_DIGITS.issuperset(raw):
-        raise SignatureError("malformed_signature")
+def loads_utf8(body: bytes) -> Any:
+    """``body`` decoded as UTF-8 JSON, or ``ValueError`` (nesting too deep included)."""
     try:
-        digest = bytes.fromhex(raw)
+        return json.loads(body.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("too deeply nested") from None
+
+
+def parse_json_array(body: bytes, max_items: int | None = None) -> list[dict[str, Any]]:
+    """A delivery of several events: a non-empty JSON array of at most ``max_items``
+    objects, or ``malformed_payload``."""
+    try:
+        value = loads_utf8(body)
     except ValueError:
-        raise SignatureError("malformed_signature") from None
-    # fromhex skips whitespace, so a 64-character string can decode to fewer bytes.
-    if len(digest) != 32:
-        raise SignatureError("malformed_signature")
-    return digest
-
-
-def b64decode_strict(raw: str) -> bytes:
-    """Canonical standard base64 only, or ``malformed_signature``. The decoder ignores the
-    unused low bits of the last character, so several strings decode to the same bytes;
-    only the one the encoder writes is accepted, so that a flipped bit never verifies."""
-    try:
-        encoded = raw.encode("ascii")
-        decoded = binascii.a2b_base64(encoded, strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise SignatureError("malformed_signature") from None
-    if binascii.b2a_base64(decoded, newline=False) != encoded:
-        raise SignatureError("malformed_signature")
-    return decoded
-
-
-def hmac_sha256_hex(key: bytes, message: bytes) -> str:
-    """The lower-case hex HMAC-SHA256 most providers sign with (for signing only)."""
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-def match_hmac(
-    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
-) -> Verified:
-    """Verify any ``version`` signature against any HMAC key, in constant time each."""
-    candidates = [sig for ver, sig in signed.signatures if ver == version]
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        mac = hmac.new(key.key, signed.prefix, hashlib.sha256)
-        mac.update(body)
-        digest = mac.digest()
-        for candidate in candidates:
-            if hmac.compare_digest(digest, candidate):
-                return Verified(scheme, index, signed.timestamp)
-    raise SignatureError("bad_signature")
+        raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
+    if not isinstance(value, list) or not value:
+        raise PayloadError("malformed_payload", "body is not a non-empty JSON array of events")
+    if max_items is not None and len(value) > max_items:
+        raise PayloadError("malformed_payload", "too many events in one request")
+    if not all(isinstance(item, dict) for item in value):
+        raise PayloadError("malformed_payload", "an event is not a JSON object")
+    return value
 
 
 def parse_json_object(raw: bytes | str) -> dict[str, Any]:
@@ -326,6 +272,14 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
             raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
     if not isinstance(value, dict):
         raise PayloadError("malformed_payload", "body is not a JSON object")
+    return value
+
+
+def object_at(payload: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """``payload[field]`` when it is a JSON object, or ``malformed_payload``."""
+    value = payload.get(field)
+    if not isinstance(value, dict):
+        raise PayloadError("malformed_payload", f"payload has no {field} object")
     return value
 
 
@@ -373,7 +327,11 @@ def media_type(headers: HeaderMap) -> str:
     return raw.split(";", 1)[0].strip().lower()
 
 
-def plain_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    return HmacKey(raw.encode("utf-8"))
+def text_or_none(value: object) -> str | None:
+    """A non-empty string read from a payload, or None."""
+    return value if isinstance(value, str) and value else None
+
+
+def with_action(kind: str | None, action: object) -> str | None:
+    """``issues.opened``: a kind and its action when it has one, the kind alone otherwise."""
+    return f"{kind}.{action}" if kind and isinstance(action, str) and action else kind

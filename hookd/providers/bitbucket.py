@@ -13,28 +13,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
-    hmac_sha256_hex,
-    match_hmac,
-    one_header,
     optional_header,
-    parse_hex_digest,
     parse_json_object,
     select_headers,
 )
+from hookd.providers.signatures import HmacHeader, hmac_secret, hmac_sha256_hex
 
 NAME = "bitbucket"
 SCHEME = "bitbucket-sha256"
@@ -52,24 +44,7 @@ KEPT_HEADERS = (
 SAMPLE_HOOK_UUID = "{1b8c5e73-4d0a-4a55-9a4f-2f6c0c9d2e11}"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a Bitbucket webhook secret must not be empty")
-    return HmacKey(raw.encode("utf-8"))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    algorithm, sep, digest = raw.partition("=")
-    if not sep or algorithm != "sha256":
-        raise SignatureError("malformed_signature")
-    return SignedHeaders(
-        timestamp=None, prefix=b"", signatures=(("sha256", parse_hex_digest(digest)),)
-    )
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "sha256")
+SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha256=")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -144,9 +119,9 @@ PROVIDER = Provider(
     name=NAME,
     # Bitbucket resends a failed request at most twice, right away.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret("a Bitbucket webhook secret must not be empty"),
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

@@ -20,26 +20,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import field_validator
 
-from hookd.errors import SignatureError
 from hookd.providers.base import (
-    HEX_DIGITS,
     Configurable,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     one_header,
-    parse_timestamp,
-    plain_secret,
 )
 from hookd.providers.generic import (
     SourceSettings,
@@ -47,6 +40,15 @@ from hookd.providers.generic import (
     envelope_for,
     header_name,
     sample_for,
+)
+from hookd.providers.signatures import (
+    after_prefix,
+    hmac_digest,
+    matching_key,
+    parse_b64_digest,
+    parse_hex_digest,
+    parse_timestamp,
+    plain_secret,
 )
 
 NAME = "hmac"
@@ -105,23 +107,13 @@ def bind(settings: HmacSettings) -> Provider:
     size = hashlib.new(algorithm).digest_size
     sep = settings.separator
 
-    def decode(raw: str) -> bytes:
-        if settings.encoding == "hex":
-            # Lower case only: an upper-case copy decodes the same, so it would let a
-            # changed header verify.
-            if len(raw) != 2 * size or not HEX_DIGITS.issuperset(raw):
-                raise SignatureError("malformed_signature")
-            return bytes.fromhex(raw)
-        digest = b64decode_strict(raw)
-        if len(digest) != size:
-            raise SignatureError("malformed_signature")
-        return digest
+    # Lower-case hex only: an upper-case copy decodes the same, so it would let a changed
+    # header verify.
+    decode = parse_hex_digest if settings.encoding == "hex" else parse_b64_digest
 
     def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-        raw = one_header(headers, settings.header)
-        if not raw.startswith(settings.prefix):
-            raise SignatureError("malformed_signature")
-        signature = decode(raw[len(settings.prefix) :])
+        raw = after_prefix(one_header(headers, settings.header), settings.prefix)
+        signature = decode(raw, size)
         if settings.timestamp_header is None:
             return SignedHeaders(None, b"", (("hmac", signature),))
         ts = parse_timestamp(one_header(headers, settings.timestamp_header), now, tolerance_s)
@@ -137,18 +129,10 @@ def bind(settings: HmacSettings) -> Provider:
         return b""
 
     def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        after = tail(signed)
-        for index, key in enumerate(keys):
-            if not isinstance(key, HmacKey):
-                continue
-            mac = hmac.new(key.key, signed.prefix, algorithm)
-            mac.update(body)
-            mac.update(after)
-            digest = mac.digest()
-            for _, candidate in signed.signatures:
-                if hmac.compare_digest(digest, candidate):
-                    return Verified(f"hmac-{algorithm}", index, signed.timestamp)
-        raise SignatureError("bad_signature")
+        candidates = [candidate for _, candidate in signed.signatures]
+        message = (signed.prefix, body, tail(signed))
+        index = matching_key(keys, candidates, message, algorithm=algorithm)
+        return Verified(f"hmac-{algorithm}", index, signed.timestamp)
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)
@@ -177,7 +161,7 @@ def sign(settings: HmacSettings, secret: str, body: bytes, now: int) -> dict[str
     else:
         url = settings.public_url
         message = f"{METHOD}{sep}{url}{sep}".encode() + body + f"{sep}{now}".encode()
-    digest = hmac.new(secret.encode(), message, settings.algorithm).digest()
+    digest = hmac_digest(secret.encode(), message, algorithm=settings.algorithm)
     encoded = digest.hex() if settings.encoding == "hex" else base64.b64encode(digest).decode()
     headers = {settings.header: settings.prefix + encoded}
     if settings.timestamp_header is not None:

@@ -32,15 +32,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
-    HEX_DIGITS,
     Ed25519Key,
     Envelope,
     HeaderMap,
@@ -52,9 +50,9 @@ from hookd.providers.base import (
     checked_key,
     one_header,
     parse_json_object,
-    parse_timestamp,
     select_headers,
 )
+from hookd.providers.signatures import HEX_DIGITS, match_ed25519, parse_hex_digest, parse_timestamp
 
 SIGNATURE_HEADER = "x-signature-ed25519"
 TIMESTAMP_HEADER = "x-signature-timestamp"
@@ -80,39 +78,30 @@ EVENT = 1
 NO_CONTENT = Reply(b"", status=204)
 
 
-def _hex(raw: str, size: int) -> bytes:
-    if len(raw) != 2 * size or not HEX_DIGITS.issuperset(raw):
-        raise SignatureError("malformed_signature")
-    return bytes.fromhex(raw)
+def _key_bytes(raw: str, refusal: str) -> bytes:
+    """A 32-byte key written as hex, the way the Developer Portal shows it, or
+    ``ValueError(refusal)``."""
+    text = raw.strip().lower()
+    if len(text) != 2 * KEY_BYTES or not HEX_DIGITS.issuperset(text):
+        raise ValueError(refusal)
+    return bytes.fromhex(text)
 
 
 def parse_secret(raw: str) -> Key:
-    text = raw.strip().lower()
-    if len(text) != 2 * KEY_BYTES or not HEX_DIGITS.issuperset(text):
-        raise ValueError("must be the application's public key: 64 hex digits")
-    return Ed25519Key(Ed25519PublicKey.from_public_bytes(bytes.fromhex(text)))
+    public = _key_bytes(raw, "must be the application's public key: 64 hex digits")
+    return Ed25519Key(Ed25519PublicKey.from_public_bytes(public))
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw_ts = one_header(headers, TIMESTAMP_HEADER)
     # Lower case only, as Discord sends it: upper case decodes to the same bytes.
-    signature = _hex(one_header(headers, SIGNATURE_HEADER), SIGNATURE_BYTES)
+    signature = parse_hex_digest(one_header(headers, SIGNATURE_HEADER), SIGNATURE_BYTES)
     ts = parse_timestamp(raw_ts, now, tolerance_s)
     return SignedHeaders(timestamp=ts, prefix=raw_ts.encode(), signatures=(("ed25519", signature),))
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    message = signed.prefix + body
-    for index, key in enumerate(keys):
-        if not isinstance(key, Ed25519Key):
-            continue
-        for _, signature in signed.signatures:
-            try:
-                key.public_key.verify(signature, message)
-            except InvalidSignature:
-                continue
-            return Verified(SCHEME, index, signed.timestamp)
-    raise SignatureError("bad_signature")
+    return match_ed25519(SCHEME, signed, body, keys, "ed25519")
 
 
 def snowflake_time(snowflake: str) -> datetime:
@@ -186,10 +175,8 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 def load_signing_key(raw: str) -> Ed25519PrivateKey:
     """The application's private seed (64 hex digits), for ``hookd send-test`` and the
     tests: Discord keeps the real one, a source holds only the public key."""
-    text = raw.strip().lower()
-    if len(text) != 2 * KEY_BYTES or not HEX_DIGITS.issuperset(text):
-        raise ValueError("a Discord sample is signed with a 32-byte ed25519 seed (64 hex digits)")
-    return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(text))
+    seed = _key_bytes(raw, "a Discord sample is signed with a 32-byte ed25519 seed (64 hex digits)")
+    return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 def discord_headers(signing_key: str, body: bytes, now: int) -> dict[str, str]:
@@ -227,11 +214,6 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return discord_headers(secret, body, now), body
 
 
-def _signing_key_needed(secret: str) -> str | None:
-    """The application's public key verifies; a sample needs an ed25519 seed."""
-    return "the ed25519 private seed (64 hex digits)"
-
-
 # No reconcile: Discord has no API that lists past interactions or webhook events.
 PROVIDER = Provider(
     name="discord",
@@ -242,5 +224,6 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
-    signing_key_needed=_signing_key_needed,
+    # The application's public key verifies; a sample needs an ed25519 seed.
+    signing_key_needed=lambda secret: "the ed25519 private seed (64 hex digits)",
 )

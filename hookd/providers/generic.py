@@ -25,9 +25,7 @@ cannot carry markup.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
 import re
 import uuid
@@ -51,6 +49,7 @@ from hookd.providers.base import (
     parse_json_object,
     select_headers,
 )
+from hookd.providers.signatures import hmac_b64
 
 HEADER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 JSON_PATH_RE = re.compile(r"[^.\s]+(\.[^.\s]+)*")
@@ -178,7 +177,14 @@ def echoed(query: QueryMap, name: str, *, spaces: bool = False) -> str | None:
     if not token or len(token) > MAX_ECHO_CHARS:
         detail = f"{name} must have 1 to {MAX_ECHO_CHARS} characters"
         raise PayloadError("malformed_payload", detail)
-    safe = (
+    if not _echoable(token, spaces=spaces):
+        raise PayloadError("malformed_payload", f"{name} has characters no sender sends")
+    return token
+
+
+def _echoable(token: str, *, spaces: bool) -> bool:
+    """Printable ASCII without markup, spaces only inside and only where allowed."""
+    return (
         token.isascii()
         and token.isprintable()
         and UNSAFE_ECHO.isdisjoint(token)
@@ -186,9 +192,6 @@ def echoed(query: QueryMap, name: str, *, spaces: bool = False) -> str | None:
         and not token.endswith(" ")
         and (spaces or " " not in token)
     )
-    if not safe:
-        raise PayloadError("malformed_payload", f"{name} has characters no sender sends")
-    return token
 
 
 def _dropbox(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:
@@ -205,8 +208,7 @@ def _x_crc(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:
     consumer = next((key for key in keys if isinstance(key, HmacKey)), None)
     if crc is None or consumer is None:
         return None
-    mac = hmac.new(consumer.key, crc.encode("ascii"), hashlib.sha256).digest()
-    return Reply.json({"response_token": "sha256=" + base64.b64encode(mac).decode()})
+    return Reply.json({"response_token": "sha256=" + hmac_b64(consumer.key, crc.encode("ascii"))})
 
 
 def _graph(method: str, query: QueryMap, keys: Sequence[Key]) -> Reply | None:

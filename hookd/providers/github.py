@@ -10,33 +10,27 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
-    hmac_sha256_hex,
-    match_hmac,
     media_type,
-    one_header,
     optional_header,
-    parse_hex_digest,
     parse_json_object,
-    plain_secret,
     select_headers,
+    with_action,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.signatures import HmacHeader, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-hub-signature-256"
 # The request headers an event keeps, whether it came by webhook or was fetched
@@ -52,24 +46,13 @@ KEPT_HEADERS = (
 )
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    scheme, sep, digest = raw.partition("=")
-    if not sep or scheme != "sha256":
-        raise SignatureError("malformed_signature")
-    return SignedHeaders(
-        timestamp=None, prefix=b"", signatures=(("sha256", parse_hex_digest(digest)),)
-    )
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("github-sha256", signed, body, keys, "sha256")
+SIGNATURE = HmacHeader("github-sha256", SIGNATURE_HEADER, prefix="sha256=")
 
 
 def event_type(event: str | None, action: object) -> str | None:
     """``issues.opened``: the event and its action, when it has one; the event alone
     otherwise. The same for a webhook and for a delivery found by reconciliation."""
-    return f"{event}.{action}" if event and isinstance(action, str) and action else event
+    return with_action(event, action)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -166,8 +149,8 @@ PROVIDER = Provider(
     # GitHub does not retry; its deliveries can be listed and redelivered for 3 days.
     redelivery_horizon_days=3,
     parse_secret=plain_secret,
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body),

@@ -18,31 +18,28 @@ Standard Webhooks) is verified by ``provider = "standard"``, not here.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
+import re
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from hookd.errors import SignatureError
+from pydantic import Field, StrictInt, StrictStr, field_validator
+
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
-    one_header,
     optional_header,
     parse_json_object,
     select_headers,
+    with_action,
 )
-from hookd.providers.reconcile_settings import GITLAB_API_URL, GitLabReconcile
-from hookd.providers.reconciling import Reconciling
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
 from hookd.providers.rfc3339 import parse_iso8601
+from hookd.providers.signatures import SharedToken, hmac_secret
 
 NAME = "gitlab"
 SCHEME = "gitlab-token"
@@ -58,35 +55,13 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
+# A project: its numeric ID or its path ("group/subgroup/project").
+PROJECT_PATH = re.compile(r"[^/\s]+(/[^/\s]+)+")
 SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a GitLab secret token must not be empty")
-    return HmacKey(raw.encode("utf-8"))
-
-
-def _fingerprint(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    presented = one_header(headers, TOKEN_HEADER).encode("utf-8", "surrogatepass")
-    fingerprint = _fingerprint(presented)
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("token", fingerprint),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        expected = _fingerprint(key.key)
-        for _, presented in signed.signatures:
-            if hmac.compare_digest(expected, presented):
-                return Verified(SCHEME, index, None)
-    raise SignatureError("bad_signature")
+TOKEN = SharedToken(SCHEME, TOKEN_HEADER)
 
 
 def event_type(header: str | None, payload: object) -> str | None:
@@ -100,8 +75,7 @@ def event_type(header: str | None, payload: object) -> str | None:
     if not isinstance(kind, str) or not kind:
         return header or None
     attributes = payload.get("object_attributes")
-    action = attributes.get("action") if isinstance(attributes, dict) else None
-    return f"{kind}.{action}" if isinstance(action, str) and action else kind
+    return with_action(kind, attributes.get("action") if isinstance(attributes, dict) else None)
 
 
 def occurred_at(payload: dict[str, Any]) -> datetime | None:
@@ -183,18 +157,52 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return gitlab_headers(secret, "Push Hook", str(uuid.uuid4())), body
 
 
+class GitLabReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a GitLab source: the project webhook whose events
+    (deliveries) are listed, and how a missing one is repaired.
+
+    GitLab allows five resends a minute per webhook and user (an administrator of a
+    self-managed instance can change that): ``resends_per_minute`` paces them."""
+
+    project: StrictInt | StrictStr | None = None
+    hook_id: int | None = Field(default=None, ge=1)
+    repair: Literal["fetch", "redeliver"] = "fetch"
+    resends_per_minute: float = Field(default=5.0, gt=0, le=100_000)
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError("must be a project ID (1 or more) or path")
+            return value
+        if value is None or value.isdigit() or PROJECT_PATH.fullmatch(value):
+            return value
+        raise ValueError('must be a project ID or path ("group/project")')
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is not None:
+            return missing
+        if self.project is None:
+            return "project", "is required for gitlab"
+        if self.hook_id is None:
+            return "hook_id", "is required for gitlab"
+        return None
+
+
 PROVIDER = Provider(
     name=NAME,
     # GitLab lists and resends a hook's events of the last 7 days.
     redelivery_horizon_days=7,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret("a GitLab secret token must not be empty"),
+    check_headers=TOKEN.check_headers,
+    verify=TOKEN.verify,
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=GitLabReconcile,
-        api_url=GITLAB_API_URL,
+        api_url="https://gitlab.com/api/v4",
         adapter="reconcile.providers.gitlab:GitLabAdapter",
         # Hooks run from a background queue and are logged after the request, which
         # may take up to the instance's webhook timeout (60 s at most): two minutes.

@@ -19,30 +19,35 @@ their own: a retry of the same events is a duplicate, whatever their order.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
 import re
 import secrets
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     bounded_type,
     checked_key,
     epoch_to_datetime,
     one_header,
+    parse_json_array,
     select_headers,
+)
+from hookd.providers.signatures import (
+    check_window,
+    hmac_b64,
+    hmac_secret,
+    matching_key,
+    parse_b64_digest,
 )
 
 NAME = "hubspot"
@@ -71,15 +76,8 @@ DECODED = {
 ESCAPE = re.compile("|".join(DECODED), re.IGNORECASE)
 # Milliseconds: thirteen digits today; fifteen reach the year 33658.
 MAX_MILLIS_DIGITS = 15
-SIGNATURE_BYTES = 32
 MAX_EVENTS = 1000
 IGNORED_FIELDS = frozenset({"attemptNumber"})
-
-
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a HubSpot client secret is empty")
-    return HmacKey(raw.encode("utf-8"))
 
 
 def signed_uri(url: str) -> str:
@@ -98,10 +96,7 @@ def parse_millis(raw: str, now: float, tolerance_s: int) -> int:
     ):
         raise SignatureError("malformed_timestamp")
     millis = int(raw)
-    if millis < (now - tolerance_s) * 1000:
-        raise SignatureError("timestamp_too_old")
-    if millis > (now + tolerance_s) * 1000:
-        raise SignatureError("timestamp_in_future")
+    check_window(millis, now, tolerance_s, per_second=1000)
     return millis
 
 
@@ -111,9 +106,7 @@ def bind(public_url: str) -> Provider:
 
     def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw_ts = one_header(headers, TIMESTAMP_HEADER)
-        signature = b64decode_strict(one_header(headers, SIGNATURE_HEADER))
-        if len(signature) != SIGNATURE_BYTES:
-            raise SignatureError("malformed_signature")
+        signature = parse_b64_digest(one_header(headers, SIGNATURE_HEADER))
         millis = parse_millis(raw_ts, now, tolerance_s)
         return SignedHeaders(timestamp=millis, prefix=head, signatures=(("v3", signature),))
 
@@ -122,46 +115,20 @@ def bind(public_url: str) -> Provider:
             raise SignatureError("malformed_timestamp")
         tail = str(signed.timestamp).encode("ascii")
         candidates = [sig for version, sig in signed.signatures if version == "v3"]
-        for index, key in enumerate(keys):
-            if not isinstance(key, HmacKey):
-                continue
-            mac = hmac.new(key.key, signed.prefix, hashlib.sha256)
-            mac.update(body)
-            mac.update(tail)
-            digest = mac.digest()
-            for candidate in candidates:
-                if hmac.compare_digest(digest, candidate):
-                    return Verified("hubspot-v3", index, signed.timestamp // 1000)
-        raise SignatureError("bad_signature")
-
-    def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-        return sample_for(public_url, secret, seq, now)
+        index = matching_key(keys, candidates, (signed.prefix, body, tail))
+        return Verified("hubspot-v3", index, signed.timestamp // 1000)
 
     return Provider(
         name=NAME,
         # HubSpot retries up to 10 times over 24 hours.
         redelivery_horizon_days=1,
-        parse_secret=parse_secret,
+        parse_secret=hmac_secret("a HubSpot client secret is empty"),
         check_headers=check_headers,
         verify=verify,
         envelope=envelope,
-        sample_event=sample_event,
+        sample_event=partial(sample_for, public_url),
         with_public_url=bind,
     )
-
-
-def parse_events(body: bytes) -> list[dict[str, Any]]:
-    try:
-        value: Any = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
-    if not isinstance(value, list) or not value:
-        raise PayloadError("malformed_payload", "body is not a non-empty JSON array of events")
-    if len(value) > MAX_EVENTS:
-        raise PayloadError("malformed_payload", "too many events in one request")
-    if not all(isinstance(item, dict) for item in value):
-        raise PayloadError("malformed_payload", "an event is not a JSON object")
-    return value
 
 
 def batch_key(events: Sequence[dict[str, Any]]) -> str:
@@ -183,7 +150,7 @@ def batch_key(events: Sequence[dict[str, Any]]) -> str:
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    events = parse_events(body)
+    events = parse_json_array(body, MAX_EVENTS)
     kinds = {event.get("subscriptionType") for event in events}
     kind = bounded_type(kinds.pop()) if len(kinds) == 1 else None
     moments = [
@@ -207,9 +174,7 @@ def _seconds(millis: object) -> float | None:
 
 def hubspot_signature(secret: str, uri: str, body: bytes, millis: int) -> str:
     """The ``X-HubSpot-Signature-v3`` of ``body`` posted to ``uri`` (already decoded)."""
-    message = f"{METHOD}{uri}".encode() + body + str(millis).encode()
-    digest = hmac.new(secret.encode("utf-8"), message, hashlib.sha256).digest()
-    return base64.b64encode(digest).decode()
+    return hmac_b64(secret.encode("utf-8"), f"{METHOD}{uri}".encode(), body, str(millis).encode())
 
 
 def sample_for(url: str, secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:

@@ -9,72 +9,35 @@ answered with 200 and not stored: it is about the subscription, not an event.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from hookd.errors import SignatureError
 from hookd.providers.base import (
-    HEX_DIGITS,
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     QueryMap,
     Reply,
-    SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
-    one_header,
     parse_json_object,
     select_headers,
+    text_or_none,
 )
+from hookd.providers.signatures import PRINTABLE_WORD, HmacHeader, hmac_digest, hmac_secret
 
 NAME = "intercom"
 SCHEME = "intercom-sha1"
 SIGNATURE_HEADER = "x-hub-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
-SHA1_HEX_CHARS = 40
 PING_TOPIC = "ping"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    if not (raw.isascii() and raw.isprintable()) or any(c.isspace() for c in raw):
-        raise ValueError(
-            "an Intercom client secret (the app's Basic Info page) is printable ASCII "
-            "without spaces"
-        )
-    return HmacKey(raw.encode("utf-8"))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    scheme, sep, digest = raw.partition("=")
-    if not sep or scheme != "sha1":
-        raise SignatureError("malformed_signature")
-    # Lower-case hex only, as Intercom sends it: upper case decodes to the same bytes.
-    if len(digest) != SHA1_HEX_CHARS or not HEX_DIGITS.issuperset(digest):
-        raise SignatureError("malformed_signature")
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("sha1", bytes.fromhex(digest)),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    candidates = [sig for ver, sig in signed.signatures if ver == "sha1"]
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        digest = hmac.new(key.key, body, hashlib.sha1).digest()
-        for candidate in candidates:
-            if hmac.compare_digest(digest, candidate):
-                return Verified(SCHEME, index, None)
-    raise SignatureError("bad_signature")
+SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha1=", algorithm="sha1")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -85,7 +48,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         return Envelope("", PING_TOPIC, None, kept, reply=Reply.json({"status": "ok"}))
     return Envelope(
         dedupe_key=checked_key(payload.get("id"), "notification id"),
-        type=topic if isinstance(topic, str) and topic else None,
+        type=text_or_none(topic),
         occurred_at=epoch_to_datetime(payload.get("created_at")),
         headers=kept,
     )
@@ -93,7 +56,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 
 def intercom_headers(secret: str, body: bytes) -> dict[str, str]:
     """The headers Intercom sends with ``body``, signed with ``secret``."""
-    digest = hmac.new(secret.encode("utf-8"), body, hashlib.sha1).hexdigest()
+    digest = hmac_digest(secret.encode("utf-8"), body, algorithm="sha1").hex()
     return {
         "X-Hub-Signature": f"sha1={digest}",
         "Content-Type": "application/json",
@@ -150,9 +113,13 @@ PROVIDER = Provider(
     name=NAME,
     # Intercom keeps retrying a failing subscription until it suspends it after 7 days.
     redelivery_horizon_days=7,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret(
+        shape=PRINTABLE_WORD,
+        unlike="an Intercom client secret (the app's Basic Info page) is printable ASCII "
+        "without spaces",
+    ),
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     challenge=challenge,

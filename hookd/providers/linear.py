@@ -25,22 +25,27 @@ from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
+    loads_utf8,
     one_header,
     optional_header,
-    parse_hex_digest,
     parse_json_object,
     select_headers,
+    with_action,
 )
 from hookd.providers.rfc3339 import parse_iso8601
+from hookd.providers.signatures import (
+    check_window,
+    hmac_secret,
+    hmac_sha256_hex,
+    match_hmac,
+    parse_hex_digest,
+)
 
 NAME = "linear"
 SCHEME = "linear-sha256"
@@ -52,12 +57,6 @@ KEPT_HEADERS = (DELIVERY_HEADER, EVENT_HEADER, "content-type", "user-agent")
 MS_PER_S = 1000
 # Milliseconds since the epoch; fifteen digits reach the year 33658.
 MAX_TIMESTAMP_MS = 10**15
-
-
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a Linear webhook signing secret must not be empty")
-    return HmacKey(raw.encode("utf-8"))
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
@@ -74,8 +73,8 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
 def webhook_timestamp_ms(body: bytes) -> int:
     """The body's ``webhookTimestamp``, or ``malformed_timestamp``."""
     try:
-        payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        payload = loads_utf8(body)
+    except ValueError:
         raise SignatureError("malformed_timestamp") from None
     value = payload.get(TIMESTAMP_FIELD) if isinstance(payload, dict) else None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -85,19 +84,11 @@ def webhook_timestamp_ms(body: bytes) -> int:
     return value
 
 
-def check_window(ts_ms: int, now: float, tolerance_s: int) -> None:
-    """``ts_ms`` inside ``now ± tolerance_s``, both edges inclusive."""
-    if ts_ms < (now - tolerance_s) * MS_PER_S:
-        raise SignatureError("timestamp_too_old")
-    if ts_ms > (now + tolerance_s) * MS_PER_S:
-        raise SignatureError("timestamp_in_future")
-
-
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     """The signature first (a forged body says nothing), then its timestamp's window."""
     verified = match_hmac(SCHEME, signed, body, keys, "sha256")
     ts_ms = webhook_timestamp_ms(body)
-    check_window(ts_ms, signed.checked_at, signed.tolerance_s)
+    check_window(ts_ms, signed.checked_at, signed.tolerance_s, per_second=MS_PER_S)
     return Verified(verified.scheme, verified.key_index, ts_ms // MS_PER_S)
 
 
@@ -107,8 +98,7 @@ def event_type(payload: dict[str, Any], header: str | None) -> str | None:
     kind = payload.get("type")
     if not isinstance(kind, str) or not kind:
         return header or None
-    action = payload.get("action")
-    return f"{kind}.{action}" if isinstance(action, str) and action else kind
+    return with_action(kind, payload.get("action"))
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -168,7 +158,7 @@ PROVIDER = Provider(
     name=NAME,
     # Linear does not document its retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=parse_secret,
+    parse_secret=hmac_secret("a Linear webhook signing secret must not be empty"),
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,

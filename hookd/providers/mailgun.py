@@ -19,17 +19,15 @@ event, the same in every retry and in its events API.
 
 from __future__ import annotations
 
-import hmac
 import json
 import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
@@ -37,11 +35,17 @@ from hookd.providers.base import (
     bounded_type,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    parse_hex_digest,
+    loads_utf8,
+    object_at,
     parse_json_object,
-    parse_timestamp,
     select_headers,
+)
+from hookd.providers.signatures import (
+    hmac_secret,
+    hmac_sha256_hex,
+    matching_key,
+    parse_hex_digest,
+    parse_timestamp,
 )
 
 NAME = "mailgun"
@@ -49,12 +53,6 @@ KEPT_HEADERS = ("content-type", "user-agent")
 # Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
 MAX_TOKEN_CHARS = 512
 SIGNATURE_FIELDS = ("signature", "parent-signature")
-
-
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a Mailgun webhook signing key is empty")
-    return HmacKey(raw.encode("utf-8"))
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
@@ -66,8 +64,8 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
 
 def signature_block(body: bytes) -> dict[str, Any]:
     try:
-        payload: Any = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        payload: Any = loads_utf8(body)
+    except ValueError:
         raise SignatureError("missing_signature") from None
     if not isinstance(payload, dict) or "signature" not in payload:
         raise SignatureError("missing_signature")
@@ -89,17 +87,22 @@ def timestamp_text(value: object) -> str:
     raise SignatureError("malformed_timestamp")
 
 
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    block = signature_block(body)
-    raw_ts = timestamp_text(block.get("timestamp"))
-    token = block.get("token")
+def token_text(value: object) -> str:
+    """The block's ``token``: printable ASCII, as Mailgun writes it, or
+    ``malformed_signature``."""
     if not (
-        isinstance(token, str)
-        and 0 < len(token) <= MAX_TOKEN_CHARS
-        and token.isascii()
-        and token.isprintable()
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_TOKEN_CHARS
+        and value.isascii()
+        and value.isprintable()
     ):
         raise SignatureError("malformed_signature")
+    return value
+
+
+def signatures_in(block: dict[str, Any]) -> list[bytes]:
+    """The block's ``signature`` and ``parent-signature`` (a subaccount's event), each a
+    hex digest; neither is ``missing_signature``."""
     candidates: list[bytes] = []
     for field in SIGNATURE_FIELDS:
         value = block.get(field)
@@ -110,27 +113,24 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
         candidates.append(parse_hex_digest(value))
     if not candidates:
         raise SignatureError("missing_signature")
+    return candidates
+
+
+def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+    block = signature_block(body)
+    raw_ts = timestamp_text(block.get("timestamp"))
+    token = token_text(block.get("token"))
+    candidates = signatures_in(block)
     ts = parse_timestamp(raw_ts, signed.checked_at, signed.tolerance_s)
-    message = (raw_ts + token).encode("ascii")
-    for index, key in enumerate(keys):
-        if not isinstance(key, HmacKey):
-            continue
-        digest = hmac.new(key.key, message, "sha256").digest()
-        for candidate in candidates:
-            if hmac.compare_digest(digest, candidate):
-                return Verified("mailgun-sha256", index, ts)
-    raise SignatureError("bad_signature")
+    index = matching_key(keys, candidates, ((raw_ts + token).encode("ascii"),))
+    return Verified("mailgun-sha256", index, ts)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    data = payload.get("event-data")
-    if not isinstance(data, dict):
-        raise PayloadError("malformed_payload", "payload has no event-data object")
-    kind = bounded_type(data.get("event"))
+    data = object_at(parse_json_object(body), "event-data")
     return Envelope(
         dedupe_key=checked_key(data.get("id"), "event-data.id"),
-        type=kind,
+        type=bounded_type(data.get("event")),
         occurred_at=epoch_to_datetime(data.get("timestamp")),
         headers=select_headers(headers, KEPT_HEADERS),
     )
@@ -177,7 +177,7 @@ PROVIDER = Provider(
     name=NAME,
     # Mailgun retries for 8 hours.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
+    parse_secret=hmac_secret("a Mailgun webhook signing key is empty"),
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,

@@ -18,85 +18,39 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from hookd.errors import PayloadError, SignatureError
+from pydantic import field_validator
+
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
-    hmac_sha256_hex,
-    match_hmac,
-    one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
     select_headers,
+    text_or_none,
 )
-from hookd.providers.reconcile_settings import PADDLE_API_URL, PaddleReconcile
-from hookd.providers.reconciling import Reconciling
-from hookd.providers.rfc3339 import parse_rfc3339
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.rfc3339 import parse_rfc3339, utc_z
+from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 
 NAME = "paddle"
 SCHEME = "paddle-h1"
 SIGNATURE_HEADER = "paddle-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
-# A header with more entries than a rotation can produce is hostile.
-MAX_ENTRIES = 16
 # ``pdl_ntfset_<destination id>_<key>``; Paddle's library tests also carry the older
 # ``pdl_ntf_`` form. The key part is base64 text.
 SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
 # Paddle IDs: a prefix and 26 characters of lower-case Crockford base32.
 ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+# A notification setting's ID: its prefix, then 26 lower-case letters and digits.
+SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    if SECRET_RE.fullmatch(raw) is None:
-        raise ValueError(
-            "a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
-            "(the notification destination's endpoint_secret_key)"
-        )
-    return HmacKey(raw.encode("utf-8"))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    entries = raw.split(";")
-    if len(entries) > MAX_ENTRIES:
-        raise SignatureError("malformed_signature")
-    timestamps: list[str] = []
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
-    for entry in entries:
-        name, sep, value = entry.strip().partition("=")
-        if not sep:
-            raise SignatureError("malformed_signature")
-        if name == "ts":
-            timestamps.append(value)
-        elif name == "h1":
-            try:
-                signatures.append(("h1", parse_hex_digest(value)))
-            except SignatureError:
-                unparsed += 1
-    if len(timestamps) != 1:
-        raise SignatureError("malformed_timestamp")
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    ts = parse_timestamp(timestamps[0], now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}:".encode(), signatures=tuple(signatures))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "h1")
+SIGNATURE = HmacEntries(SCHEME, SIGNATURE_HEADER, ";", "h1", timestamp="ts", signed_prefix="{ts}:")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -104,10 +58,9 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     event_id = checked_key(payload.get("event_id"), "event_id")
     if not event_id.startswith("evt_"):
         raise PayloadError("malformed_payload", "event_id does not start with evt_")
-    kind = payload.get("event_type")
     return Envelope(
         dedupe_key=event_id,
-        type=kind if isinstance(kind, str) and kind else None,
+        type=text_or_none(payload.get("event_type")),
         occurred_at=parse_rfc3339(payload.get("occurred_at")),
         headers=select_headers(headers, KEPT_HEADERS),
     )
@@ -133,12 +86,8 @@ def paddle_id(prefix: str) -> str:
     return f"{prefix}_{''.join(chars)}"
 
 
-def rfc3339(moment: int) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-    when = rfc3339(now)
+    when = utc_z(now)
     payload: dict[str, Any] = {
         "event_id": paddle_id("evt"),
         "event_type": "transaction.completed",
@@ -162,18 +111,43 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return paddle_headers(secret, body, now), body
 
 
+class PaddleReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Paddle source: the notification destination
+    (notification setting) that points at hookd, whose notifications are listed."""
+
+    notification_setting_id: str | None = None
+    repair: Literal["fetch", "redeliver"] = "fetch"
+
+    @field_validator("notification_setting_id")
+    @classmethod
+    def _setting(cls, value: str | None) -> str | None:
+        if value is not None and not SETTING_ID.fullmatch(value):
+            raise ValueError('must be a notification setting ID ("ntfset_" and 26 characters)')
+        return value
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is None and self.notification_setting_id is None:
+            return "notification_setting_id", "is required for paddle"
+        return missing
+
+
 PROVIDER = Provider(
     name=NAME,
     # Paddle keeps (lists, replays) notifications and events for 90 days.
     redelivery_horizon_days=90,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret(
+        shape=SECRET_RE,
+        unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
+        "(the notification destination's endpoint_secret_key)",
+    ),
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=PaddleReconcile,
-        api_url=PADDLE_API_URL,
+        api_url="https://api.paddle.com",
         adapter="reconcile.providers.paddle:PaddleAdapter",
         # Notifications go out within seconds as a rule, queued per destination.
         settle_s=300.0,

@@ -15,89 +15,38 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     bounded_type,
     checked_key,
-    hmac_sha256_hex,
-    match_hmac,
-    one_header,
-    parse_hex_digest,
+    object_at,
     parse_json_object,
     select_headers,
 )
+from hookd.providers.rfc3339 import parse_isoformat
+from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 
 NAME = "pagerduty"
 SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
-# A rotation shows two signatures; many more is a hostile header.
-MAX_ENTRIES = 16
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a PagerDuty webhook subscription secret is empty")
-    return HmacKey(raw.encode("utf-8"))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    entries = raw.split(",")
-    if len(entries) > MAX_ENTRIES:
-        raise SignatureError("malformed_signature")
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
-    for entry in entries:
-        version, sep, value = entry.strip().partition("=")
-        if not sep or version != "v1":
-            continue
-        try:
-            signatures.append(("v1", parse_hex_digest(value)))
-        except SignatureError:
-            unparsed += 1
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=tuple(signatures))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("pagerduty-v1", signed, body, keys, "v1")
-
-
-def iso_time(value: object) -> datetime | None:
-    """``event.occurred_at`` (``2021-04-26T17:36:27.458Z``), or None when unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+# An entry without "=" or of another version is passed over, as PagerDuty says.
+SIGNATURE = HmacEntries("pagerduty-v1", SIGNATURE_HEADER, ",", "v1", strict=False)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    event = payload.get("event")
-    if not isinstance(event, dict):
-        raise PayloadError("malformed_payload", "payload has no event object")
-    kind = bounded_type(event.get("event_type"))
+    event = object_at(parse_json_object(body), "event")
     return Envelope(
         dedupe_key=checked_key(event.get("id"), "event.id"),
-        type=kind,
-        occurred_at=iso_time(event.get("occurred_at")),
+        type=bounded_type(event.get("event_type")),
+        occurred_at=parse_isoformat(event.get("occurred_at")),
         headers=select_headers(headers, KEPT_HEADERS),
     )
 
@@ -150,9 +99,9 @@ PROVIDER = Provider(
     name=NAME,
     # PagerDuty retries up to 5 attempts over about 20 minutes.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

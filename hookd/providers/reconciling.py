@@ -2,10 +2,10 @@
 table, its API's default URL and the list adapter that pages through that API.
 
 ``ReconcileConfig`` holds the keys every provider takes (token, schedule); a provider
-with keys of its own subclasses it, giving each a default: what a key needs from
-the others is said by ``incomplete``, not by a validator, because a key's value is
-also checked alone (``validate_table``). ``hookd.sources`` validates a source's table
-with ``validate_table`` and the model of that source's provider.
+with keys of its own subclasses it in its module, giving each a default: what a key
+needs from the others is said by ``incomplete``, not by a validator, because a key's
+value is also checked alone (``value_errors``). ``hookd.sources`` asks the model of a
+source's provider to read the source's table (``from_table``).
 
 The adapter is named by a string, not imported: adapters live in ``reconcile/``, a
 layer above this one, and only the poller resolves the name (see
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
@@ -65,6 +65,29 @@ class ReconcileConfig(BaseModel):
         if not low <= self.every_s <= high:
             raise ValueError("needs min_every_s <= every_s <= max_every_s")
         return self
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], models: Sequence[type[ReconcileConfig]]) -> Self:
+        """``table`` as this model, or a ``ValidationError`` naming each wrong key in the
+        order of ``key_order(models)`` (``models``: every provider's).
+
+        A key that only other models take is not given to this one: the caller names it
+        as another provider's, once the source's secrets are read. Its value is checked
+        all the same, by the first of ``models`` that takes it, so that a wrong value
+        there is reported first and in its place, as for any key of the table."""
+        order = key_order(models)
+        theirs = {k: v for k, v in table.items() if k in order and k not in cls.model_fields}
+        settings, errors = _validated(cls, {k: v for k, v in table.items() if k not in theirs})
+        errors = _keys_first(errors + _others_errors(theirs, models))
+        if settings is not None and not errors:
+            return settings
+        raise _ordered(cls.__name__, errors, order)
+
+    @classmethod
+    def value_errors(cls, values: Mapping[str, Any]) -> list[ErrorDetails]:
+        """The errors of ``values``, some keys of this model, each checked alone: the rest
+        of the table is not there, so a check of the whole table is not made."""
+        return [e for e in _validated(cls, values)[1] if e["loc"]]
 
     def incomplete(self) -> tuple[str, str] | None:
         """The first key the provider needs that the table lacks, with what to say about
@@ -132,46 +155,47 @@ def key_order(models: Sequence[type[ReconcileConfig]]) -> list[str]:
     return order + [key for key in shared if key in SCHEDULE_KEYS]
 
 
-def validate_table(
-    table: Mapping[str, Any],
-    model: type[ReconcileConfig],
-    models: Sequence[type[ReconcileConfig]],
-) -> ReconcileConfig:
-    """``table`` as ``model``, one of ``models`` (every provider's), or a
-    ``ValidationError`` naming each wrong key.
+ModelT = TypeVar("ModelT", bound=ReconcileConfig)
 
-    A key that only other providers take is not given to ``model``: the caller names
-    it as another provider's, once the source's secrets are read. Its value is checked
-    all the same, with the first of ``models`` that takes it, so that a wrong value
-    there is reported first and in its place, as for any key of the table."""
-    order = key_order(models)
-    own = set(model.model_fields)
-    errors: list[ErrorDetails] = []
-    settings: ReconcileConfig | None = None
+
+def _validated(
+    model: type[ModelT], values: Mapping[str, Any]
+) -> tuple[ModelT | None, list[ErrorDetails]]:
+    """``values`` as ``model``, or None and why not."""
     try:
-        settings = model.model_validate(
-            {k: v for k, v in table.items() if k in own or k not in order}
-        )
+        return model.model_validate(values), []
     except ValidationError as exc:
-        errors += exc.errors()
-    checked = set(own)
-    for other in models:
-        theirs = {k: v for k, v in table.items() if k in other.model_fields and k not in checked}
-        if not theirs:
-            continue
-        checked |= theirs.keys()
-        try:
-            other.model_validate(theirs)
-        except ValidationError as exc:
-            # Its keys' errors only: the rest of that provider's table is not there.
-            errors += [e for e in exc.errors() if e["loc"]]
-    if any(e["loc"] for e in errors):
-        # A check of the whole table (the interval bounds) counts once every key passed.
-        errors = [e for e in errors if e["loc"]]
-    if settings is not None and not errors:
-        return settings
+        return None, exc.errors()
+
+
+def _keys_first(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """The errors of the keys; a check of the whole table (the interval bounds) counts
+    only once every key passed."""
+    return [e for e in errors if e["loc"]] or errors
+
+
+def _others_errors(
+    values: Mapping[str, Any], models: Sequence[type[ReconcileConfig]]
+) -> list[ErrorDetails]:
+    """The errors of ``values``, each key checked by the first of ``models`` that takes it."""
+    left = dict(values)
+    errors: list[ErrorDetails] = []
+    for model in models:
+        taken = {k: v for k, v in left.items() if k in model.model_fields}
+        for key in taken:
+            del left[key]
+        if taken:
+            errors += model.value_errors(taken)
+    return errors
+
+
+def _ordered(title: str, errors: Sequence[ErrorDetails], order: Sequence[str]) -> ValidationError:
+    """One ``ValidationError`` of ``errors``, the table's own first, then by key in
+    ``order`` (a key in no model's last)."""
     place = {key: i for i, key in enumerate(order)}
-    errors.sort(key=lambda e: place.get(str(e["loc"][0]), len(place)) if e["loc"] else -1)
+    ranked = sorted(
+        errors, key=lambda e: place.get(str(e["loc"][0]), len(place)) if e["loc"] else -1
+    )
     # The context too: hookd words its errors from it (hookd.errors.validation_problem).
     details: list[InitErrorDetails] = [
         {
@@ -179,6 +203,6 @@ def validate_table(
             "loc": e["loc"],
             "input": e["input"],
         }
-        for e in errors
+        for e in ranked
     ]
-    raise ValidationError.from_exception_data(model.__name__, details)
+    return ValidationError.from_exception_data(title, details)

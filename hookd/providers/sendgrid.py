@@ -27,11 +27,10 @@ import hashlib
 import hmac
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import (
@@ -39,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
     encode_dss_signature,
 )
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import SignatureError
 from hookd.providers.base import (
     EcdsaP256Key,
     Envelope,
@@ -48,14 +47,14 @@ from hookd.providers.base import (
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     bounded_type,
     checked_key,
     epoch_to_datetime,
     one_header,
-    parse_timestamp,
+    parse_json_array,
     select_headers,
 )
+from hookd.providers.signatures import b64decode_strict, matching_public_key, parse_timestamp
 
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
 TIMESTAMP_HEADER = "x-twilio-email-event-webhook-timestamp"
@@ -67,14 +66,18 @@ MAX_SIGNATURE_BYTES = 72
 BATCH_TYPE = "batch"
 
 
-def _load_public_key(raw: str) -> ec.EllipticCurvePublicKey:
+def _load_key(raw: str, pem: Callable[[bytes], object], der: Callable[[bytes], object]) -> object:
+    """A key written as PEM, or as the base64 of its DER (whitespace ignored); the
+    loaders' ``ValueError``, ``TypeError`` or ``UnicodeError`` otherwise."""
     text = raw.strip()
+    if text.startswith("-----BEGIN"):
+        return pem(text.encode("ascii"))
+    return der(base64.b64decode("".join(text.split()), validate=True))
+
+
+def _load_public_key(raw: str) -> ec.EllipticCurvePublicKey:
     try:
-        if text.startswith("-----BEGIN"):
-            key = serialization.load_pem_public_key(text.encode("ascii"))
-        else:
-            der = base64.b64decode("".join(text.split()), validate=True)
-            key = serialization.load_der_public_key(der)
+        key = _load_key(raw, serialization.load_pem_public_key, serialization.load_der_public_key)
     except (ValueError, TypeError, UnicodeError, binascii.Error):
         raise ValueError(
             "must be the verification key SendGrid shows (base64 of a DER public key)"
@@ -116,29 +119,13 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     message = signed.prefix + body
     algorithm = ec.ECDSA(hashes.SHA256())
-    for index, key in enumerate(keys):
-        if not isinstance(key, EcdsaP256Key):
-            continue
-        for _, signature in signed.signatures:
-            try:
-                key.public_key.verify(signature, message, algorithm)
-            except InvalidSignature:
-                continue
-            return Verified(SCHEME, index, signed.timestamp)
-    raise SignatureError("bad_signature")
 
+    def check(key: EcdsaP256Key, signature: bytes) -> None:
+        key.public_key.verify(signature, message, algorithm)
 
-def parse_events(body: bytes) -> list[dict[str, Any]]:
-    """The delivery's events: a non-empty JSON array of objects, or ``malformed_payload``."""
-    try:
-        value = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
-    if not isinstance(value, list) or not value:
-        raise PayloadError("malformed_payload", "body is not a non-empty JSON array of events")
-    if not all(isinstance(event, dict) for event in value):
-        raise PayloadError("malformed_payload", "an event is not a JSON object")
-    return value
+    signatures = [signature for _, signature in signed.signatures]
+    index = matching_public_key(keys, EcdsaP256Key, signatures, check)
+    return Verified(SCHEME, index, signed.timestamp)
 
 
 def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
@@ -171,7 +158,7 @@ def earliest(events: list[dict[str, Any]]) -> datetime | None:
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    events = parse_events(body)
+    events = parse_json_array(body)
     return Envelope(
         dedupe_key=batch_key(events, body),
         type=batch_type(events),
@@ -183,13 +170,12 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 def load_signing_key(raw: str) -> ec.EllipticCurvePrivateKey:
     """A P-256 private key (PEM, or base64 of PKCS#8 DER) that signs like SendGrid: for
     ``hookd send-test`` against a source whose secret is the matching public key."""
-    text = raw.strip()
     try:
-        if text.startswith("-----BEGIN"):
-            key = serialization.load_pem_private_key(text.encode("ascii"), None)
-        else:
-            der = base64.b64decode("".join(text.split()), validate=True)
-            key = serialization.load_der_private_key(der, None)
+        key = _load_key(
+            raw,
+            lambda pem: serialization.load_pem_private_key(pem, None),
+            lambda der: serialization.load_der_private_key(der, None),
+        )
     except (ValueError, TypeError, UnicodeError, binascii.Error):
         raise ValueError(
             "a SendGrid sample is signed with the P-256 private key (PEM or base64 PKCS#8); "
@@ -231,11 +217,6 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return sendgrid_headers(secret, body, now), body
 
 
-def _signing_key_needed(secret: str) -> str | None:
-    """The configured verification key is public: a sample needs the P-256 private key."""
-    return "the P-256 private key (base64 PKCS#8 DER or PEM)"
-
-
 # No reconcile: SendGrid has no API that lists past Event Webhook events or deliveries.
 PROVIDER = Provider(
     name="sendgrid",
@@ -246,5 +227,6 @@ PROVIDER = Provider(
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,
-    signing_key_needed=_signing_key_needed,
+    # The configured verification key is public: a sample needs the P-256 private key.
+    signing_key_needed=lambda secret: "the P-256 private key (base64 PKCS#8 DER or PEM)",
 )

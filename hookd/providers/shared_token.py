@@ -11,24 +11,9 @@ CRC needs the HMAC key, so only ``hmac`` sources take it.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Sequence
-
 from pydantic import field_validator
 
-from hookd.errors import SignatureError
-from hookd.providers.base import (
-    Configurable,
-    HeaderMap,
-    HmacKey,
-    Key,
-    Provider,
-    SignedHeaders,
-    Verified,
-    one_header,
-    plain_secret,
-)
+from hookd.providers.base import Configurable, Provider
 from hookd.providers.generic import (
     Handshake,
     SourceSettings,
@@ -37,6 +22,7 @@ from hookd.providers.generic import (
     header_name,
     sample_for,
 )
+from hookd.providers.signatures import SharedToken, plain_secret
 
 NAME = "token"
 
@@ -61,26 +47,10 @@ class TokenSettings(SourceSettings):
         return value
 
 
-def _fingerprint(raw: bytes) -> bytes:
-    return hashlib.sha256(raw).digest()
-
-
 def bind(settings: TokenSettings) -> Provider:
     """The ``token`` provider as one source's settings make it."""
 
-    def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-        presented = one_header(headers, settings.header)
-        raw = presented.encode("utf-8", "surrogatepass")
-        return SignedHeaders(None, b"", (("token", _fingerprint(raw)),))
-
-    def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        for index, key in enumerate(keys):
-            if not isinstance(key, HmacKey):
-                continue
-            for _, presented in signed.signatures:
-                if hmac.compare_digest(_fingerprint(key.key), presented):
-                    return Verified(NAME, index, None)
-        raise SignatureError("bad_signature")
+    token = SharedToken(NAME, settings.header)
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)
@@ -89,8 +59,8 @@ def bind(settings: TokenSettings) -> Provider:
     return Provider(
         name=NAME,
         parse_secret=plain_secret,
-        check_headers=check_headers,
-        verify=verify,
+        check_headers=token.check_headers,
+        verify=token.verify,
         envelope=envelope_for(settings, ()),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

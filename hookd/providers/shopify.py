@@ -14,32 +14,22 @@ comes from it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
-    b64decode_strict,
     checked_key,
-    match_hmac,
-    one_header,
     optional_header,
     select_headers,
 )
 from hookd.providers.rfc3339 import parse_iso8601
+from hookd.providers.signatures import HmacHeader, hmac_b64, hmac_secret
 
 NAME = "shopify"
 SCHEME = "shopify-sha256"
@@ -64,21 +54,7 @@ SAMPLE_API_VERSION = "2025-07"
 SAMPLE_SHOP = "hookd-test.myshopify.com"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a Shopify client secret (the app's API secret key) must not be empty")
-    return HmacKey(raw.encode("utf-8"))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    digest = b64decode_strict(one_header(headers, SIGNATURE_HEADER))
-    if len(digest) != hashlib.sha256().digest_size:
-        raise SignatureError("malformed_signature")
-    return SignedHeaders(timestamp=None, prefix=b"", signatures=(("sha256", digest),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "sha256")
+SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, encoding="base64")
 
 
 def dedupe_key(headers: HeaderMap) -> str:
@@ -102,8 +78,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 
 def shopify_hmac(secret: str, body: bytes) -> str:
     """The ``X-Shopify-Hmac-Sha256`` value Shopify sends with ``body`` (for signing only)."""
-    digest = hmac.new(secret.encode("utf-8"), body, hashlib.sha256).digest()
-    return base64.b64encode(digest).decode("ascii")
+    return hmac_b64(secret.encode("utf-8"), body)
 
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
@@ -143,9 +118,11 @@ PROVIDER = Provider(
     name=NAME,
     # Shopify retries 8 times over 4 hours.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    parse_secret=hmac_secret(
+        "a Shopify client secret (the app's API secret key) must not be empty"
+    ),
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

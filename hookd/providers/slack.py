@@ -10,35 +10,27 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
 from pydantic import Field
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
-    Key,
     Provider,
     Reply,
-    SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
     media_type,
-    one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
-    plain_secret,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -81,19 +73,7 @@ HISTORY_SUBTYPES = frozenset(
 )
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    raw_sig = one_header(headers, SIGNATURE_HEADER)
-    version, sep, digest = raw_sig.partition("=")
-    if not sep or version != "v0":
-        raise SignatureError("malformed_signature")
-    signature = parse_hex_digest(digest)
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"v0:{ts}:".encode(), signatures=(("v0", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("slack-v0", signed, body, keys, "v0")
+SIGNATURE = TimestampedHmac("slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{ts}:")
 
 
 def message_key(team: str, channel: str, ts: str) -> str:
@@ -135,21 +115,22 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     if not isinstance(event, dict):
         raise PayloadError("malformed_payload", "event_callback without an event")
     event_type = event.get("type")
-    if is_history_message(event):
-        team_id = payload.get("team_id") or event.get("team")
-        channel, ts = event.get("channel"), event.get("ts")
-        if isinstance(team_id, str) and isinstance(channel, str) and isinstance(ts, str):
-            key = checked_key(message_key(team_id, channel, ts), "message key")
-        else:
-            key = checked_key(payload.get("event_id"), "event_id")
-    else:
-        key = checked_key(payload.get("event_id"), "event_id")
     return Envelope(
-        dedupe_key=key,
+        dedupe_key=_callback_key(payload, event),
         type=event_type if isinstance(event_type, str) else None,
         occurred_at=epoch_to_datetime(payload.get("event_time")),
         headers=kept,
     )
+
+
+def _callback_key(payload: dict[str, Any], event: dict[str, Any]) -> str:
+    """A channel message's key (``message_key``), any other callback's ``event_id``."""
+    if is_history_message(event):
+        team_id = payload.get("team_id") or event.get("team")
+        channel, ts = event.get("channel"), event.get("ts")
+        if isinstance(team_id, str) and isinstance(channel, str) and isinstance(ts, str):
+            return checked_key(message_key(team_id, channel, ts), "message key")
+    return checked_key(payload.get("event_id"), "event_id")
 
 
 def _form_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
@@ -238,8 +219,8 @@ PROVIDER = Provider(
     # as the source's lookback_s, which the retention check adds.
     redelivery_horizon_days=1,
     parse_secret=plain_secret,
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("event", "type")),

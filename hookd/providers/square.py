@@ -11,35 +11,27 @@ header is not accepted.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
-import hmac
 import json
+import re
 import uuid
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-from hookd.errors import SignatureError
+from pydantic import field_validator
+
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
-    b64decode_strict,
     checked_key,
-    match_hmac,
-    one_header,
     parse_json_object,
     select_headers,
+    text_or_none,
 )
-from hookd.providers.reconcile_settings import SQUARE_API_URL, SquareReconcile
-from hookd.providers.reconciling import Reconciling
-from hookd.providers.rfc3339 import parse_rfc3339
+from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.rfc3339 import parse_rfc3339, utc_z
+from hookd.providers.signatures import PRINTABLE_WORD, HmacHeader, hmac_b64, hmac_secret
 
 NAME = "square"
 SCHEME = "square-hmacsha256"
@@ -52,29 +44,18 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
-DIGEST_BYTES = 32
+# Square IDs and event types: printable, no spaces.
+SQUARE_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 # What the registry holds is bound to this placeholder; a source is always served by
 # the provider bound to its own ``public_url`` (hookd.sources refuses one without).
 EXAMPLE_URL = "https://hookd.example/hooks/square"
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    if not (raw.isascii() and raw.isprintable()) or any(c.isspace() for c in raw):
-        raise ValueError(
-            "a Square signature key is the subscription's Signature Key: printable "
-            "ASCII without spaces"
-        )
-    return HmacKey(raw.encode("utf-8"))
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     payload = parse_json_object(body)
-    kind = payload.get("type")
     return Envelope(
         dedupe_key=checked_key(payload.get("event_id"), "event_id"),
-        type=kind if isinstance(kind, str) and kind else None,
+        type=text_or_none(payload.get("type")),
         occurred_at=parse_rfc3339(payload.get("created_at")),
         headers=select_headers(headers, KEPT_HEADERS),
     )
@@ -82,30 +63,18 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 
 def square_signature(secret: str, url: str, body: bytes) -> str:
     """The header value Square sends with ``body`` posted to ``url``."""
-    mac = hmac.new(secret.encode("utf-8"), url.encode("utf-8") + body, hashlib.sha256)
-    return base64.b64encode(mac.digest()).decode("ascii")
-
-
-def rfc3339(moment: int) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+    return hmac_b64(secret.encode("utf-8"), url.encode("utf-8"), body)
 
 
 def bind(url: str) -> Provider:
     """The Square provider for a source whose notification URL is ``url``."""
-    prefix = url.encode("utf-8")
-
-    def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-        digest = b64decode_strict(one_header(headers, SIGNATURE_HEADER))
-        if len(digest) != DIGEST_BYTES:
-            raise SignatureError("malformed_signature")
-        return SignedHeaders(timestamp=None, prefix=prefix, signatures=(("sha256", digest),))
-
-    def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        return match_hmac(SCHEME, signed, body, keys, "sha256")
+    signature = HmacHeader(
+        SCHEME, SIGNATURE_HEADER, encoding="base64", signed_prefix=url.encode("utf-8")
+    )
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         payment_id = uuid.uuid4().hex[:22].upper()
-        when = rfc3339(now)
+        when = utc_z(now)
         payload: dict[str, Any] = {
             "merchant_id": "MLEFBHHSJGVHD",
             "type": "payment.updated",
@@ -141,12 +110,38 @@ def bind(url: str) -> Provider:
 
     return Provider(
         name=NAME,
-        parse_secret=parse_secret,
-        check_headers=check_headers,
-        verify=verify,
+        parse_secret=hmac_secret(
+            shape=PRINTABLE_WORD,
+            unlike="a Square signature key is the subscription's Signature Key: printable "
+            "ASCII without spaces",
+        ),
+        check_headers=signature.check_headers,
+        verify=signature.verify,
         envelope=envelope,
         sample_event=sample_event,
     )
+
+
+class SquareReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Square source: which events to search for.
+
+    Square's Events API cannot send a webhook again, so ``repair`` takes only
+    ``"fetch"``. ``event_types`` should be the webhook subscription's event types:
+    an event of a type the subscription does not send would otherwise be reported
+    missing (and stored)."""
+
+    event_types: tuple[str, ...] = ()
+    location_ids: tuple[str, ...] = ()
+    merchant_ids: tuple[str, ...] = ()
+    repair: Literal["fetch"] = "fetch"
+
+    @field_validator("event_types", "location_ids", "merchant_ids")
+    @classmethod
+    def _words(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for word in value:
+            if not SQUARE_WORD.fullmatch(word):
+                raise ValueError(f"{word!r} is not a Square ID or event type")
+        return value
 
 
 PROVIDER = dataclasses.replace(
@@ -157,7 +152,7 @@ PROVIDER = dataclasses.replace(
     # Square cannot send a webhook again: a missing event is stored from the list.
     reconcile=Reconciling(
         settings=SquareReconcile,
-        api_url=SQUARE_API_URL,
+        api_url="https://connect.squareup.com",
         adapter="reconcile.providers.square:SquareAdapter",
         # Square sends within seconds as a rule and promises no bound: five minutes.
         settle_s=300.0,

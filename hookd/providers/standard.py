@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Sequence
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -41,14 +38,21 @@ from hookd.providers.base import (
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     checked_key,
     epoch_to_datetime,
-    match_hmac,
     one_header,
     parse_json_object,
-    parse_timestamp,
     select_headers,
+)
+from hookd.providers.signatures import (
+    MAX_ENTRIES,
+    Signatures,
+    hmac_b64,
+    match_ed25519,
+    match_hmac,
+    parse_b64_digest,
+    parse_timestamp,
+    signature_entries,
 )
 
 # (id, timestamp, signature): the specification's names, then Svix's own.
@@ -64,7 +68,6 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
-MAX_ENTRIES = 16
 SIGNATURE_BYTES = {"v1": 32, "v1a": 64}
 
 
@@ -121,37 +124,29 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
     msg_id, raw_ts, raw_sig = signed_values(headers)
     if not msg_id.isascii() or not msg_id.isprintable() or len(msg_id) > 255:
         raise SignatureError("malformed_id")
-    entries = raw_sig.split()
+    signatures = parse_signatures(raw_sig)
+    ts = parse_timestamp(raw_ts, now, tolerance_s)
+    return SignedHeaders(timestamp=ts, prefix=f"{msg_id}.{ts}.".encode(), signatures=signatures)
+
+
+def parse_signatures(raw: str) -> Signatures:
+    """``v1,<base64> v1a,<base64> …``: the entries of the versions hookd knows, each
+    canonical base64 of its version's length. As the specification's libraries do, an
+    entry that is no signature (no version, not canonical base64, the wrong length) is
+    passed over, and one of an unknown version ignored (see ``signature_entries``)."""
+    entries = raw.split()
     if len(entries) > MAX_ENTRIES:
         raise SignatureError("malformed_signature")
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
+    known: list[tuple[str, str]] = []
+    unversioned = 0
     for entry in entries:
         version, sep, encoded = entry.partition(",")
         if not sep:
-            unparsed += 1
-            continue
-        size = SIGNATURE_BYTES.get(version)
-        if size is None:
-            continue
-        # As the specification's libraries do (and hookd for Stripe, Paddle, PagerDuty):
-        # an entry that is no signature of its version is passed over, so it cannot
-        # spoil a valid one beside it. It never verifies: only canonical base64 of the
-        # right length is compared.
-        try:
-            signature = b64decode_strict(encoded)
-        except SignatureError:
-            unparsed += 1
-            continue
-        if len(signature) != size:
-            unparsed += 1
-            continue
-        signatures.append((version, signature))
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(
-        timestamp=ts, prefix=f"{msg_id}.{ts}.".encode(), signatures=tuple(signatures)
+            unversioned += 1
+        elif version in SIGNATURE_BYTES:
+            known.append((version, encoded))
+    return signature_entries(
+        known, lambda version, text: parse_b64_digest(text, SIGNATURE_BYTES[version]), unversioned
     )
 
 
@@ -161,19 +156,7 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
             return match_hmac("standard-v1", signed, body, keys, "v1")
         except SignatureError:
             pass
-    asymmetric = [sig for version, sig in signed.signatures if version == "v1a"]
-    if asymmetric:
-        message = signed.prefix + body
-        for index, key in enumerate(keys):
-            if not isinstance(key, Ed25519Key):
-                continue
-            for signature in asymmetric:
-                try:
-                    key.public_key.verify(signature, message)
-                except InvalidSignature:
-                    continue
-                return Verified("standard-v1a", index, signed.timestamp)
-    raise SignatureError("bad_signature")
+    return match_ed25519("standard-v1a", signed, body, keys, "v1a")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -193,8 +176,7 @@ def standard_headers(key: str, body: bytes, msg_id: str, now: int) -> dict[str, 
     signing_key = parse_signing_key(key)
     content = f"{msg_id}.{now}.".encode() + body
     if isinstance(signing_key, HmacKey):
-        mac = hmac.new(signing_key.key, content, hashlib.sha256).digest()
-        signature = "v1," + base64.b64encode(mac).decode()
+        signature = "v1," + hmac_b64(signing_key.key, content)
     else:
         signature = "v1a," + base64.b64encode(signing_key.sign(content)).decode()
     return {

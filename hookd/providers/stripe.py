@@ -9,37 +9,28 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
     HmacKey,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
-    one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
 
 SIGNATURE_HEADER = "stripe-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
-# Stripe sends at most a handful of entries; more is a hostile header.
-MAX_ENTRIES = 16
 
 
 def parse_secret(raw: str) -> HmacKey:
@@ -49,38 +40,11 @@ def parse_secret(raw: str) -> HmacKey:
     return HmacKey(raw.encode("utf-8"))
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw = one_header(headers, SIGNATURE_HEADER)
-    entries = raw.split(",")
-    if len(entries) > MAX_ENTRIES:
-        raise SignatureError("malformed_signature")
-    timestamps: list[str] = []
-    signatures: list[tuple[str, bytes]] = []
-    unparsed = 0
-    for entry in entries:
-        name, sep, value = entry.strip().partition("=")
-        if not sep:
-            raise SignatureError("malformed_signature")
-        if name == "t":
-            timestamps.append(value)
-        elif name == "v1":
-            # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
-            # that is no digest at all, so it cannot spoil a valid entry beside it. Such an
-            # entry never verifies: only a canonical digest is compared.
-            try:
-                signatures.append(("v1", parse_hex_digest(value)))
-            except SignatureError:
-                unparsed += 1
-    if len(timestamps) != 1:
-        raise SignatureError("malformed_timestamp")
-    if not signatures:
-        raise SignatureError("malformed_signature" if unparsed else "missing_signature")
-    ts = parse_timestamp(timestamps[0], now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=f"{ts}.".encode(), signatures=tuple(signatures))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac("stripe-v1", signed, body, keys, "v1")
+# Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
+# that is no digest at all, as HmacEntries does.
+SIGNATURE = HmacEntries(
+    "stripe-v1", SIGNATURE_HEADER, ",", "v1", timestamp="t", signed_prefix="{ts}."
+)
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -157,8 +121,8 @@ PROVIDER = Provider(
     # Stripe retries for up to 3 days; its events API lists events for 30 days.
     redelivery_horizon_days=30,
     parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    check_headers=SIGNATURE.check_headers,
+    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),

@@ -28,14 +28,13 @@ one would otherwise be stored again.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -43,18 +42,19 @@ from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     bounded_type,
     checked_key,
+    loads_utf8,
     media_type,
     one_header,
     select_headers,
 )
+from hookd.providers.rfc3339 import parse_isoformat
+from hookd.providers.signatures import hmac_b64, hmac_secret, matching_key, parse_b64_digest
 
 NAME = "twilio"
 SIGNATURE_HEADER = "x-twilio-signature"
@@ -83,12 +83,6 @@ STATUS_PARAMETERS = (
     ("SmsStatus", "message"),
     ("CallStatus", "call"),
 )
-
-
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("a Twilio auth token (or webhook shared key secret) is empty")
-    return HmacKey(raw.encode("utf-8"))
 
 
 def algorithm_of(headers: HeaderMap) -> str:
@@ -172,9 +166,7 @@ def bind(public_url: str) -> Provider:
     def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw = one_header(headers, SIGNATURE_HEADER)
         algorithm = algorithm_of(headers)
-        signature = b64decode_strict(raw)
-        if len(signature) != DIGEST_SIZES[algorithm]:
-            raise SignatureError("malformed_signature")
+        signature = parse_b64_digest(raw, DIGEST_SIZES[algorithm])
         mode = "json" if media_type(headers) == "application/json" else "form"
         return SignedHeaders(None, b"", ((f"{mode}-{algorithm}", signature),))
 
@@ -193,27 +185,19 @@ def bind(public_url: str) -> Provider:
                 # Not a form body: nothing Twilio signed can be rebuilt from it.
                 raise SignatureError("bad_signature") from None
             urls = url_variants(public_url)
-        for index, key in enumerate(keys):
-            if not isinstance(key, HmacKey):
-                continue
-            for url in urls:
-                digest = hmac.new(key.key, url.encode("utf-8") + tail, algorithm).digest()
-                if hmac.compare_digest(digest, signature):
-                    return Verified(f"twilio-{algorithm}", index, None)
-        raise SignatureError("bad_signature")
-
-    def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-        return sample_for(public_url, secret, seq, now)
+        messages = [(url.encode("utf-8"), tail) for url in urls]
+        index = matching_key(keys, [signature], *messages, algorithm=algorithm)
+        return Verified(f"twilio-{algorithm}", index, None)
 
     return Provider(
         name=NAME,
         # Twilio retries a failed request within seconds (connection overrides).
         redelivery_horizon_days=1,
-        parse_secret=parse_secret,
+        parse_secret=hmac_secret("a Twilio auth token (or webhook shared key secret) is empty"),
         check_headers=check_headers,
         verify=verify,
         envelope=envelope,
-        sample_event=sample_event,
+        sample_event=partial(sample_for, public_url),
         with_public_url=bind,
     )
 
@@ -235,18 +219,6 @@ def rfc2822_time(value: str | None) -> datetime | None:
     try:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
-
-
-def iso_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -276,26 +248,31 @@ def _json_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
     """A JSON body (Event Streams sinks send arrays of CloudEvents): keyed by the body's
     digest, the same ``bodySHA256`` Twilio signed."""
     try:
-        value: Any = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        value: Any = loads_utf8(body)
+    except ValueError:
         raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
     items = value if isinstance(value, list) else [value]
     objects = [item for item in items if isinstance(item, dict)]
-    kinds = {item.get("type") for item in objects}
-    kind = kinds.pop() if len(kinds) == 1 and len(objects) == len(items) else None
-    times = [t for t in (iso_time(item.get("time")) for item in objects) if t is not None]
+    times = [t for t in (parse_isoformat(item.get("time")) for item in objects) if t is not None]
     return Envelope(
         dedupe_key=checked_key(f"sha256:{hashlib.sha256(body).hexdigest()}", "body digest"),
-        type=bounded_type(kind),
+        type=_common_type(items),
         occurred_at=min(times) if times else None,
         headers=kept,
     )
 
 
+def _common_type(items: Sequence[object]) -> str | None:
+    """The ``type`` of the items, when each is an object and they agree on one."""
+    objects = [item for item in items if isinstance(item, dict)]
+    kinds = {item.get("type") for item in objects}
+    return bounded_type(kinds.pop()) if len(kinds) == 1 and len(objects) == len(items) else None
+
+
 def twilio_signature(secret: str, url: str, params: Sequence[tuple[str, str]]) -> str:
     """The ``X-Twilio-Signature`` of a form body with ``params`` posted to ``url``."""
-    message = url.encode("utf-8") + signed_parameters(params)
-    return base64.b64encode(hmac.new(secret.encode("utf-8"), message, "sha1").digest()).decode()
+    message = (url.encode("utf-8"), signed_parameters(params))
+    return hmac_b64(secret.encode("utf-8"), *message, algorithm="sha1")
 
 
 def sample_for(url: str, secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:

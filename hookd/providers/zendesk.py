@@ -16,9 +16,6 @@ shares (the invocations API lists attempts under it).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import re
 import uuid
@@ -26,23 +23,22 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    HmacKey,
     Key,
     Provider,
     SignedHeaders,
     Verified,
-    b64decode_strict,
     checked_key,
-    match_hmac,
+    loads_utf8,
     one_header,
     optional_header,
     select_headers,
 )
 from hookd.providers.rfc3339 import parse_rfc3339, parse_utc_timestamp
+from hookd.providers.signatures import hmac_b64, hmac_secret, match_hmac, parse_b64_digest
 
 NAME = "zendesk"
 SCHEME = "zendesk-sha256"
@@ -57,28 +53,14 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
-DIGEST_BYTES = 32
 EVENT_TYPE_PREFIX = "zen:event-type:"
 # Zendesk shows a signing secret as base64 text (``dGhpc19z…==``, ``HRkRd4Be…zeA=``).
 SECRET_RE = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}", re.ASCII)
 
 
-def parse_secret(raw: str) -> HmacKey:
-    if not raw:
-        raise ValueError("secret is empty")
-    if SECRET_RE.fullmatch(raw) is None:
-        raise ValueError(
-            "a Zendesk signing secret is the base64 text the webhook shows "
-            "(at least 16 characters, no spaces)"
-        )
-    return HmacKey(raw.encode("utf-8"))
-
-
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    digest = b64decode_strict(one_header(headers, SIGNATURE_HEADER))
-    if len(digest) != DIGEST_BYTES:
-        raise SignatureError("malformed_signature")
+    digest = parse_b64_digest(one_header(headers, SIGNATURE_HEADER))
     ts = parse_utc_timestamp(raw_ts, now, tolerance_s)
     # The timestamp is signed as the text it arrived as.
     return SignedHeaders(
@@ -94,8 +76,8 @@ def zendesk_event(body: bytes) -> dict[str, Any] | None:
     """The body as a Zendesk event (``type`` ``zen:event-type:…`` and an ``id``), or
     None for any other payload (a trigger's own JSON, XML, a form)."""
     try:
-        payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        payload = loads_utf8(body)
+    except ValueError:
         return None
     if not isinstance(payload, dict):
         return None
@@ -130,8 +112,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
 
 def zendesk_signature(secret: str, timestamp: str, body: bytes) -> str:
     """The signature Zendesk sends: base64(HMAC-SHA256(timestamp + body))."""
-    mac = hmac.new(secret.encode("utf-8"), timestamp.encode("ascii") + body, hashlib.sha256)
-    return base64.b64encode(mac.digest()).decode("ascii")
+    return hmac_b64(secret.encode("utf-8"), timestamp.encode("ascii"), body)
 
 
 def iso_z(moment: int) -> str:
@@ -188,7 +169,11 @@ PROVIDER = Provider(
     name=NAME,
     # Zendesk does not document a retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=parse_secret,
+    parse_secret=hmac_secret(
+        shape=SECRET_RE,
+        unlike="a Zendesk signing secret is the base64 text the webhook shows "
+        "(at least 16 characters, no spaces)",
+    ),
     check_headers=check_headers,
     verify=verify,
     envelope=envelope,

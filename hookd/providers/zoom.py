@@ -18,14 +18,13 @@ SHA-256 of its body.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookd.errors import PayloadError, SignatureError
+from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
@@ -37,15 +36,10 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
-    one_header,
-    parse_hex_digest,
     parse_json_object,
-    parse_timestamp,
-    plain_secret,
     select_headers,
 )
+from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-zm-signature"
 TIMESTAMP_HEADER = "x-zm-request-timestamp"
@@ -63,16 +57,8 @@ class ZoomVerified(Verified):
     answer: Reply | None = None
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    version, sep, digest = one_header(headers, SIGNATURE_HEADER).partition("=")
-    if not sep or version != "v0":
-        raise SignatureError("malformed_signature")
-    signature = parse_hex_digest(digest)
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(
-        timestamp=ts, prefix=f"v0:{raw_ts}:".encode(), signatures=(("v0", signature),)
-    )
+# The timestamp is signed as the text it arrived as.
+SIGNATURE = TimestampedHmac(SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{raw}:")
 
 
 def _plain_token(payload: dict[str, Any]) -> str:
@@ -99,12 +85,12 @@ def _validation_answer(body: bytes, key: HmacKey) -> Reply | None:
         token = _plain_token(payload)
     except PayloadError:
         return None
-    encrypted = hmac.new(key.key, token.encode(), hashlib.sha256).hexdigest()
+    encrypted = hmac_sha256_hex(key.key, token.encode())
     return Reply.json({"plainToken": token, "encryptedToken": encrypted})
 
 
 def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    verified = match_hmac(SCHEME, signed, body, keys, "v0")
+    verified = SIGNATURE.verify(signed, body, keys)
     key = keys[verified.key_index]
     assert isinstance(key, HmacKey)
     answer = _validation_answer(body, key)
@@ -183,7 +169,7 @@ PROVIDER = Provider(
     # Zoom retries three times, the last about 85 minutes after the first.
     redelivery_horizon_days=1,
     parse_secret=plain_secret,
-    check_headers=check_headers,
+    check_headers=SIGNATURE.check_headers,
     verify=verify,
     envelope=envelope,
     sample_event=sample_event,

@@ -7,10 +7,10 @@ Every process that runs it looks at the database once a minute (or every
 ``HOOKD_PRUNE_EVERY_S``, if shorter): when the last prune, by any process, finished
 longer ago than that, it takes the prune lease and prunes. So a fleet of receivers
 and workers prunes about once per period, one process at a time, and a process that
-dies while pruning leaves a lease that runs out (``store.prune.LEASE_S``).
+dies while pruning leaves a lease that runs out (``store.prune_lease.LEASE_S``).
 
 At start and then once a minute it also creates the day partitions of ``events`` that
-are missing (``store.partitions.ensure``: a catalog read when none is) and analyzes
+are missing (``store.partition_create.ensure``: a catalog read when none is) and analyzes
 the tables whose statistics went stale (``store.analyze``: nothing while autovacuum
 keeps up). Both are cheap when there is nothing to do, and safe in many processes
 at once.
@@ -28,8 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.ops import prune_sources
 from hookd.sources import Sources
-from store import analyze, partitions
-from store import prune as store_prune
+from store import analyze, partition_create, prune_lease
 from store.ids import worker_id
 
 log = logging.getLogger("hookd.prune")
@@ -53,7 +52,7 @@ class PruneSchedule:
     async def start(self) -> None:
         # Partitions first: a day without one goes to the default partition.
         try:
-            await asyncio.wait_for(partitions.ensure(self._engine), START_S)
+            await asyncio.wait_for(partition_create.ensure(self._engine), START_S)
         except Exception as exc:  # the loop tries again; inserts never fail meanwhile
             log.warning("partitions not checked at start", extra={"error": type(exc).__name__})
         self._task = asyncio.create_task(self._loop(), name="hookd-prune-schedule")
@@ -83,7 +82,7 @@ class PruneSchedule:
             if time.monotonic() - maintained >= LOOK_S:
                 maintained = time.monotonic()
                 try:
-                    await partitions.ensure(self._engine)
+                    await partition_create.ensure(self._engine)
                     await analyze.analyze_stale(self._engine)
                 except Exception as exc:  # the database may be away: the next round tries
                     log.warning("maintenance failed", extra={"error": type(exc).__name__})
@@ -97,7 +96,7 @@ class PruneSchedule:
     async def _once(self) -> None:
         now = datetime.now(UTC)
         due_before = now - timedelta(seconds=self._every_s)
-        last = await store_prune.last_finished(self._engine)
+        last = await prune_lease.last_finished(self._engine)
         if last is not None and last >= due_before:
             return  # this or another process pruned within the period
         done = await prune_sources(

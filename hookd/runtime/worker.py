@@ -39,10 +39,12 @@ from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
 from hookd.settings import Settings
 from hookd.sources import Sources
+from processing.attempt import RetryPolicy
 from processing.destinations import Router
 from processing.handlers import load_handlers
 from processing.limits import LocalLimits, RedisLimits
-from processing.processor import Processor, ProcessorPool, RetryPolicy, pool_of
+from processing.pool import ProcessorPool, pool_of
+from processing.processor import Processor
 from processing.wakeups import WAKE_JOB, Drains, warn_if_redis_unreachable
 from reconcile.objects import ObjectFetcher
 from reconcile.poller import Reconciler

@@ -32,9 +32,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from hookd.providers.gitlab import EVENT_HEADER, IDEMPOTENCY_HEADER, KEPT_HEADERS, event_type
+from hookd.providers.gitlab import (
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    KEPT_HEADERS,
+    GitLabReconcile,
+    event_type,
+)
 from hookd.providers.gitlab import occurred_at as payload_time
-from hookd.providers.reconcile_settings import GitLabReconcile
 from hookd.providers.rfc3339 import epoch
 from hookd.sources import Source, api_url
 from reconcile.http import Api

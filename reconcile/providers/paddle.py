@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
-from hookd.providers.reconcile_settings import PaddleReconcile
+from hookd.providers.paddle import PaddleReconcile
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api

@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from hookd.errors import ReconcileError
-from hookd.providers.reconcile_settings import SquareReconcile
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
+from hookd.providers.square import SquareReconcile
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled

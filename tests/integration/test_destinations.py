@@ -27,10 +27,11 @@ from hookd.ops.destinations import DestinationOps
 from hookd.ops.events import EventOps
 from hookd.sources import Sources, parse_sources
 from hookd.web import openapi
+from processing.attempt import RetryPolicy
 from processing.destinations import Router
 from processing.handlers import load_handlers
 from processing.limits import Limits, LocalLimits
-from processing.processor import Processor, RetryPolicy
+from processing.processor import Processor
 from store import db
 from store.crypto import BodyCipher
 from store.destinations import PARKED_FROM

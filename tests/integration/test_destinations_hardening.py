@@ -34,9 +34,11 @@ from starlette.routing import Route
 
 from hookd.event import Event
 from hookd.sources import Sources, parse_sources
-from processing.destinations import ANSWER_READ_BYTES, Router
+from processing.attempt import RetryPolicy
+from processing.delivery import ANSWER_READ_BYTES
+from processing.destinations import Router
 from processing.limits import LocalLimits
-from processing.processor import Processor, RetryPolicy
+from processing.processor import Processor
 from store import db
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events

@@ -27,8 +27,9 @@ from hookd.event import Event
 from hookd.ops import API_REPLAY, EventOps, cli_requester
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
-from processing.processor import Processor, RetryPolicy
-from store import db, history, partitions
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
+from store import db, history, partition_catalog
 from store.crypto import BodyCipher
 from store.events import NewEvent, insert_events
 from store.history import Requester
@@ -381,7 +382,7 @@ async def test_history_goes_with_its_event_when_prune_removes_it(
         done = await prune_as_of(db_url, sources, datetime.now(UTC), only="github")
         assert done.counts["github"].event == 3
         if done.partitioned:  # day 40 went whole, its history deleted before the detach
-            assert partitions.name_of(noon(40).date()) in done.partitions_dropped
+            assert partition_catalog.name_of(noon(40).date()) in done.partitions_dropped
         async with engine.connect() as conn:
             left = await conn.execute(
                 sa.select(EVENT_HISTORY.c.event_id, sa.func.count()).group_by(

@@ -27,8 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.event import Event
 from ingest.batcher import GroupCommitter
 from processing import handoff as handoff_module
+from processing.attempt import RetryPolicy
 from processing.handoff import HandoffClient, HandoffServer, decode, encode, handoff_path
-from processing.processor import Processor, RetryPolicy
+from processing.processor import Processor
 from processing.wakeups import InProcessConsumer
 from store import claims, db, fastpath, sqlite_write
 from store.crypto import BodyCipher

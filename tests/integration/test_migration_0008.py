@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from store import db, migrate, partitions
+from store import db, migrate, partition_catalog, partition_create
 from store.ids import id_time_ms, new_id
 from tests.integration.test_migration_0007 import dump, fill, rows_at_0006
 from tests.support import services
@@ -80,11 +80,11 @@ def test_0008_partitions_a_database_with_rows_and_downgrades_back(empty_pg: str)
         ms = id_time_ms(row["id"])
         assert ms is not None
         day = datetime.fromtimestamp(ms / 1000, UTC).date()
-        assert homes[row["id"]] == partitions.name_of(day)
-    assert homes[rows[-1]["id"]] == partitions.DEFAULT
+        assert homes[row["id"]] == partition_catalog.name_of(day)
+    assert homes[rows[-1]["id"]] == partition_catalog.DEFAULT
     # A partition per day with rows, and the days ahead: nothing in between.
     days_with_rows = {homes[r["id"]] for r in rows[:-1]}
-    ahead = {partitions.name_of(d) for d in partitions.wanted_days(datetime.now(UTC))}
+    ahead = {partition_catalog.name_of(d) for d in partition_create.wanted_days(datetime.now(UTC))}
     made = {
         r[0]
         for r in read(
@@ -92,7 +92,7 @@ def test_0008_partitions_a_database_with_rows_and_downgrades_back(empty_pg: str)
             "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'events'::regclass",
         )
     }
-    assert made == days_with_rows | ahead | {partitions.DEFAULT}
+    assert made == days_with_rows | ahead | {partition_catalog.DEFAULT}
     # The foreign key still cascades from a partition to the ledger.
     ledgered = next(r["id"] for r in rows if r["status"] == "processed")
     assert read(empty_pg, f"SELECT count(*) FROM handler_runs WHERE event_id = '{ledgered}'")[
@@ -135,5 +135,5 @@ def test_0008_on_an_empty_database_makes_only_the_days_ahead(empty_pg: str) -> N
             "SELECT inhrelid::regclass::text FROM pg_inherits WHERE inhparent = 'events'::regclass",
         )
     }
-    ahead = {partitions.name_of(d) for d in partitions.wanted_days(datetime.now(UTC))}
-    assert made == ahead | {partitions.DEFAULT}
+    ahead = {partition_catalog.name_of(d) for d in partition_create.wanted_days(datetime.now(UTC))}
+    assert made == ahead | {partition_catalog.DEFAULT}

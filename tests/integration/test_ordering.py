@@ -27,7 +27,8 @@ from starlette.routing import Route
 from hookd.event import Event
 from hookd.ops import EventOps, prune_sources
 from hookd.sources import Sources, parse_sources
-from processing.processor import Processor, RetryPolicy
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
 from reconcile.objects import ObjectFetcher
 from store import claims, db, destinations, objects
 from store.crypto import BodyCipher

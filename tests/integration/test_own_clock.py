@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from processing.processor import EXPIRED_CHECK_S
+from processing.claiming import EXPIRED_CHECK_S
 from store import db
 from store.models import EVENTS
 from tests.integration.test_pipeline import config, prepare

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import claims, partitions
+from store import claims, partition_catalog, partition_compact, partition_create, partition_drop
 from store import prune as store_prune
 from store.events import NewEvent, insert_events
 from store.models import EVENTS
@@ -52,13 +52,13 @@ NOTES = (
 @pytest.fixture(autouse=True)
 def small_days(monkeypatch: pytest.MonkeyPatch) -> None:
     """A few processed rows make a day worth compacting here (1,000 in production)."""
-    monkeypatch.setattr(partitions, "COMPACT_MIN_GOING", 2)
+    monkeypatch.setattr(partition_compact, "COMPACT_MIN_GOING", 2)
 
 
 async def store_on(url: str, moment: datetime, keys: list[str], **options: Any) -> list[str]:
     """``store_at`` with that day's partition only (no week around it to drop later)."""
     async with engine_of(url) as engine:
-        await partitions._create(engine, moment.date())
+        await partition_create.create_day(engine, moment.date())
     return await store_at(url, moment, keys, make_partitions=False, **options)
 
 
@@ -113,9 +113,9 @@ async def test_a_day_past_keep_events_days_is_rebuilt_with_only_its_dead_and_unf
     pg_url: str, sources: Sources, sources_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # As many processed events as make a day worth compacting for `hookd prune` too.
-    monkeypatch.setattr(partitions, "COMPACT_MIN_GOING", 1_000)
+    monkeypatch.setattr(partition_compact, "COMPACT_MIN_GOING", 1_000)
     d40 = noon(40)
-    day = partitions.name_of(d40.date())
+    day = partition_catalog.name_of(d40.date())
     processed = await store_on(pg_url, d40, [f"p-{i}" for i in range(1_000)])
     dead = await store_on(pg_url, d40, ["dead-0", "dead-1"], status="dead")
     waiting = await store_on(pg_url, d40, ["wait-0"], status="retrying")
@@ -160,11 +160,11 @@ async def test_a_day_past_keep_events_days_is_rebuilt_with_only_its_dead_and_unf
     assert done.counts["github"].event == len(processed)
     # The day's partition is a new table, under its name and bounds, with every index.
     assert (await relation(pg_url, day))[0] != oid
-    assert not await exists(pg_url, day + partitions.DROPPING)
-    assert not await exists(pg_url, day + partitions.COMPACTING)
+    assert not await exists(pg_url, day + partition_catalog.DROPPING)
+    assert not await exists(pg_url, day + partition_catalog.COMPACTING)
     assert (await index_layout(pg_url))[day] == (
         await parent_indexes(pg_url),
-        sorted(partitions.STORAGE),
+        sorted(partition_catalog.STORAGE),
     )
     # The rows that stay, as they were, with what refers to them; the others gone.
     assert await homes(pg_url, everyone) == dict.fromkeys(staying, day)
@@ -216,7 +216,7 @@ async def test_rows_changed_while_a_day_is_compacted_are_carried_over_and_none_i
     replayed and another gets a ledger row. The swap sees each change; every event
     is afterwards either one row or one tombstone, never both, never neither."""
     d40 = noon(40)
-    day = partitions.name_of(d40.date())
+    day = partition_catalog.name_of(d40.date())
     processed = await store_on(pg_url, d40, [f"p-{i}" for i in range(5)])
     dead = await store_on(pg_url, d40, ["dead-0", "dead-1", "dead-2"], status="dead")
     pending = await store_on(pg_url, d40, ["new-0", "new-1"], status="pending")
@@ -226,14 +226,14 @@ async def test_rows_changed_while_a_day_is_compacted_are_carried_over_and_none_i
         s: store_prune._horizon(p, now) for s, p in retention_policies(sources, "github").items()
     }
     async with engine_of(pg_url) as engine:
-        dropper = partitions._Dropper(
+        dropper = partition_compact.Compactor(
             engine, now=now, tx=lambda: plain_tx(engine), stopping=lambda: False, batch=3
         )
         async with engine.connect() as conn:
-            part = next(p for p in await partitions.list_partitions(conn) if p.name == day)
-            assert await partitions.compactable(conn, part, horizons)
+            part = next(p for p in await partition_catalog.list_partitions(conn) if p.name == day)
+            assert await partition_compact.compactable(conn, part, horizons)
         started = datetime.now(UTC)
-        staging = day + partitions.COMPACTING
+        staging = day + partition_catalog.COMPACTING
         copied = await dropper.copy_staying(part, staging, horizons)
         assert copied is not None
         assert set(copied) == {*dead, *pending}
@@ -250,8 +250,8 @@ async def test_rows_changed_while_a_day_is_compacted_are_carried_over_and_none_i
             stay = [processed[0], dead[0], dead[1], dead[2], pending[1]]
             expected = await snapshot(conn, stay)
         leftover = await dropper.swap(part, staging, horizons, copied)
-        assert leftover == day + partitions.DROPPING
-        counts = await dropper.finish(leftover, started - partitions.CLOCK_SKEW, whole=False)
+        assert leftover == day + partition_catalog.DROPPING
+        counts = await dropper.finish(leftover, started - partition_drop.CLOCK_SKEW, whole=False)
     assert counts == {"github": 5}
     assert await homes(pg_url, everyone) == dict.fromkeys(stay, day)
     async with engine_of(pg_url) as engine, engine.connect() as conn:
@@ -279,7 +279,7 @@ async def test_redeliveries_racing_a_compaction_are_all_duplicates_of_the_origin
     sender redelivers every key of it again and again: each answer is the key's
     original id, no row or key is added, and the rows that stay are all there."""
     d40 = noon(40)
-    day = partitions.name_of(d40.date())
+    day = partition_catalog.name_of(d40.date())
     keys = [f"p-{i}" for i in range(60)]
     processed = await store_on(pg_url, d40, keys)
     dead = await store_on(pg_url, d40, ["dead-0", "dead-1"], status="dead")

@@ -23,7 +23,7 @@ from hookd.event import Event
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import claims, db, migrate, partitions, stats
+from store import claims, db, migrate, partition_catalog, partition_create, partition_drop, stats
 from store import events as store_events
 from store import prune as store_prune
 from store.crypto import BodyCipher
@@ -74,7 +74,7 @@ async def store_at(
     ms = int(moment.timestamp() * 1000)
     async with engine_of(url) as engine:
         if make_partitions:
-            await partitions.ensure(engine, moment)
+            await partition_create.ensure(engine, moment)
         events = [
             NewEvent(source, "github", k, "push", "webhook", moment, None, "v", {}, b"{}")
             for k in keys
@@ -106,7 +106,7 @@ async def homes(url: str, ids: list[str]) -> dict[str, str]:
 
 async def names(url: str) -> list[str]:
     async with engine_of(url) as engine, engine.connect() as conn:
-        return [p.name for p in await partitions.list_partitions(conn)]
+        return [p.name for p in await partition_catalog.list_partitions(conn)]
 
 
 async def exists(url: str, table: str) -> bool:
@@ -125,22 +125,22 @@ async def prune_as_of(
 
 
 def day_name(moment: datetime) -> str:
-    return partitions.name_of(moment.date())
+    return partition_catalog.name_of(moment.date())
 
 
 async def test_a_partition_per_day_from_yesterday_to_a_week_ahead_and_a_default(
     pg_url: str,
 ) -> None:
     now = datetime.now(UTC)
-    wanted = [partitions.name_of(d) for d in partitions.wanted_days(now)]
-    assert await names(pg_url) == [*wanted, partitions.DEFAULT]
+    wanted = [partition_catalog.name_of(d) for d in partition_create.wanted_days(now)]
+    assert await names(pg_url) == [*wanted, partition_catalog.DEFAULT]
     async with engine_of(pg_url) as engine, engine.connect() as conn:
-        for part in await partitions.list_partitions(conn):
+        for part in await partition_catalog.list_partitions(conn):
             if not part.default:
                 assert part.day is not None
-                assert (part.lo, part.hi) == partitions.bounds(part.day)
+                assert (part.lo, part.hi) == partition_catalog.bounds(part.day)
                 # The bounds are the ULID prefix of the day's first millisecond.
-                start = int(partitions.day_start(part.day).timestamp() * 1000)
+                start = int(partition_catalog.day_start(part.day).timestamp() * 1000)
                 assert part.lo == new_id(start)[:10] + "0" * 16
 
     # A stored event lands in today's partition; a lookup by id reads that one only.
@@ -173,18 +173,18 @@ async def test_a_partition_per_day_from_yesterday_to_a_week_ahead_and_a_default(
 
     # Made ahead again: nothing to do. Three weeks on, the days a week past then.
     async with engine_of(pg_url) as engine:
-        assert (await partitions.ensure(engine)).created == []
-        later = await partitions.ensure(engine, now + 21 * DAY)
+        assert (await partition_create.ensure(engine)).created == []
+        later = await partition_create.ensure(engine, now + 21 * DAY)
         assert later.created == [
-            partitions.name_of(d)
-            for d in partitions.wanted_days(now + 21 * DAY)
+            partition_catalog.name_of(d)
+            for d in partition_create.wanted_days(now + 21 * DAY)
             if d > (now + 7 * DAY).date()
         ]
-        assert (await partitions.ensure(engine, now + 21 * DAY)).created == []
+        assert (await partition_create.ensure(engine, now + 21 * DAY)).created == []
     # Created apart and attached, each carries the indexes of events and the settings.
     layout = await index_layout(pg_url)
     assert set(layout) == set(await names(pg_url))
-    wanted = (await parent_indexes(pg_url), sorted(partitions.STORAGE))
+    wanted = (await parent_indexes(pg_url), sorted(partition_catalog.STORAGE))
     assert wanted[0] >= 6
     assert all(v == wanted for v in layout.values()), layout
 
@@ -192,7 +192,7 @@ async def test_a_partition_per_day_from_yesterday_to_a_week_ahead_and_a_default(
 async def test_serve_and_db_upgrade_make_a_missing_partition(pg_url: str) -> None:
     """Whatever HOOKD_PRUNE_EVERY_S says (here: never), a receiver that starts makes
     the days ahead that are missing; so does ``hookd db upgrade``."""
-    ahead = partitions.name_of(datetime.now(UTC).date() + 5 * DAY)
+    ahead = partition_catalog.name_of(datetime.now(UTC).date() + 5 * DAY)
     async with engine_of(pg_url) as engine, engine.begin() as conn:
         await conn.exec_driver_sql(f"ALTER TABLE events DETACH PARTITION {ahead}")
         await conn.exec_driver_sql(f"DROP TABLE {ahead}")
@@ -216,13 +216,13 @@ async def test_the_schedule_keeps_partitions_ahead_and_statistics_fresh(
     from hookd.runtime import prune as schedule
 
     monkeypatch.setattr(schedule, "LOOK_S", 0.1)
-    ahead = partitions.name_of(datetime.now(UTC).date() + 6 * DAY)
+    ahead = partition_catalog.name_of(datetime.now(UTC).date() + 6 * DAY)
     sources = parse_sources(stripe_source(handler=False), Path("hookd.toml"), env={})
     async with running_app(sources, pg_url, prune_every_s=0):
         async with engine_of(pg_url) as engine, engine.begin() as conn:
             await conn.exec_driver_sql(f"ALTER TABLE events DETACH PARTITION {ahead}")
             await conn.exec_driver_sql(f"DROP TABLE {ahead}")
-            lo = partitions.bounds(datetime.now(UTC).date())[0][:10]
+            lo = partition_catalog.bounds(datetime.now(UTC).date())[0][:10]
             await conn.execute(
                 sa.text(
                     "INSERT INTO events (id, source, provider, dedupe_key, origin, received_at, "
@@ -278,10 +278,10 @@ async def test_events_left_in_the_default_partition_move_into_their_day_when_it_
     the rows move, ledger and all, once the day is made."""
     ahead = datetime.now(UTC) + 30 * DAY
     ids = await store_at(pg_url, ahead, ["late-1", "late-2"], make_partitions=False)
-    assert set((await homes(pg_url, ids)).values()) == {partitions.DEFAULT}
+    assert set((await homes(pg_url, ids)).values()) == {partition_catalog.DEFAULT}
     assert await scalar(pg_url, "SELECT count(*) FROM handler_runs") == 4
     async with engine_of(pg_url) as engine:
-        made = await partitions.ensure(engine, ahead)
+        made = await partition_create.ensure(engine, ahead)
     assert day_name(ahead) in made.created
     assert made.moved == 2
     assert set((await homes(pg_url, ids)).values()) == {day_name(ahead)}
@@ -330,7 +330,7 @@ async def test_a_past_day_goes_whole_once_every_row_in_it_is_past_its_retention(
     assert not {day_name(now), day_name(now - DAY)} & set(done.partitions_dropped)
     assert day_name(noon(45)) in done.partitions_dropped  # made by ensure, empty
     assert not await exists(pg_url, day_name(d40))
-    assert not await exists(pg_url, day_name(d40) + partitions.DROPPING)
+    assert not await exists(pg_url, day_name(d40) + partition_catalog.DROPPING)
     # 5 whole, 3 + 2 processed row by row out of the days that stay.
     assert done.counts["github"].event == 10
     assert set(await homes(pg_url, [*dead, *pending, *stripe])) == {*dead, *pending, *stripe}
@@ -404,16 +404,16 @@ async def test_a_stopped_drop_is_finished_and_a_replay_during_one_keeps_the_day(
     stopped = await store_at(pg_url, d41, [f"s-{i}" for i in range(3)])
     now = datetime.now(UTC)
     async with engine_of(pg_url) as engine:
-        dropper = partitions._Dropper(
+        dropper = partition_drop.Dropper(
             engine, now=now, tx=lambda: plain_tx(engine), stopping=lambda: False, batch=2
         )
         async with engine.connect() as conn:
-            parts = {p.name: p for p in await partitions.list_partitions(conn)}
+            parts = {p.name: p for p in await partition_catalog.list_partitions(conn)}
 
         # Stopped after its detach: the rows are out of events, their keys tombstones.
         assert await dropper.mark(day_name(d41))
         leftover = await dropper.detach(parts[day_name(d41)])
-        assert leftover == day_name(d41) + partitions.DROPPING
+        assert leftover == day_name(d41) + partition_catalog.DROPPING
         assert await homes(pg_url, stopped) == {}
         async with engine.connect() as conn:
             tomb = await get_tombstone(conn, stopped[0])
@@ -534,7 +534,9 @@ async def test_concurrent_redeliveries_while_partitions_are_made_and_dropped(
                 ahead = 8
                 while not senders_done.is_set():
                     made.extend(
-                        (await partitions.ensure(engine, datetime.now(UTC) + ahead * DAY)).created
+                        (
+                            await partition_create.ensure(engine, datetime.now(UTC) + ahead * DAY)
+                        ).created
                     )
                     ahead += 1
                     done = await store_prune.prune(
@@ -615,7 +617,7 @@ async def test_an_exchange_never_deadlocks_with_a_partition_being_attached(
         for i in range(24)
     ]
     armed: list[bool] = []
-    attaching: list[asyncio.Task[partitions.Ensured]] = []
+    attaching: list[asyncio.Task[partition_create.Ensured]] = []
     real_exchange = Processor._exchange
 
     async def exchange(self: Processor, want: int, *, fair: bool) -> tuple[int, bool]:
@@ -631,7 +633,9 @@ async def test_an_exchange_never_deadlocks_with_a_partition_being_attached(
 
         async def attach_meanwhile() -> None:
             """ATTACH started, and run until it waits for a lock or is done."""
-            attaching.append(asyncio.create_task(partitions.ensure(maintainer, now + 40 * DAY)))
+            attaching.append(
+                asyncio.create_task(partition_create.ensure(maintainer, now + 40 * DAY))
+            )
             async with engine_of(pg_url) as watcher, watcher.connect() as conn:
                 for _ in range(100):
                     if attaching[0].done():

@@ -20,8 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.event import Event
 from hookd.sources import parse_sources
-from processing.processor import Processor, RetryPolicy
-from store import analyze, claims, db, partitions
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
+from store import analyze, claims, db, partition_catalog
 from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.events import insert_events, mark_pruned, prepare
@@ -54,7 +55,7 @@ async def bulk_fill(url: str, *, analyzed_small: bool) -> None:
         ]
         for table in [*leaves, "handler_runs", "event_keys"]:
             await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
-        lo = partitions.bounds(datetime.now(UTC).date())[0][:10]
+        lo = partition_catalog.bounds(datetime.now(UTC).date())[0][:10]
 
         async def add(first: int, n: int) -> None:
             await conn.execute(
@@ -216,14 +217,16 @@ async def test_hot_statements_use_indexes_without_statistics(filled: str) -> Non
         receiver = await explain_receiver(url, cipher)
         # hookd's own maintenance: the stale tables are analyzed, and plans stay put.
         analyzed = await analyze.analyze_stale(engine)
-        assert {"handler_runs", "event_keys", partitions.name_of(now.date())} <= set(analyzed)
+        assert {"handler_runs", "event_keys", partition_catalog.name_of(now.date())} <= set(
+            analyzed
+        )
         assert await analyze.stale(engine) == []
         after = await explain_all(engine, captured.statements)
         pages = await table_pages(engine)
     finally:
         await engine.dispose()
 
-    assert pages[partitions.name_of(now.date())] > 1000
+    assert pages[partition_catalog.name_of(now.date())] > 1000
     for label, found in [*plans.items(), *receiver.items(), *after.items()]:
         assert not seq_scans(found, pages), (label[:300], found)
     ledger = [f for s, f in plans.items() if "handler_runs AS r" in s]

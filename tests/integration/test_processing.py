@@ -15,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import PermanentError
 from hookd.event import Event, Handler
 from hookd.sources import Sources
-from processing.processor import UNDECRYPTABLE, Processor, RetryPolicy
+from processing.attempt import RetryPolicy
+from processing.processor import Processor
+from processing.running import UNDECRYPTABLE
 from store import claims, db
 from store.crypto import BodyCipher
 from store.events import insert_events

@@ -23,9 +23,10 @@ from starlette.routing import Route
 
 from hookd.event import Event, Handler
 from hookd.sources import Sources, parse_sources
+from processing.attempt import RetryPolicy
 from processing.destinations import Router
 from processing.limits import LocalLimits
-from processing.processor import Processor, RetryPolicy
+from processing.processor import Processor
 from store import db
 from store.crypto import BodyCipher
 from store.events import insert_events

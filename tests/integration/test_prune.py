@@ -26,7 +26,7 @@ from hookd.metrics import db as dbmetrics
 from hookd.ops import EventOps, prune_sources
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
-from store import claims, db
+from store import claims, db, prune_lease
 from store import events as store_events
 from store import prune as store_prune
 from store import reconcile as rstate
@@ -515,14 +515,14 @@ async def test_prune_stops_between_batches_and_gives_the_lease_back(
         first = await task
         assert first.stopped
         assert 0 < first.counts["github"].event < 400
-        assert await store_prune.lease_holder(engine) == (None, None)
+        assert await prune_lease.lease_holder(engine) == (None, None)
         # Run again: it goes on where the first stopped.
         second = await store_prune.prune(
             engine, policy, now=datetime.now(UTC) + 31 * DAY, owner="b"
         )
         assert not second.stopped
         assert first.counts["github"].event + second.counts["github"].event == 400
-        assert await store_prune.last_finished(engine) is not None
+        assert await prune_lease.last_finished(engine) is not None
     finally:
         await engine.dispose()
     assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 0

@@ -22,7 +22,7 @@ from hookd.errors import NotFound
 from hookd.ops import EventOps
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import analyze, claims, partitions
+from store import analyze, claims, partition_catalog, partition_create, partition_drop, prune_steps
 from store import prune as store_prune
 from store.crypto import BodyCipher
 from store.events import get_tombstone, insert_events
@@ -64,9 +64,9 @@ async def fill_day(
     (ids minted then), with their keys and a ledger row each; autovacuum off on every
     table they are in, and no statistics taken."""
     moment = datetime.combine(day, time(12), UTC)
-    lo = partitions.bounds(day)[0][:10]
+    lo = partition_catalog.bounds(day)[0][:10]
     async with engine_of(url) as engine:
-        await partitions.ensure(engine, moment)
+        await partition_create.ensure(engine, moment)
         async with engine.begin() as conn:
             leaves = [
                 r[0]
@@ -188,7 +188,7 @@ async def test_a_second_prune_reads_no_row_for_bodies_on_an_index_without_statis
         selects = [(s, p) for s, p in captured.sent if s.lstrip().startswith("SELECT")]
         assert len(selects) == 1, selects  # one batch, which finds nothing
         indexes = await body_index_names(engine)
-        today_part = partitions.name_of(today.date())
+        today_part = partition_catalog.name_of(today.date())
         for generic in (False, True):
             nodes = await explain(engine, *selects[0], generic=generic)
             scans = [n for n in nodes if "Relation Name" in n or "Index Name" in n]
@@ -309,7 +309,9 @@ async def test_a_replay_during_a_days_marking_is_refused_as_pruned(pg_url: str) 
     now = datetime.now(UTC)
     async with engine_of(pg_url) as engine:
         held = Held(engine)
-        dropper = partitions._Dropper(engine, now=now, tx=held.tx, stopping=lambda: False, batch=10)
+        dropper = partition_drop.Dropper(
+            engine, now=now, tx=held.tx, stopping=lambda: False, batch=10
+        )
         marking = asyncio.create_task(dropper.mark(day_name(day)))
         await asyncio.wait_for(held.holding.wait(), 10)
         ops = EventOps(engine, wake=nothing)
@@ -326,7 +328,7 @@ async def test_a_replay_during_a_days_marking_is_refused_as_pruned(pg_url: str) 
         assert (many.replayed, sorted(many.pruned)) == ([], sorted(dead))
         assert await status_of(pg_url, dead[0]) == "dead"
         async with engine.connect() as conn:
-            parts = {p.name: p for p in await partitions.list_partitions(conn)}
+            parts = {p.name: p for p in await partition_catalog.list_partitions(conn)}
         leftover = await dropper.detach(parts[day_name(day)])
         assert leftover is not None
         await dropper.finish(leftover, None)
@@ -347,7 +349,7 @@ async def test_a_replay_first_keeps_its_event_key_and_ledger_and_the_day(pg_url:
     dead = await dead_with_ledger(pg_url, day, ["d-0", "d-1"])
     now = datetime.now(UTC)
     async with engine_of(pg_url) as engine:
-        dropper = partitions._Dropper(
+        dropper = partition_drop.Dropper(
             engine, now=now, tx=lambda: plain_tx(engine), stopping=lambda: False, batch=10
         )
         async with engine.begin() as conn:
@@ -357,7 +359,7 @@ async def test_a_replay_first_keeps_its_event_key_and_ledger_and_the_day(pg_url:
             assert not marking.done(), "the marking did not wait for the replay"
         assert await marking
         async with engine.connect() as conn:
-            parts = {p.name: p for p in await partitions.list_partitions(conn)}
+            parts = {p.name: p for p in await partition_catalog.list_partitions(conn)}
             assert await get_tombstone(conn, dead[0]) is None
             assert await get_tombstone(conn, dead[1]) is not None
         assert await dropper.detach(parts[day_name(day)]) is None  # pending: it stays
@@ -379,10 +381,10 @@ async def test_row_by_row_a_replay_waiting_for_the_delete_is_refused_as_pruned(
     async with engine_of(pg_url) as engine:
         ops = EventOps(engine, wake=nothing)
         held = Held(engine)
-        pruner = store_prune._Pruner(
+        pruner = prune_steps.Pruner(
             engine, now=later, batch=10, owner="t", lease_s=60, stop=None, pause_ratio=0
         )
-        pruner._tx = held.tx  # type: ignore[method-assign]
+        pruner.tx = held.tx  # type: ignore[method-assign]
         # The replay holds d-2 first: the prune passes it by.
         async with engine.begin() as conn:
             assert await claims.replay(conn, [dead[2]], now) == [dead[2]]
@@ -398,7 +400,7 @@ async def test_row_by_row_a_replay_waiting_for_the_delete_is_refused_as_pruned(
             await replay
         assert "was pruned" in refused.value.said
         assert "final status was dead" in refused.value.said
-    assert await homes(pg_url, dead) == {dead[2]: partitions.name_of(now.date())}
+    assert await homes(pg_url, dead) == {dead[2]: partition_catalog.name_of(now.date())}
     assert await status_of(pg_url, dead[2]) == "pending"
     assert await ledger_of(pg_url, dead[2]) == 1
     assert await scalar(pg_url, "SELECT count(*) FROM event_keys WHERE pruned_at IS NULL") == 1

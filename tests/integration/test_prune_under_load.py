@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from hookd.ops import prune_sources
 from hookd.sources import parse_sources
-from store import db, partitions
+from store import db, partition_compact, partition_create
 from store.prune import Pruned
 from tests.integration.test_partitions import engine_of, noon, store_at
 from tests.integration.test_prune import STRIPE_KEY, deliver, stripe_source
@@ -38,7 +38,7 @@ async def backlog(url: str) -> dict[str, str]:
     stored: dict[str, str] = {}
     for ago in (40, 38, 37, 12):
         async with engine_of(url) as engine:
-            await partitions._create(engine, noon(ago).date())  # that day's only
+            await partition_create.create_day(engine, noon(ago).date())  # that day's only
         keys = [f"evt_old_{ago}_{i}" for i in range(20)]
         ids = await store_at(url, noon(ago), keys, source="stripe", make_partitions=False)
         stored |= zip(keys, ids, strict=True)
@@ -65,7 +65,7 @@ async def test_prune_while_webhooks_arrive_loses_doubles_and_fails_none(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOOKD_DATABASE_URL", pg_url)
-    monkeypatch.setattr(partitions, "COMPACT_MIN_GOING", 10)
+    monkeypatch.setattr(partition_compact, "COMPACT_MIN_GOING", 10)
     engine = db.create_engine(pg_url)
     await handlers.create_tables(engine)
     await engine.dispose()

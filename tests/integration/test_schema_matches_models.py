@@ -176,21 +176,21 @@ def test_postgres_events_partitions_match_the_model(fresh_pg_url: str) -> None:
     """What autogenerate is kept from: the partitions of events, one by one."""
     from datetime import UTC, datetime
 
-    from store import partitions
+    from store import partition_catalog, partition_create
 
     migrate.upgrade(fresh_pg_url)
     layout = partition_layout(fresh_pg_url)
     assert layout["key"] == EVENTS.dialect_options["postgresql"]["partition_by"]
     names = {r[0] for r in layout["parts"]}
-    days = partitions.wanted_days(datetime.now(UTC))
-    assert names == {partitions.name_of(d) for d in days} | {partitions.DEFAULT}
-    settings = sorted(f"{k}={v}" for k, v in partitions.STORAGE.items())
+    days = partition_create.wanted_days(datetime.now(UTC))
+    assert names == {partition_catalog.name_of(d) for d in days} | {partition_catalog.DEFAULT}
+    settings = sorted(f"{k}={v}" for k, v in partition_catalog.STORAGE.items())
     for name, bound, options in layout["parts"]:
         assert sorted(options) == settings, name
-        if name == partitions.DEFAULT:
+        if name == partition_catalog.DEFAULT:
             assert bound == "DEFAULT"
             continue
-        lo, hi = partitions.bounds(datetime.strptime(name[-8:], "%Y%m%d").date())
+        lo, hi = partition_catalog.bounds(datetime.strptime(name[-8:], "%Y%m%d").date())
         assert bound == f"FOR VALUES FROM ('{lo}') TO ('{hi}')"
     # Every index of events (the models' indexes and primary key) has one attached
     # index on every partition, and the partitions have no other index.

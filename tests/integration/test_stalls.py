@@ -27,7 +27,6 @@ import pytest
 from hookd.runtime.app import create_app
 from hookd.settings import Settings
 from hookd.sources import Sources
-from ingest import httpguard
 from ingest.httpguard import GuardedHttpToolsProtocol
 from tests.integration.test_direct_receive import github, stored_keys
 from tests.support import rawhttp
@@ -109,11 +108,10 @@ async def test_a_request_that_came_during_a_stall_past_the_keep_alive_is_answere
 
 @pytest.mark.parametrize("cut", ["head", "body"])
 async def test_a_request_finished_during_a_stall_past_its_deadline_is_read(
-    cut: str, sources: Sources, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    cut: str, sources: Sources, sqlite_url: str
 ) -> None:
     """Its head (or its body) arrives in part, then the rest as everything stops for
     longer than the head's (or the body's) deadline."""
-    monkeypatch.setattr(httpguard, "head_timeout_s", lambda: TIMEOUT_S)
     headers, body = github(cut)
     message = rawhttp.request("/hooks/github", body, headers)
     # "head": the head not yet complete; "body": the head and most of the body.
@@ -129,12 +127,9 @@ async def test_a_request_finished_during_a_stall_past_its_deadline_is_read(
     assert await stored_keys(sqlite_url) == [cut]
 
 
-async def test_a_timeout_still_refuses_what_never_comes(
-    sources: Sources, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_timeout_still_refuses_what_never_comes(sources: Sources, sqlite_url: str) -> None:
     """The grace is one turn of the loop, not a longer timeout: a body that does not
     come is still refused after a stall, and a connection that sends nothing closed."""
-    monkeypatch.setattr(httpguard, "head_timeout_s", lambda: TIMEOUT_S)
     headers, body = github("never")
     async with receiver(sources, sqlite_url) as url:
         reader, writer = await rawhttp.connect(url)

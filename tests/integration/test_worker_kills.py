@@ -20,7 +20,7 @@ import pytest
 from redis.asyncio import Redis
 
 from hookd.providers.signing import sample_event
-from processing.processor import EXPIRED_CHECK_S
+from processing.claiming import EXPIRED_CHECK_S
 from tests.integration.test_pipeline import config, prepare
 from tests.integration.test_reconcile import sources_toml
 from tests.support.constants import SECRETS

@@ -32,16 +32,13 @@ from hookd.providers.base import (
     Verified,
     checked_key,
     epoch_to_datetime,
-    hmac_sha256_hex,
-    match_hmac,
     one_header,
     optional_header,
-    parse_hex_digest,
     parse_json_object,
-    plain_secret,
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
+from hookd.providers.signatures import hmac_sha256_hex, match_hmac, parse_hex_digest, plain_secret
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled

@@ -15,7 +15,7 @@ import pytest
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources, internal_target, parse_sources
-from processing.destinations import header_value
+from processing.delivery import header_value
 
 SECRET = "whsec_" + "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMzQ="
 GH = '[[sources]]\nname = "gh"\nprovider = "github"\nsecrets = ["s"]\n'

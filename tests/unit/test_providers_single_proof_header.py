@@ -1,5 +1,7 @@
-"""Shopify, GitLab, Bitbucket Cloud and Linear: each provider's documented scheme on
-the other side of hookd's verifier.
+"""Providers whose proof is one header and no signed timestamp header: Shopify
+(base64 HMAC of the body), GitLab (the secret token itself), Bitbucket Cloud
+(``sha256=<hex>``) and Linear (hex HMAC, its timestamp inside the body). Each provider's
+documented scheme on the other side of hookd's verifier.
 
 Requests are signed here, by hand, from each provider's documentation (``sign_*``
 below), never with ``hookd.providers``; where the provider publishes a vector it is

@@ -1,8 +1,9 @@
-"""Paddle, Square, Zendesk and Intercom sources through the real receiver and store:
-a signed delivery is accepted once and a duplicate after, a tampered one is refused
-with its reason and stores nothing, and ``hookd send-test`` reaches each source.
-Where the provider publishes a signed request (Paddle's and Square's library tests)
-that exact request goes through the app too."""
+"""Each provider's own sample event and published requests through the real receiver
+and store (Paddle, Square, Zendesk, Intercom): a signed sample is accepted once and a
+duplicate after, a tampered one is refused with its reason and stores nothing, and
+``hookd send-test`` reaches each source. Where the provider publishes a signed request
+(Paddle's and Square's library tests) that exact request goes through the app too;
+Zendesk's stale and trigger deliveries and Intercom's ping and HEAD check as well."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shopify, GitLab, Bitbucket Cloud and Linear through the real app: a delivery signed
+"""Providers whose proof is one header and no signed timestamp header (Shopify, GitLab,
+Bitbucket Cloud and Linear) through the real app: a delivery signed
 as the provider signs it is accepted once (202), its repeat is the same event (200
 duplicate), a tampered one is refused (401 and its reason) and stores nothing, and each
 provider's own sample event (what ``hookd send-test`` sends) is accepted.

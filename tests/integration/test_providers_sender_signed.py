@@ -1,4 +1,5 @@
-"""Twilio, HubSpot, PagerDuty and Mailgun through the real receiver.
+"""Requests signed by the sender's side, not by hookd, through the real receiver
+(Twilio, HubSpot, PagerDuty and Mailgun).
 
 Each request is signed by the other side: Twilio's and HubSpot's own libraries, and for
 PagerDuty and Mailgun a signer written from their documented steps (their published

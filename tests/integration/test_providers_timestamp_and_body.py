@@ -1,4 +1,5 @@
-"""SendGrid, Discord and Zoom through the real app: signed deliveries are stored once,
+"""Providers that sign a timestamp header's text followed by the body (SendGrid, Discord
+and Zoom) through the real app: signed deliveries are stored once,
 duplicates answered as the first, tampered ones refused with no row, and handshakes
 (Discord's PINGs, Zoom's url_validation) answered exactly as documented with no row.
 

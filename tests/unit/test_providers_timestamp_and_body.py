@@ -1,4 +1,6 @@
-"""SendGrid, Discord and Zoom: the real verifiers against the providers' own side.
+"""Providers that sign a timestamp header's text followed by the body: SendGrid
+(ECDSA P-256), Discord (ed25519) and Zoom (HMAC of ``v0:{timestamp}:{body}``), the last
+two also answering handshakes. The real verifiers against the providers' own side.
 
 SendGrid: its Python library (``sendgrid.helpers.eventwebhook.EventWebhook``) and the
 vector its test suite publishes; requests signed here with ``cryptography``'s private

@@ -25,10 +25,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.sources import Source
-from hookd.timefmt import iso_z
 from store.coverage import CoverageRow
 from store.status import COVERING_OUTCOMES, CoverageOutcome
 
@@ -77,9 +75,6 @@ class Reason:
     detail: str | None = None
     run_id: str | None = None
 
-    def resource(self) -> dict[str, Any]:
-        return {"kind": self.kind, "detail": self.detail, "run_id": self.run_id}
-
 
 @dataclass(slots=True)
 class Span:
@@ -97,19 +92,6 @@ class Span:
     @property
     def seconds(self) -> float:
         return self.end - self.start
-
-    def resource(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "from": iso_z(at(self.start)),
-            "to": iso_z(at(self.end)),
-            "seconds": round(self.seconds, 3),
-            "state": "checked" if self.checked else "hole",
-        }
-        if self.checked:
-            out |= {"runs": len(self.records), "repaired": self.repaired}
-        else:
-            out["reasons"] = [r.resource() for r in self.reasons]
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,20 +129,6 @@ class Report:
     def only_due(self) -> bool:
         """Every hole is one the schedule fills by itself (settling, pending)."""
         return all({r.kind for r in s.reasons} <= IN_DUE_COURSE for s in self.holes)
-
-    def resource(self) -> dict[str, Any]:
-        checked = sum(s.seconds for s in self.spans if s.checked)
-        return {
-            "source": self.source,
-            "since": iso_z(at(self.since)),
-            "until": iso_z(at(self.until)),
-            "covered": self.covered,
-            "checked_seconds": round(checked, 3),
-            "unchecked_seconds": round(sum(s.seconds for s in self.holes), 3),
-            "settle_s": self.situation.settle_s,
-            "retention_s": self.situation.retention_s,
-            "intervals": [s.resource() for s in self.spans],
-        }
 
 
 def _ts(moment: datetime) -> float:

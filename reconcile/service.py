@@ -6,19 +6,15 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.sources import Source, Sources
-from hookd.timefmt import iso_z_or_none
 from reconcile.poller import Outcome, Reconciler
 from store import coverage as ledger
 from store import reconcile as state
-from store.models import EVENTS
 from store.rows import SourceStateRow
-from store.status import RUNNABLE_STATUSES, CoverageOutcome, EventStatus
+from store.status import CoverageOutcome
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -149,51 +145,3 @@ async def _record_disabled_window(conn: AsyncConnection, source: str, now: datet
         reason=f"reconciliation disabled: {current.disabled_reason or 'no reason recorded'}",
         now=now,
     )
-
-
-# Not processed or dead yet: what a source's pending count counts.
-_NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
-
-
-async def source_resources(engine: AsyncEngine, sources: Sources) -> list[dict[str, Any]]:
-    async with engine.connect() as conn:
-        states = await state.all_states(conn)
-        counts = {
-            (r.source, r.status): r.n
-            for r in await conn.execute(
-                sa.select(EVENTS.c.source, EVENTS.c.status, sa.func.count().label("n"))
-                .where(EVENTS.c.status.in_((*_NOT_DONE, EventStatus.DEAD)))
-                .group_by(EVENTS.c.source, EVENTS.c.status)
-            )
-        }
-        last_runs = {}
-        for name, current in states.items():
-            if current.last_run_id:
-                run = await state.get_run(conn, current.last_run_id)
-                if run is not None:
-                    last_runs[name] = state.run_resource(run)
-    out = []
-    for source in sources:
-        found = states.get(source.name)
-        reconcile: dict[str, Any] | None = None
-        if source.config.reconcile is not None:
-            disabled = found is not None and found.disabled
-            reconcile = {
-                "state": "disabled" if disabled else "active",
-                "reason": found.disabled_reason if found is not None else None,
-                "cursor": found.cursor if found is not None else None,
-                "interval_s": found.interval_s if found is not None else None,
-                "next_run_at": iso_z_or_none(found.next_run_at) if found is not None else None,
-                "last_run": last_runs.get(source.name),
-            }
-        pending = sum(counts.get((source.name, s), 0) for s in _NOT_DONE)
-        out.append(
-            {
-                "name": source.name,
-                "provider": source.provider,
-                "reconcile": reconcile,
-                "pending": pending,
-                "dead": counts.get((source.name, EventStatus.DEAD), 0),
-            }
-        )
-    return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -93,9 +93,9 @@ async def violation_totals(conn: AsyncConnection) -> dict[str, int]:
 # as expected, differs (drift), or the registration could not be read (the API was
 # unreachable, refused the token, answered nonsense): then nothing is known of it,
 # and it is neither ok nor drift.
-REGISTRATION_OK = "ok"
-REGISTRATION_DRIFT = "drift"
-REGISTRATION_UNREAD = "could_not_check"
+REGISTRATION_OK: Final = "ok"
+REGISTRATION_DRIFT: Final = "drift"
+REGISTRATION_UNREAD: Final = "could_not_check"
 
 
 async def record_registration(
@@ -145,17 +145,6 @@ async def record_registration(
             .where(RECONCILE_RUNS.c.id == run_id)
             .values(registration_ok=run_ok, registration_problems=run_problems)
         )
-
-
-def run_registration(ok: bool | None, problems: Sequence[str] | None) -> dict[str, Any] | None:
-    """A run's registration check as its resource shows it (None: it made none)."""
-    if ok is None and not problems:
-        return None
-    if ok is None:
-        reason = "; ".join(problems or ())
-        return {"ok": None, "state": REGISTRATION_UNREAD, "reason": reason, "problems": []}
-    state = REGISTRATION_OK if ok else REGISTRATION_DRIFT
-    return {"ok": ok, "state": state, "reason": None, "problems": list(problems or ())}
 
 
 async def disable(

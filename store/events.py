@@ -18,19 +18,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z, iso_z_or_none
+from hookd.timefmt import iso_z
 from store import dialect, queries
 from store.crypto import BodyCipher
 from store.ids import new_ids
 from store.models import EVENT_KEYS, EVENTS
 from store.rows import EVENT_COLUMNS, EVENT_COLUMNS_NO_BODY, EventRow
-from store.status import DONE_STATUSES, EventStatus
+from store.status import EventStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,45 +381,13 @@ async def list_events(
     return list(map(EventRow._make, await conn.execute(query)))
 
 
-def event_resource(row: EventRow) -> dict[str, Any]:
-    """An event as the API and ``hookd events`` show it, shaped like a long-running
-    operation: ``name`` (``events/ID``), ``done`` once processed or dead, ``error`` and
-    ``poll_after_seconds`` (null once done) for a client that polls it.
-
-    A JSON object that callers extend (the admin UI, ``hookd events --body``), hence
-    a plain dict."""
-    done = row.status in DONE_STATUSES
-    return {
-        "name": f"events/{row.id}",
-        "id": row.id,
-        "source": row.source,
-        "provider": row.provider,
-        "type": row.type,
-        "dedupe_key": row.dedupe_key,
-        "origin": row.origin,
-        "status": row.status,
-        "done": done,
-        "attempts": row.attempts,
-        "received_at": iso_z_or_none(row.received_at),
-        "occurred_at": iso_z_or_none(row.occurred_at),
-        "processed_at": iso_z_or_none(row.processed_at),
-        "verified_with": row.verified_with,
-        "object_key": row.object_key,
-        "object_version": row.object_version,
-        "payload_hash": row.payload_hash,
-        "error": event_error(row),
-        "poll_after_seconds": None if done else 1,
-    }
-
-
-def event_error(row: EventRow) -> dict[str, str | None] | None:
-    """The last failed attempt's error, while the event retries and once it is dead
-    (processing and replay clear it): the summary line, the handler that raised
-    (None when processing failed outside the handlers) and the exception type."""
-    if not row.last_error:
-        return None
-    return {
-        "message": row.last_error,
-        "handler": row.last_error_handler,
-        "type": row.last_error_type,
-    }
+async def counts_by_source(
+    conn: AsyncConnection, statuses: Sequence[str]
+) -> dict[tuple[str, str], int]:
+    """How many events each source has in each of ``statuses``: ``{(source, status): n}``."""
+    result = await conn.execute(
+        sa.select(EVENTS.c.source, EVENTS.c.status, sa.func.count().label("n"))
+        .where(EVENTS.c.status.in_(statuses))
+        .group_by(EVENTS.c.source, EVENTS.c.status)
+    )
+    return {(r.source, r.status): r.n for r in result}

@@ -24,7 +24,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z, iso_z_or_none
 from store import dialect, queries
 from store.models import EVENT_HISTORY, utc_binder
 from store.values import safe_text
@@ -189,36 +188,12 @@ async def record_replays(
     )
 
 
-def entry(row: Any) -> dict[str, Any]:
-    """One history row as the API, the command line and the admin page show it."""
-    if row.kind == HistoryKind.REPLAY:
-        return {
-            "kind": HistoryKind.REPLAY.value,
-            "at": iso_z(row.at),
-            "attempts_reset": row.attempt,
-            "status_before": row.status_before,
-            "via": row.requested_via,
-            "by": row.requested_by,
-        }
-    return {
-        "kind": HistoryKind.ATTEMPT.value,
-        "at": iso_z(row.at),
-        "finished_at": iso_z_or_none(row.finished_at),
-        "attempt": row.attempt,
-        "worker": row.worker,
-        "outcome": row.outcome,
-        "handler": row.handler,
-        "error": row.error,
-        "error_type": row.error_type,
-        "duration_s": None if row.duration_s is None else round(row.duration_s, 6),
-    }
-
-
-async def history_of(conn: AsyncConnection, event_id: str) -> list[dict[str, Any]]:
-    """An event's history, oldest first."""
+async def history_of(conn: AsyncConnection, event_id: str) -> list[sa.Row[Any]]:
+    """An event's history, oldest first: ``event_history`` rows (``hookd.ops.resources``
+    shows them)."""
     result = await conn.execute(
         sa.select(EVENT_HISTORY)
         .where(EVENT_HISTORY.c.event_id == event_id)
         .order_by(EVENT_HISTORY.c.id)
     )
-    return [entry(r) for r in result]
+    return list(result)

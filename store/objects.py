@@ -35,7 +35,6 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z
 from store import dialect, queries
 from store.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
@@ -342,21 +341,3 @@ async def object_counts(conn: AsyncConnection, source: str, key: str) -> dict[st
         .group_by(EVENTS.c.status)
     )
     return {status: int(count) for status, count in result}
-
-
-def object_resource(
-    source: str, key: str, row: SourceObjectRow | None, counts: dict[str, int]
-) -> dict[str, Any]:
-    """An object as the API shows it: its latest known state (null fields until an event
-    of it was processed) and how many of its events are in each status."""
-    return {
-        "name": f"sources/{source}/objects/{key}",
-        "source": source,
-        "key": key,
-        "latest_type": None if row is None else row.type,
-        "version": None if row is None else row.version,
-        "last_event_id": None if row is None else row.event_id,
-        "payload_hash": None if row is None else row.payload_hash,
-        "updated_at": None if row is None else iso_z(row.updated_at),
-        "events": {status: counts.get(status, 0) for status in EventStatus},
-    }

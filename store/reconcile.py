@@ -9,12 +9,10 @@ from typing import Any, TypedDict, Unpack
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from hookd.timefmt import iso_z_or_none
 from store import dialect
-from store.audit import run_registration
 from store.models import EVENT_KEYS, RECONCILE_RUN_TOTALS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
-from store.status import DONE_RUN_STATUSES, UNFINISHED_RUN_STATUSES, RunStatus
+from store.status import UNFINISHED_RUN_STATUSES, RunStatus
 
 
 class StateChange(TypedDict, total=False):
@@ -270,30 +268,3 @@ async def run_totals(conn: AsyncConnection) -> list[RunTotalsRow]:
         )
     )
     return [*map(RunTotalsRow._make, result), *map(RunTotalsRow._make, carried)]
-
-
-def run_resource(row: RunRow) -> dict[str, Any]:
-    """A run as the API shows it; a JSON object, like ``event_resource``'s."""
-    return {
-        "name": f"reconcile-runs/{row.id}",
-        "id": row.id,
-        "source": row.source,
-        "status": row.status,
-        "done": row.status in DONE_RUN_STATUSES,
-        "trigger": row.trigger,
-        "dry_run": row.dry_run,
-        "started_at": iso_z_or_none(row.started_at),
-        "finished_at": iso_z_or_none(row.finished_at),
-        "items_checked": row.items_checked,
-        "items_missing": row.items_missing,
-        "items_repaired": row.items_repaired,
-        "items_late": row.items_late,
-        "pages": row.pages,
-        "api_calls": row.api_calls,
-        "rate_limited": row.rate_limited,
-        "cursor_before": row.cursor_before,
-        "cursor_after": row.cursor_after,
-        "error": row.error,
-        "ack_violations": row.ack_violations,
-        "registration": run_registration(row.registration_ok, row.registration_problems),
-    }

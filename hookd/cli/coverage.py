@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from hookd.cli.context import database
@@ -23,6 +24,7 @@ from hookd.sources import Sources
 async def cmd_coverage(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
     from hookd.errors import Conflict, NotFound
     from hookd.ops import CoverageOps, SourceOps
+    from hookd.ops.resources import coverage_of
 
     async with database(settings) as engine:
         ops = CoverageOps(engine, SourceOps(engine, sources))
@@ -40,7 +42,7 @@ async def cmd_coverage(args: argparse.Namespace, settings: Settings, sources: So
             return EXIT_COVERAGE_UNKNOWN
         except BadRequest as exc:
             raise ConfigError(f"{exc.detail}") from None
-    resource = report.resource()
+    resource = coverage_of(report).answer()
     if args.json:
         print(json.dumps(resource))
     else:
@@ -50,7 +52,7 @@ async def cmd_coverage(args: argparse.Namespace, settings: Settings, sources: So
     return EXIT_COVERAGE_DUE if report.only_due else EXIT_COVERAGE_HOLES
 
 
-def _print(resource: dict[str, Any]) -> None:
+def _print(resource: Mapping[str, Any]) -> None:
     holes = [i for i in resource["intervals"] if i["state"] == "hole"]
     verdict = (
         "fully checked"

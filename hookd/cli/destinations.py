@@ -45,7 +45,7 @@ async def cmd_destinations(args: argparse.Namespace, settings: Settings, sources
                 found = await ops.list(args.source)
             except NotFound:
                 raise ConfigError(f"{sources.path}: no source named {args.source!r}") from None
-            return _print_list(found, args.json)
+            return _print_list([d.answer() for d in found], args.json)
         try:
             source, name = ops.parse_target(args.target)
         except NotFound:

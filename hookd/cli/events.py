@@ -8,9 +8,9 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import exc as sa_exc
 
@@ -31,6 +31,8 @@ from store.status import RUNNABLE_STATUSES, EventStatus
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from hookd.ops.models import HistoryEntry
+
 
 async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
     from hookd.errors import NotFound
@@ -44,7 +46,7 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
             query = EventQuery(
                 source=args.source, status=args.status, limit=args.limit, object=args.object
             )
-            resources = (await events.page(query)).events
+            resources = [e.answer() for e in (await events.page(query)).events]
             if args.json:
                 for res in resources:
                     print(json.dumps(res))
@@ -58,7 +60,7 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         except NotFound as exc:
             print(f"hookd: {exc.said or f'no event {args.id}'}", file=sys.stderr)
             return EXIT_FAIL
-        res = detail.resource
+        res = detail.resource.answer()
         res["headers"] = detail.headers
         if args.body:
             body = BodyCipher(settings.encryption_keys).open(
@@ -68,7 +70,8 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
         if args.json:
             print(json.dumps(res))
         else:
-            past = res.pop("history", [])
+            past = detail.resource.history
+            del res["history"]
             width = max(len(k) for k in res)
             for key, value in res.items():
                 shown = json.dumps(value) if isinstance(value, dict) else value
@@ -81,38 +84,38 @@ async def cmd_events(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def history_lines(
-    entries: list[dict[str, Any]], next_attempt_at: datetime | None = None
+    entries: Sequence[HistoryEntry], next_attempt_at: datetime | None = None
 ) -> list[str]:
     """An event's history, oldest first, one line per attempt or replay. A ``retry``
     says when the next attempt came (the next one's start), or for the last entry when
     it is due (``next_attempt_at``, the event's own, while it waits)."""
     lines = []
     for i, e in enumerate(entries):
-        if e["kind"] == "replay":
-            who = e["via"] + (f" ({e['by']})" if e["by"] else "")
-            reset = f"{e['attempts_reset']} attempt(s) reset"
-            what = f"replay by {who}: was {e['status_before']}, {reset}"
+        if e.kind == "replay":
+            who = e.via + (f" ({e.by})" if e.by else "")
+            reset = f"{e.attempts_reset} attempt(s) reset"
+            what = f"replay by {who}: was {e.status_before}, {reset}"
         else:
-            parts = [f"attempt {e['attempt']}: {e['outcome']}"]
-            took = "" if e["duration_s"] is None else f"took {e['duration_s'] * 1000:.1f} ms"
-            on = f"on {e['worker']}" if e["worker"] else ""
+            parts = [f"attempt {e.attempt}: {e.outcome}"]
+            took = "" if e.duration_s is None else f"took {e.duration_s * 1000:.1f} ms"
+            on = f"on {e.worker}" if e.worker else ""
             if took or on:
                 parts.append(" ".join(p for p in (took, on) if p))
-            if e["outcome"] == "retry":
+            if e.outcome == "retry":
                 parts.append(_next_attempt(entries[i + 1 :], next_attempt_at))
-            if e["error"]:
-                parts.append(f"error: {e['error']}")
+            if e.error:
+                parts.append(f"error: {e.error}")
             what = "; ".join(p for p in parts if p)
-        lines.append(f"{e['at']}  {what}")
+        lines.append(f"{iso_z(e.at)}  {what}")
     return lines
 
 
-def _next_attempt(later: list[dict[str, Any]], due: datetime | None) -> str:
+def _next_attempt(later: Sequence[HistoryEntry], due: datetime | None) -> str:
     from store.destinations import PARKED_FROM
 
     if later:
         following = later[0]
-        return f"next attempt at {following['at']}" if following["kind"] == "attempt" else ""
+        return f"next attempt at {iso_z(following.at)}" if following.kind == "attempt" else ""
     if due is None:
         return ""
     if due >= PARKED_FROM:
@@ -123,7 +126,9 @@ def _next_attempt(later: list[dict[str, Any]], due: datetime | None) -> str:
 EVENT_COLUMNS = ("id", "source", "type", "status", "origin", "attempts", "received_at")
 
 
-def print_table(resources: list[dict[str, Any]], columns: Sequence[str] = EVENT_COLUMNS) -> None:
+def print_table(
+    resources: Sequence[Mapping[str, object]], columns: Sequence[str] = EVENT_COLUMNS
+) -> None:
     rows = [[str(r[c] if r[c] is not None else "-") for c in columns] for r in resources]
     widths = [max([len(c), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from store.status import EventStatus
 
 if TYPE_CHECKING:
     from hookd.ops import OperationOps
+    from hookd.ops.models import Operation
 
 # How often `--wait` prints the progress of an operation.
 PROGRESS_EVERY_S = 1.0
@@ -40,7 +42,7 @@ def bulk_replay_asked(args: argparse.Namespace) -> bool:
     return given or args.dry_run or args.wait or args.status not in (None, EventStatus.DEAD)
 
 
-def _filter(args: argparse.Namespace, now: datetime) -> dict[str, Any]:
+def _filter(args: argparse.Namespace, now: datetime) -> dict[str, str]:
     if args.ids:
         raise ConfigError("give EVENT_IDs or a filter (--since …), not both")
     if args.since is None:
@@ -71,14 +73,14 @@ def _sources(settings: Settings, needed: bool) -> Sources:
     return Sources(path=settings.config, by_name={})
 
 
-def progress_line(op: dict[str, Any]) -> str:
-    p = op["progress"]
+def progress_line(op: Operation) -> str:
+    p = op.progress
     line = (
-        f"{op['name']} {op['action']} {op['status']}: {p['done']} of {p['total']} events gone "
-        f"over, {p['changed']} changed, {p['skipped']} skipped"
+        f"{op.name} {op.action} {op.status}: {p.done} of {p.total} events gone "
+        f"over, {p.changed} changed, {p.skipped} skipped"
     )
-    if op["error"] is not None:
-        line += f" ({op['error']['message']})"
+    if op.error is not None:
+        line += f" ({op.error.message})"
     return line
 
 
@@ -100,23 +102,23 @@ async def cmd_bulk_replay(args: argparse.Namespace, settings: Settings) -> int:
         except BadRequest as exc:
             raise ConfigError(f"--{exc.field.replace('_', '-')}: {exc.detail}") from None
         op = started.operation
-        total = op["progress"]["total"]
+        total = op.progress.total
         if args.dry_run:
             print(f"dry run: {total} event(s) would be replayed; nothing changed")
             return EXIT_OK
-        print(f"{op['name']}: replay of {total} event(s) (estimate) asked")
+        print(f"{op.name}: replay of {total} event(s) (estimate) asked")
         if not args.wait:
             print(
                 f"hookd serve or hookd worker runs it; follow it with "
-                f"`hookd operations show {op['id']}`"
+                f"`hookd operations show {op.id}`"
             )
             return EXIT_OK
-        final = await _run_here(ops, op["id"])
+        final = await _run_here(ops, op.id)
     print(progress_line(final))
-    return EXIT_OK if final["status"] == "succeeded" else EXIT_FAIL
+    return EXIT_OK if final.status == "succeeded" else EXIT_FAIL
 
 
-async def _run_here(ops: OperationOps, operation_id: str) -> dict[str, Any]:
+async def _run_here(ops: OperationOps, operation_id: str) -> Operation:
     """Run the operation in this process (or, when another runner holds it, follow it),
     printing its progress every ``PROGRESS_EVERY_S``; the operation as it ended.
     Interrupted (Ctrl-C), the runner gives its lease back and another process resumes."""
@@ -127,7 +129,7 @@ async def _run_here(ops: OperationOps, operation_id: str) -> dict[str, Any]:
         else:
             await asyncio.wait({runner}, timeout=PROGRESS_EVERY_S)
         op = await ops.get(operation_id)
-        if op["done"]:
+        if op.done:
             await runner
             return op
         print(progress_line(op), flush=True)
@@ -145,8 +147,8 @@ async def cmd_operations(args: argparse.Namespace, settings: Settings) -> int:
         ops = operations_of(settings, engine, _sources(settings, False), events)
         try:
             if args.operations_command == "list":
-                found, _ = await ops.page({"limit": str(min(args.limit, 500))})
-                _print_list(found, as_json=args.json)
+                page = await ops.page({"limit": str(min(args.limit, 500))})
+                _print_list([op.answer() for op in page.operations], as_json=args.json)
                 return EXIT_OK
             if args.operations_command == "show":
                 op = await ops.get(args.id)
@@ -159,17 +161,17 @@ async def cmd_operations(args: argparse.Namespace, settings: Settings) -> int:
             print(f"hookd: operation {args.id}: {exc.detail}", file=sys.stderr)
             return EXIT_FAIL
     if args.json:
-        print(json.dumps(op))
-    elif args.operations_command == "cancel" and not op["done"]:
+        print(json.dumps(op.answer()))
+    elif args.operations_command == "cancel" and not op.done:
         print(f"{progress_line(op)}; asked to stop: it does at its next batch")
     else:
         print(progress_line(op))
         if args.operations_command == "show":
-            _print_fields(op)
+            _print_fields(op.answer())
     return EXIT_OK
 
 
-def _print_fields(op: dict[str, Any]) -> None:
+def _print_fields(op: Mapping[str, Any]) -> None:
     shown = {k: v for k, v in op["filter"].items() if v is not None}
     fields = {
         "request_id": op["request_id"],
@@ -186,7 +188,7 @@ def _print_fields(op: dict[str, Any]) -> None:
         print(f"  {key.ljust(width)}  {'' if value is None else value}")
 
 
-def _print_list(found: list[dict[str, Any]], *, as_json: bool) -> None:
+def _print_list(found: list[Mapping[str, Any]], *, as_json: bool) -> None:
     if as_json:
         for op in found:
             print(json.dumps(op))

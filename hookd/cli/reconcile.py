@@ -20,10 +20,11 @@ from hookd.cli.parser import EXIT_FAIL, EXIT_OK, LEASE_WAIT_S
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 from hookd.sources import Sources
-from hookd.timefmt import iso_z_seconds
+from hookd.timefmt import iso_z, iso_z_or_none, iso_z_seconds
 from store.status import RunStatus, RunTrigger
 
 if TYPE_CHECKING:
+    from hookd.ops import models
     from reconcile.poller import Reconciler
     from reconcile.providers.base import Registration
 
@@ -160,31 +161,12 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
                 ) from None
             print(f"{args.name}: reconciliation enabled")
             return EXIT_OK
-        resources = await source_ops.overview()
+        found = await source_ops.overview()
     if args.json:
-        for res in resources:
-            print(json.dumps(res))
+        for source in found:
+            print(json.dumps(source.answer()))
         return EXIT_OK
-    rows = []
-    for res in resources:
-        rc = res["reconcile"] or {}
-        last = rc.get("last_run") or {}
-        rows.append(
-            {
-                "name": res["name"],
-                "provider": res["provider"],
-                "reconcile": rc.get("state", "off"),
-                "cursor": iso_z_seconds(rc.get("cursor")),
-                "last_run": last.get("status"),
-                "next_run_at": rc.get("next_run_at"),
-                "pending": res["pending"],
-                "dead": res["dead"],
-                "reason": rc.get("reason"),
-                "processing": _processing_word(res),
-                "by": rc.get("disabled_by"),
-                "registration": _registration_word(rc.get("registration")),
-            }
-        )
+    rows = [_source_row(source) for source in found]
     print_table(
         rows,
         (
@@ -205,31 +187,65 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
     return EXIT_OK
 
 
-def _processing_word(resource: dict[str, Any]) -> str:
-    """Active, or paused with since when, by whom and why (``hookd sources pause``)."""
-    if not resource.get("paused"):
-        return "active"
-    pause = resource.get("pause") or {}
-    said = ", ".join(
-        f"{label} {pause[key]}" for key, label in (("at", "since"), ("by", "by")) if pause.get(key)
-    )
+def _source_row(source: models.Source) -> dict[str, object]:
+    """One line of ``hookd sources``: a source not reconciled says ``off``, and no more."""
+    row: dict[str, object] = {
+        "name": source.name,
+        "provider": source.provider,
+        "processing": _processing_word(source),
+        "pending": source.pending,
+        "dead": source.dead,
+        "reconcile": "off",
+        **dict.fromkeys(("cursor", "last_run", "next_run_at", "reason", "by", "registration")),
+    }
+    rc = source.reconcile
+    if rc is not None:
+        row |= {
+            "reconcile": rc.state,
+            "cursor": iso_z_seconds(rc.cursor),
+            "last_run": None if rc.last_run is None else rc.last_run.status,
+            "next_run_at": iso_z_or_none(rc.next_run_at),
+            "reason": rc.reason,
+            "by": rc.disabled_by,
+            "registration": _registration_word(rc.registration),
+        }
+    return row
+
+
+def _disabled_line(name: str, source: models.Source) -> str:
+    """What ``hookd sources disable`` says: by whom, when and why (a source without a
+    ``[sources.reconcile]`` table is refused before)."""
+    rc = source.reconcile
+    assert rc is not None
     return (
-        "paused"
-        + (f" ({said})" if said else "")
-        + (f": {pause['reason']}" if pause.get("reason") else "")
+        f"{name}: reconciliation disabled by {rc.disabled_by} at "
+        f"{iso_z_or_none(rc.disabled_at)}: {rc.reason}"
     )
 
 
-def _registration_word(registration: dict[str, Any] | None) -> str | None:
+def _processing_word(source: models.Source) -> str:
+    """Active, or paused with since when, by whom and why (``hookd sources pause``)."""
+    pause = source.pause
+    if not source.paused or pause is None:
+        return "active"
+    said = ", ".join(
+        f"{label} {value}"
+        for label, value in (("since", iso_z(pause.at)), ("by", pause.by))
+        if value
+    )
+    return "paused" + (f" ({said})" if said else "") + (f": {pause.reason}" if pause.reason else "")
+
+
+def _registration_word(registration: models.SourceRegistration | None) -> str | None:
     """The last registration check in a word: ok, drift (and what), could not check
     (and why), or none yet."""
     if registration is None:
         return None
-    if registration["ok"] is None:
-        return f"could not check: {registration['reason']}"
-    if registration["ok"]:
+    if registration.ok is None:
+        return f"could not check: {registration.reason}"
+    if registration.ok:
         return "ok"
-    return "drift: " + "; ".join(registration["problems"])
+    return "drift: " + "; ".join(registration.problems)
 
 
 def _check_state(registration: Registration) -> str | None:
@@ -266,11 +282,7 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
                 resource = await source_ops.disable(args.name, args.reason, cli_actor())
             except BadRequest as exc:
                 raise ConfigError(f"--reason: {exc.detail}") from None
-            rc = resource["reconcile"]
-            print(
-                f"{args.name}: reconciliation disabled by {rc['disabled_by']} at "
-                f"{rc['disabled_at']}: {rc['reason']}"
-            )
+            print(_disabled_line(args.name, resource))
             return EXIT_OK
         if not chosen:
             raise ConfigError(f"{sources.path}: no source has a [sources.reconcile] table")

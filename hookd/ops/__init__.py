@@ -14,11 +14,11 @@ from hookd.ops.events import (
     API_REPLAY,
     EventDetail,
     EventOps,
-    EventPage,
     Replayed,
     Wake,
     cli_requester,
 )
+from hookd.ops.models import EventPage
 from hookd.ops.operations import Created, OperationFilter, OperationOps, OperationRequest
 from hookd.ops.prune import parse_as_of, policies, prune_sources
 from hookd.ops.queries import MAX_LIMIT, EventQuery, RunQuery

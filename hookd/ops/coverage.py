@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import BadRequest
+from hookd.ops import models
+from hookd.ops.resources import coverage_of
 from hookd.ops.sources import SourceOps
 from reconcile import coverage
 from store import coverage as ledger
@@ -110,6 +111,6 @@ class CoverageOps:
 
     async def resource(
         self, name: str, since: str | None = None, until: str | None = None
-    ) -> dict[str, Any]:
+    ) -> models.Coverage:
         """The report as the API answers it."""
-        return (await self.report(name, since, until)).resource()
+        return coverage_of(await self.report(name, since, until))

@@ -10,21 +10,21 @@ switched, when and why is kept (``store.destinations``); every process reads it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import BadRequest, NotFound
+from hookd.ops import models
 from hookd.ops.events import Wake
+from hookd.ops.resources import breaker_of, pause_of
 from hookd.routing import DestinationConfig
 from hookd.sources import Source, Sources
-from hookd.timefmt import iso_z_or_none
 from processing.delivery import destination_configs
 from store import destinations as state
 from store.destinations import WHOLE_SOURCE, BreakerRow, PauseRow
-from store.status import BreakerState
 
 MAX_REASON = 500
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -50,30 +50,12 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def pause_resource(row: PauseRow | None) -> dict[str, Any] | None:
-    """The last switch: paused or resumed, by whom, when and why (null: never switched)."""
-    if row is None:
-        return None
-    return {
-        "paused": row.paused,
-        "by": row.changed_by,
-        "at": iso_z_or_none(row.changed_at),
-        "reason": row.reason,
-    }
+@dataclass(frozen=True, slots=True)
+class SourceRouting:
+    """A source's pause switch (None: never switched) and its destinations."""
 
-
-def breaker_resource(row: BreakerRow | None, enabled: bool) -> dict[str, Any]:
-    if not enabled:
-        state_name = "disabled"
-    else:
-        state_name = BreakerState.CLOSED.value if row is None else str(row.state)
-    return {
-        "state": state_name,
-        "failures": 0 if row is None else row.failures,
-        "opened_at": None if row is None else iso_z_or_none(row.opened_at),
-        "retry_at": None if row is None else iso_z_or_none(row.retry_at),
-        "reason": None if row is None else row.reason,
-    }
+    pause: PauseRow | None
+    destinations: list[models.Destination]
 
 
 class DestinationOps:
@@ -106,7 +88,7 @@ class DestinationOps:
         self._destination(source, name)
         return source, name
 
-    async def list(self, source: str | None = None) -> list[dict[str, Any]]:
+    async def list(self, source: str | None = None) -> list[models.Destination]:
         """Every destination (of ``source``), in the sources file's order."""
         chosen = [self._source(source)] if source is not None else list(self.sources)
         targets = [(s.name, c.name) for s in chosen for c in destination_configs(s)]
@@ -127,42 +109,40 @@ class DestinationOps:
         pauses: dict[tuple[str, str], PauseRow],
         breakers: dict[tuple[str, str], BreakerRow],
         waiting: dict[tuple[str, str], int],
-    ) -> dict[str, Any]:
+    ) -> models.Destination:
         key = (source.name, config.name)
         pause = pauses.get(key)
-        return {
-            "name": config.name,
-            "source": source.name,
-            "url": shown_url(config.url),
-            "paused": pause is not None and pause.paused,
-            "pause": pause_resource(pause),
-            "breaker": breaker_resource(breakers.get(key), config.breaker.enabled),
-            "waiting": waiting.get(key, 0),
-            "rate_per_s": config.rate_per_s,
-            "concurrency": config.concurrency,
-            "max_attempts": config.max_attempts or source.config.max_attempts,
-        }
+        return models.Destination(
+            name=config.name,
+            source=source.name,
+            url=shown_url(config.url),
+            paused=pause is not None and pause.paused,
+            pause=pause_of(pause),
+            breaker=breaker_of(breakers.get(key), config.breaker.enabled),
+            waiting=waiting.get(key, 0),
+            rate_per_s=config.rate_per_s,
+            concurrency=config.concurrency,
+            max_attempts=config.max_attempts or source.config.max_attempts,
+        )
 
-    async def show(self, source: str, name: str) -> dict[str, Any]:
+    async def show(self, source: str, name: str) -> models.Destination:
         self._destination(source, name)
-        [found] = [d for d in await self.list(source) if d["name"] == name]
+        [found] = [d for d in await self.list(source) if d.name == name]
         return found
 
-    async def source_state(self) -> dict[str, dict[str, Any]]:
-        """What the sources overview adds per source: whether it is paused, the last
-        switch, and its destinations."""
+    async def source_state(self) -> dict[str, SourceRouting]:
+        """What the sources overview adds per source: its last pause switch, and its
+        destinations."""
         async with self.engine.connect() as conn:
             pauses = await state.all_pauses(conn)
         listed = await self.list()
-        out: dict[str, dict[str, Any]] = {}
-        for source in self.sources:
-            pause = pauses.get((source.name, WHOLE_SOURCE))
-            out[source.name] = {
-                "paused": pause is not None and pause.paused,
-                "pause": pause_resource(pause),
-                "destinations": [d for d in listed if d["source"] == source.name],
-            }
-        return out
+        return {
+            source.name: SourceRouting(
+                pauses.get((source.name, WHOLE_SOURCE)),
+                [d for d in listed if d.source == source.name],
+            )
+            for source in self.sources
+        }
 
     async def pause_source(self, name: str, *, by: str, reason: str | None = None) -> bool:
         """Stop claiming the source's events (they are still stored and acknowledged);

@@ -13,14 +13,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import Conflict, NotFound
+from hookd.ops import models
 from hookd.ops.queries import EventQuery
+from hookd.ops.resources import event_detail_of, event_of
 from store import claims, destinations
-from store.events import event_resource, get_event, get_tombstone, list_events
+from store.events import get_event, get_tombstone, list_events
 from store.history import UNKNOWN, Requester, history_of
 from store.ids import is_id
 from store.status import EventStatus, LedgerOutcome
@@ -47,16 +49,10 @@ Within = Callable[[AsyncConnection, list[str], list[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
-class EventPage:
-    events: list[dict[str, Any]]  # resources, newest first
-    next_cursor: str | None  # the query's cursor for the next (older) page; None: last page
-
-
-@dataclass(frozen=True, slots=True)
 class EventDetail:
     """One event: what the list shows of it, and what only a close look shows."""
 
-    resource: dict[str, Any]
+    resource: models.EventDetail
     headers: dict[str, str]
     body: bytes | None  # as stored (maybe encrypted); only when asked for
     body_encrypted: bool
@@ -71,7 +67,7 @@ class Replayed:
     ids: list[str]  # what was asked for (or found dead)
     unknown: list[str]  # no such event
     replayed: list[str]  # pending again; the others are being processed right now,
-    resources: list[dict[str, Any]]  # the replayed events as the replay left them, if asked
+    resources: list[models.EventDetail]  # the replayed events as the replay left them, if asked
     body_pruned: list[str] = field(default_factory=list)  # or lost their body to retention
     # or were pruned, or are being pruned (their ledger gone), since they were asked for
     pruned: list[str] = field(default_factory=list)
@@ -88,7 +84,7 @@ class EventOps:
         resume of a paused source or destination)."""
         return self._wake
 
-    async def page(self, query: EventQuery) -> EventPage:
+    async def page(self, query: EventQuery) -> models.EventPage:
         async with self._engine.connect() as conn:
             rows = await list_events(
                 conn,
@@ -103,7 +99,7 @@ class EventOps:
             )
         page = rows[: query.limit]
         next_cursor = page[-1].id if len(rows) > query.limit else None
-        return EventPage([event_resource(r) for r in page], next_cursor)
+        return models.EventPage(events=[event_of(r) for r in page], next_cursor=next_cursor)
 
     async def show(
         self, event_id: str, *, with_body: bool = False, with_ledger: bool = False
@@ -120,7 +116,7 @@ class EventOps:
             past = await history_of(conn, event_id)
         assert row is not None
         return EventDetail(
-            event_resource(row) | {"history": past},
+            event_detail_of(row, past),
             row.headers,
             row.body,
             row.body_encrypted,
@@ -129,7 +125,7 @@ class EventOps:
             frozenset(h for h, outcome in outcomes.items() if outcome == LedgerOutcome.SKIPPED),
         )
 
-    async def replay(self, event_id: str, *, by: Requester = UNKNOWN) -> dict[str, Any]:
+    async def replay(self, event_id: str, *, by: Requester = UNKNOWN) -> models.EventDetail:
         """One event pending again: its resource as the replay left it, with its
         history (the replay's marker last). ``by``: who asked, for the history."""
         if not is_id(event_id):
@@ -224,5 +220,5 @@ class EventOps:
                 extra={"count": len(replayed), "via": by.via, "by": by.by, **one},
             )
             await self._wake()
-        resources = [event_resource(r) | {"history": pasts[r.id]} for r in rows if r is not None]
+        resources = [event_detail_of(r, pasts[r.id]) for r in rows if r is not None]
         return Replayed(event_ids, unknown, replayed, resources, bodiless, pruned)

@@ -4,11 +4,11 @@ listed with the event list's ``object`` filter (``EventQuery.object``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import Conflict, NotFound
+from hookd.ops import models
+from hookd.ops.resources import object_of
 from hookd.ordering import MAX_KEY_CHARS
 from hookd.sources import Sources
 from store import objects
@@ -21,8 +21,8 @@ class ObjectOps:
         self.engine = engine
         self.sources = sources
 
-    async def show(self, name: str, key: str) -> dict[str, Any]:
-        """The object's resource (``store.objects.object_resource``); ``NotFound`` for an
+    async def show(self, name: str, key: str) -> models.SourceObject:
+        """The object; ``NotFound`` for an
         unknown source or an object of which no event is stored and none was processed,
         ``Conflict`` for a source without ``[sources.order]``."""
         source = self.sources.get(name)
@@ -37,4 +37,4 @@ class ObjectOps:
             counts = await objects.object_counts(conn, name, key)
         if row is None and not counts:
             raise NotFound("object")
-        return objects.object_resource(name, key, row, counts)
+        return object_of(name, key, row, counts)

@@ -27,16 +27,17 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.ops import models
 from hookd.ops.events import EventOps, Within
 from hookd.ops.queries import DEFAULT_LIMIT, has_nul, parse_limit
+from hookd.ops.resources import operation_of
 from hookd.sources import Sources
-from hookd.timefmt import iso_z, iso_z_or_none
+from hookd.timefmt import iso_z
 from processing.handlers import FORWARD
 from store import operations as store
 from store.history import Requester
@@ -215,40 +216,8 @@ class OperationRequest:
 
 @dataclass(frozen=True, slots=True)
 class Created:
-    operation: dict[str, Any]  # the resource
+    operation: models.Operation
     created: bool  # False: the request id's operation, asked for before
-
-
-def resource(row: store.OperationRow) -> dict[str, Any]:
-    """An operation as the API, the admin UI and ``hookd operations`` show it, shaped
-    like a long-running operation (``name``, ``done``, ``error``)."""
-    done = row.status in DONE_OPERATION_STATUSES
-    error = None
-    if row.status in (OperationStatus.FAILED, OperationStatus.CANCELLED):
-        error = {"code": row.status, "message": row.error or row.status}
-    return {
-        "name": f"operations/{row.id}",
-        "id": row.id,
-        "request_id": row.request_id,
-        "action": row.action,
-        "trigger": row.trigger,
-        "dry_run": row.dry_run,
-        "filter": {key: row.filter.get(key) for key in FILTER_KEYS},
-        "status": row.status,
-        "done": done,
-        "progress": {
-            "total": row.total,
-            "done": row.done_count,
-            "changed": row.changed_count,
-            "skipped": row.skipped_count,
-        },
-        "error": error,
-        "created_at": iso_z(row.created_at),
-        "started_at": iso_z_or_none(row.started_at),
-        "finished_at": iso_z_or_none(row.finished_at),
-        "cancel_requested_at": iso_z_or_none(row.cancel_requested_at),
-        "poll_after_seconds": None if done else 1,
-    }
 
 
 def how_far(row: store.OperationRow) -> str:
@@ -389,7 +358,7 @@ class OperationOps:
         )
         if not request.dry_run and self.on_created is not None:
             self.on_created()
-        return Created(resource(row), created=True)
+        return Created(operation_of(row), created=True)
 
     @staticmethod
     def _again(request: OperationRequest, row: store.OperationRow) -> Created:
@@ -399,7 +368,7 @@ class OperationOps:
                 f"request_id {row.request_id!r} started operation {row.id} with another "
                 "action, filter or dry_run: use a new request_id for a new operation",
             )
-        return Created(resource(row), created=False)
+        return Created(operation_of(row), created=False)
 
     async def _row(self, operation_id: str) -> store.OperationRow:
         if not is_id(operation_id):
@@ -410,11 +379,11 @@ class OperationOps:
             raise NotFound("operation")
         return row
 
-    async def get(self, operation_id: str) -> dict[str, Any]:
-        return resource(await self._row(operation_id))
+    async def get(self, operation_id: str) -> models.Operation:
+        return operation_of(await self._row(operation_id))
 
-    async def page(self, params: Mapping[str, str]) -> tuple[list[dict[str, Any]], str | None]:
-        """Newest first, keyset paged (``limit``, ``cursor``): resources and the next cursor."""
+    async def page(self, params: Mapping[str, str]) -> models.OperationList:
+        """Newest first, keyset paged (``limit``, ``cursor``)."""
         limit = parse_limit(params.get("limit", str(DEFAULT_LIMIT)))
         cursor = params.get("cursor") or None
         if cursor is not None and not is_id(cursor):
@@ -423,14 +392,16 @@ class OperationOps:
             rows = await store.recent(conn, limit + 1, cursor)
         page = rows[:limit]
         next_cursor = page[-1].id if len(rows) > limit else None
-        return [resource(r) for r in page], next_cursor
+        return models.OperationList(
+            operations=[operation_of(r) for r in page], next_cursor=next_cursor
+        )
 
-    async def cancel(self, operation_id: str, *, wait_s: float = CANCEL_WAIT_S) -> dict[str, Any]:
+    async def cancel(self, operation_id: str, *, wait_s: float = CANCEL_WAIT_S) -> models.Operation:
         """Stop an operation: at once when no runner holds it, else at the runner's next
         batch (waited for up to ``wait_s``). What it had done stays done."""
         row = await self._row(operation_id)
         if row.status == OperationStatus.CANCELLED:
-            return resource(row)
+            return operation_of(row)
         if row.status in DONE_OPERATION_STATUSES:
             raise Conflict("done", f"the operation already ended: {row.status}")
         now = _now()
@@ -451,7 +422,7 @@ class OperationOps:
         while True:
             row = await self._row(operation_id)
             if row.status in DONE_OPERATION_STATUSES or loop.time() >= deadline:
-                return resource(row)
+                return operation_of(row)
             await asyncio.sleep(0.05)
 
     # -- running ---------------------------------------------------------------------

@@ -8,10 +8,11 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.errors import NotFound
+from hookd.ops import models
 from hookd.ops.queries import RunQuery
+from hookd.ops.resources import run_of
 from hookd.ops.sources import SourceOps
 from hookd.sources import Source
 from reconcile.poller import INTERRUPT_WRITE_S, Outcome, Reconciler
@@ -25,7 +26,7 @@ log = logging.getLogger("hookd.api")
 
 @dataclass(frozen=True, slots=True)
 class StartedRun:
-    run: dict[str, Any]  # the ``queued`` record, to answer with before the run begins
+    run: models.ReconcileRun  # the ``queued`` record, to answer with before the run begins
     task: asyncio.Task[None]  # the run itself; it ends without raising
 
 
@@ -101,16 +102,16 @@ class RunOps:
                         conn, run_id, self._reconciler.interrupt_reason, now
                     )
 
-    async def get(self, run_id: str) -> dict[str, Any]:
+    async def get(self, run_id: str) -> models.ReconcileRun:
         if not is_id(run_id):
             raise NotFound("run")
         async with self._reconciler.engine.connect() as conn:
             row = await rstate.get_run(conn, run_id)
         if row is None:
             raise NotFound("run")
-        return rstate.run_resource(row)
+        return run_of(row)
 
-    async def recent(self, query: RunQuery) -> list[dict[str, Any]]:
+    async def recent(self, query: RunQuery) -> models.ReconcileRunList:
         async with self._reconciler.engine.connect() as conn:
             rows = await rstate.list_runs(conn, query.source, query.limit)
-        return [rstate.run_resource(r) for r in rows]
+        return models.ReconcileRunList(runs=[run_of(r) for r in rows])

@@ -6,27 +6,30 @@ from __future__ import annotations
 import getpass
 import re
 from datetime import UTC, datetime
-from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.ops import models
 from hookd.ops.destinations import DestinationOps
+from hookd.ops.resources import pause_of, source_reconcile
 from hookd.sources import Source, Sources
-from hookd.timefmt import iso_z_or_none
 from reconcile import audit as reconcile_audit
 from reconcile import service
 from reconcile.providers.base import Registration
-from store import audit
+from store import audit, events
 from store import reconcile as rstate
-from store.rows import SourceStateRow
+from store.rows import RunRow
+from store.status import RUNNABLE_STATUSES, EventStatus
 
 # Who switched reconciliation off, as ``disabled_by`` records it: how (cli, api,
 # admin) and, when known, with what (the token's scope, the session's, the OS user).
 API_ACTOR = "api token:admin"
 ADMIN_ACTOR = "admin session:admin"
 MAX_REASON = 500
+# Not processed or dead yet: what a source's pending count counts.
+_NOT_DONE = (*RUNNABLE_STATUSES, EventStatus.PROCESSING)
 # A reason is a line of text: no control characters (PostgreSQL text holds no NUL).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -73,23 +76,50 @@ class SourceOps:
         """Every source with a ``[sources.reconcile]`` table, in the file's order."""
         return service.reconciled(self.sources)
 
-    async def overview(self) -> list[dict[str, Any]]:
-        """Each source with its reconciliation state and its pending and dead counts."""
-        resources = await service.source_resources(self.engine, self.sources)
+    async def overview(self) -> list[models.Source]:
+        """Each source with its reconciliation state, its pending and dead counts, its
+        pause switch and its destinations, in the file's order."""
         async with self.engine.connect() as conn:
             states = await rstate.all_states(conn)
+            counts = await events.counts_by_source(conn, (*_NOT_DONE, EventStatus.DEAD))
+            last_runs: dict[str, RunRow] = {}
+            for name, state in states.items():
+                run = (
+                    None if not state.last_run_id else await rstate.get_run(conn, state.last_run_id)
+                )
+                if run is not None:
+                    last_runs[name] = run
             violations = await audit.violation_totals(conn)
-        for resource in resources:
-            rc = resource.get("reconcile")
-            if rc is not None:
-                rc |= audited(states.get(resource["name"]), violations.get(resource["name"], 0))
         # Paused or not, and the destinations (hookd.ops.destinations).
         routing = await DestinationOps(self.engine, self.sources).source_state()
-        for resource in resources:
-            resource.update(routing[resource["name"]])
-        return resources
+        out = []
+        for source in self.sources:
+            name, switch = source.name, routing[source.name]
+            reconcile = None
+            if source.config.reconcile is not None:
+                reconcile = source_reconcile(
+                    states.get(name), last_runs.get(name), violations.get(name, 0)
+                )
+            out.append(
+                models.Source(
+                    name=name,
+                    provider=source.provider,
+                    reconcile=reconcile,
+                    pending=sum(counts.get((name, s), 0) for s in _NOT_DONE),
+                    dead=counts.get((name, EventStatus.DEAD), 0),
+                    paused=switch.pause is not None and switch.pause.paused,
+                    pause=pause_of(switch.pause),
+                    destinations=switch.destinations,
+                )
+            )
+        return out
 
-    async def disable(self, name: str, reason: str | None, by: str) -> dict[str, Any]:
+    async def entry(self, name: str) -> models.Source:
+        """One source's overview entry."""
+        [found] = [r for r in await self.overview() if r.name == name]
+        return found
+
+    async def disable(self, name: str, reason: str | None, by: str) -> models.Source:
         """Reconciliation off by hand, with why and by whom (``by``: ``cli_actor()``,
         ``API_ACTOR``, ``ADMIN_ACTOR``), until ``enable``; the source's overview entry
         afterwards. A source already off stays off as it was (its first reason, time and
@@ -100,8 +130,7 @@ class SourceOps:
         async with self.engine.begin() as conn:
             await rstate.ensure_state(conn, source.name, now)
             await audit.disable(conn, source.name, reason=text, by=by, now=now)
-        [resource] = [r for r in await self.overview() if r["name"] == source.name]
-        return resource
+        return await self.entry(source.name)
 
     async def check(self, name: str, client: httpx.AsyncClient) -> Registration:
         """The provider's registration of the source's endpoint, read now and recorded
@@ -109,40 +138,9 @@ class SourceOps:
         source = self.reconcilable(name)
         return await reconcile_audit.check_source(self.engine, client, source)
 
-    async def enable(self, name: str) -> dict[str, Any]:
+    async def enable(self, name: str) -> models.Source:
         """Reconciliation on again after it stopped itself (auth failures); the source's
         overview entry afterwards."""
         source = self.reconcilable(name)
         await service.enable(self.engine, source.name)
-        [resource] = [r for r in await self.overview() if r["name"] == source.name]
-        return resource
-
-
-def audited(state: SourceStateRow | None, violations: int) -> dict[str, Any]:
-    """What the overview adds to a reconciled source's entry: who switched it off and
-    when, its last registration check, and the acknowledgements found broken."""
-    registration = None
-    if state is not None and state.registration_checked_at is not None:
-        kept = state.registration or {}
-        ok = state.registration_ok
-        registration = {
-            "ok": ok,
-            "state": (
-                audit.REGISTRATION_UNREAD
-                if ok is None
-                else audit.REGISTRATION_OK
-                if ok
-                else audit.REGISTRATION_DRIFT
-            ),
-            "reason": kept.get("reason") if ok is None else None,
-            "checked_at": iso_z_or_none(state.registration_checked_at),
-            "problems": list(kept.get("problems") or ()),
-            "registered": dict(kept.get("registered") or {}),
-        }
-    off = state is not None and state.disabled
-    return {
-        "disabled_at": iso_z_or_none(state.disabled_at) if off and state else None,
-        "disabled_by": state.disabled_by if off and state else None,
-        "registration": registration,
-        "ack_violations": violations,
-    }
+        return await self.entry(source.name)

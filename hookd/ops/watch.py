@@ -11,15 +11,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import BadRequest
-from hookd.ops.events import EventPage
+from hookd.ops import models
 from hookd.ops.queries import DEFAULT_LIMIT, has_nul, parse_limit
-from hookd.timefmt import iso_z_or_none
-from store.events import event_resource
+from hookd.ops.resources import event_of
 from store.ids import is_id
 from store.rows import EventRow
 from store.watch import retried_events, stuck_events
@@ -57,19 +55,18 @@ class WatchQuery:
         return cls(source, attempts, limit, cursor)
 
 
-def _resource(row: EventRow) -> dict[str, Any]:
+def _resource(row: EventRow) -> models.WatchedEvent:
     """The event as the list shows it, and whose claim it is (``host:pid:…``) until when."""
-    resource = event_resource(row)
-    resource["lease_owner"] = row.lease_owner
-    resource["lease_expires_at"] = iso_z_or_none(row.lease_expires_at)
-    return resource
+    return models.WatchedEvent(
+        **dict(event_of(row)), lease_owner=row.lease_owner, lease_expires_at=row.lease_expires_at
+    )
 
 
 class WatchOps:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
 
-    async def stuck(self, query: WatchQuery) -> EventPage:
+    async def stuck(self, query: WatchQuery) -> models.WatchPage:
         """Events ``processing`` whose lease has ended."""
         async with self._engine.connect() as conn:
             rows = await stuck_events(
@@ -81,7 +78,7 @@ class WatchOps:
             )
         return self._paged(rows, query.limit)
 
-    async def retried(self, query: WatchQuery) -> EventPage:
+    async def retried(self, query: WatchQuery) -> models.WatchPage:
         """Events not finished with at least ``query.min_attempts`` attempts."""
         async with self._engine.connect() as conn:
             rows = await retried_events(
@@ -94,7 +91,7 @@ class WatchOps:
         return self._paged(rows, query.limit)
 
     @staticmethod
-    def _paged(rows: list[EventRow], limit: int) -> EventPage:
+    def _paged(rows: list[EventRow], limit: int) -> models.WatchPage:
         page = rows[:limit]
         next_cursor = page[-1].id if len(rows) > limit else None
-        return EventPage([_resource(r) for r in page], next_cursor)
+        return models.WatchPage(events=[_resource(r) for r in page], next_cursor=next_cursor)

@@ -356,8 +356,9 @@ def _span_title(span: Mapping[str, Any]) -> str:
 
 
 def coverage_timeline(view: Mapping[str, Any]) -> Markup:
-    """The coverage report ``view`` (``Report.resource()``: since, until, intervals) as
-    one SVG band over its range: checked intervals and holes, each with its title."""
+    """The coverage report ``view`` (a ``hookd.ops.models.Coverage``'s answer: since,
+    until, intervals) as one SVG band over its range: checked intervals and holes, each
+    with its title."""
     since, until = _moment(view["since"]), _moment(view["until"])
     span_s = max(until - since, 1e-9)
     width = WIDTH - LEFT - RIGHT

@@ -5,8 +5,11 @@ also for unknown paths: the admin token for everything, the read token for the G
 processes (``hookd.web.auth_limit``: 429 with Retry-After). Every answer under /api,
 errors included, is ``Cache-Control: no-store`` (``hookd.web.headers``).
 
-Each endpoint reads its request, asks ``hookd.ops`` and answers; the refusals of
-``hookd.ops`` become the status codes and bodies here (``protected``)."""
+The routes are the route table's (`hookd/web/api_table.py`: method, path, handler, who
+may call it, parameters, answers). Each handler reads its request, asks ``hookd.ops``
+and returns the resource it answered with (a model of ``hookd.ops.models``), which is
+serialised here as the table says; the refusals of ``hookd.ops`` become the status
+codes and bodies here (``protected``)."""
 
 from __future__ import annotations
 
@@ -31,14 +34,19 @@ from hookd.ops import (
     RunOps,
     RunQuery,
     SourceOps,
+    models,
 )
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
 from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
+from hookd.web.api_table import ROUTES, ApiRoute
 from hookd.web.auth_limit import AuthLimit, BearerGuard
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+# What a handler answers: a resource (with the route's status, or its own), or a response.
+Answer = models.Resource | tuple[int, models.Resource] | Response
+Handler = Callable[[Request], Awaitable[Answer]]
 # The largest request body the API reads (a bulk operation's request is a few hundred bytes).
 MAX_BODY_BYTES = 65_536
 
@@ -63,8 +71,8 @@ async def json_body(request: Request) -> object:
 
 
 def problem(status: int, code: str, detail: str = "") -> JSONResponse:
-    body = {"error": code} | ({"detail": detail} if detail else {})
-    return JSONResponse(body, status_code=status)
+    error = models.Error(error=code, detail=detail) if detail else models.Error(error=code)
+    return JSONResponse(error.answer(), status_code=status)
 
 
 # The 403's detail, by what the token lacked.
@@ -136,7 +144,7 @@ class ApiFallback(BaseRoute):
         }
         if allowed:
             return JSONResponse(
-                {"error": "method_not_allowed"},
+                models.Error(error="method_not_allowed").answer(),
                 405,
                 headers={"Allow": ", ".join(sorted(allowed))},
             )
@@ -164,148 +172,114 @@ class OperationsApi:
         self._destinations = DestinationOps(sources.engine, sources.sources, events.wake)
         self._objects = ObjectOps(sources.engine, sources.sources)
 
-    async def events_index(self, request: Request) -> Response:
-        page = await self._events.page(EventQuery.parse(request.query_params))
-        return JSONResponse({"events": page.events, "next_cursor": page.next_cursor})
+    async def events_index(self, request: Request) -> Answer:
+        return await self._events.page(EventQuery.parse(request.query_params))
 
-    async def event_detail(self, request: Request) -> Response:
-        return JSONResponse((await self._events.show(request.path_params["id"])).resource)
+    async def event_detail(self, request: Request) -> Answer:
+        return (await self._events.show(request.path_params["id"])).resource
 
-    async def event_replay(self, request: Request) -> Response:
-        replayed = await self._events.replay(request.path_params["id"], by=API_REPLAY)
-        return JSONResponse(replayed, status_code=202)
+    async def event_replay(self, request: Request) -> Answer:
+        return await self._events.replay(request.path_params["id"], by=API_REPLAY)
 
-    async def openapi_document(self, _: Request) -> Response:
+    async def openapi_document(self, _: Request) -> Answer:
         return Response(openapi.DOCUMENT_JSON, media_type="application/json")
 
-    async def sources_index(self, _: Request) -> Response:
-        return JSONResponse({"sources": await self._sources.overview()})
+    async def sources_index(self, _: Request) -> Answer:
+        return models.SourceList(sources=await self._sources.overview())
 
-    async def reconcile_now(self, request: Request) -> Response:
+    async def reconcile_now(self, request: Request) -> Answer:
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
-        started = await self._runs.start(request.path_params["name"], dry_run=dry_run)
-        return JSONResponse(started.run, status_code=202)
+        return (await self._runs.start(request.path_params["name"], dry_run=dry_run)).run
 
-    async def enable(self, request: Request) -> Response:
-        return JSONResponse(await self._sources.enable(request.path_params["name"]))
+    async def enable(self, request: Request) -> Answer:
+        return await self._sources.enable(request.path_params["name"])
 
-    async def disable(self, request: Request) -> Response:
+    async def disable(self, request: Request) -> Answer:
         reason = request.query_params.get("reason")
-        return JSONResponse(
-            await self._sources.disable(request.path_params["name"], reason, API_ACTOR)
-        )
+        return await self._sources.disable(request.path_params["name"], reason, API_ACTOR)
 
-    async def coverage(self, request: Request) -> Response:
+    async def coverage(self, request: Request) -> Answer:
         query = request.query_params
-        return JSONResponse(
-            await self._coverage.resource(
-                request.path_params["name"], query.get("since") or None, query.get("until") or None
-            )
+        return await self._coverage.resource(
+            request.path_params["name"], query.get("since") or None, query.get("until") or None
         )
 
-    async def source_pause(self, request: Request) -> Response:
+    async def source_pause(self, request: Request) -> Answer:
         name = request.path_params["name"]
         reason = request.query_params.get("reason")
         await self._destinations.pause_source(name, by=API_ACTOR, reason=reason)
-        return JSONResponse(await self._source_entry(name))
+        return await self._sources.entry(name)
 
-    async def source_resume(self, request: Request) -> Response:
+    async def source_resume(self, request: Request) -> Answer:
         name = request.path_params["name"]
         await self._destinations.resume_source(name, by=API_ACTOR)
-        return JSONResponse(await self._source_entry(name))
+        return await self._sources.entry(name)
 
-    async def _source_entry(self, name: str) -> dict[str, object]:
-        [found] = [r for r in await self._sources.overview() if r["name"] == name]
-        return found
-
-    async def object_detail(self, request: Request) -> Response:
+    async def object_detail(self, request: Request) -> Answer:
         params = request.path_params
-        return JSONResponse(await self._objects.show(params["name"], params["id"]))
+        return await self._objects.show(params["name"], params["id"])
 
-    async def destinations_index(self, request: Request) -> Response:
+    async def destinations_index(self, request: Request) -> Answer:
         source = request.query_params.get("source") or None
-        return JSONResponse({"destinations": await self._destinations.list(source)})
+        return models.DestinationList(destinations=await self._destinations.list(source))
 
-    async def destination_pause(self, request: Request) -> Response:
+    async def destination_pause(self, request: Request) -> Answer:
         source, name = request.path_params["name"], request.path_params["destination"]
         reason = request.query_params.get("reason")
         await self._destinations.pause(source, name, by=API_ACTOR, reason=reason)
-        return JSONResponse(await self._destinations.show(source, name))
+        return await self._destinations.show(source, name)
 
-    async def destination_resume(self, request: Request) -> Response:
+    async def destination_resume(self, request: Request) -> Answer:
         source, name = request.path_params["name"], request.path_params["destination"]
         await self._destinations.resume(source, name, by=API_ACTOR)
-        return JSONResponse(await self._destinations.show(source, name))
+        return await self._destinations.show(source, name)
 
-    async def runs_index(self, request: Request) -> Response:
-        runs = await self._runs.recent(RunQuery.parse(request.query_params))
-        return JSONResponse({"runs": runs})
+    async def runs_index(self, request: Request) -> Answer:
+        return await self._runs.recent(RunQuery.parse(request.query_params))
 
-    async def run_detail(self, request: Request) -> Response:
-        return JSONResponse(await self._runs.get(request.path_params["id"]))
+    async def run_detail(self, request: Request) -> Answer:
+        return await self._runs.get(request.path_params["id"])
 
-    async def operation_start(self, request: Request) -> Response:
+    async def operation_start(self, request: Request) -> Answer:
         asked = OperationRequest.parse(await json_body(request))
         started = await self._operations.create(asked, trigger="api")
         # 202: a new operation under way; 200: a dry run (done at once), or the one
         # this request_id asked for before.
-        fresh = started.created and not started.operation["done"]
-        return JSONResponse(started.operation, status_code=202 if fresh else 200)
+        fresh = started.created and not started.operation.done
+        return (202 if fresh else 200), started.operation
 
-    async def operations_index(self, request: Request) -> Response:
-        found, next_cursor = await self._operations.page(request.query_params)
-        return JSONResponse({"operations": found, "next_cursor": next_cursor})
+    async def operations_index(self, request: Request) -> Answer:
+        return await self._operations.page(request.query_params)
 
-    async def operation_detail(self, request: Request) -> Response:
-        return JSONResponse(await self._operations.get(request.path_params["id"]))
+    async def operation_detail(self, request: Request) -> Answer:
+        return await self._operations.get(request.path_params["id"])
 
-    async def operation_cancel(self, request: Request) -> Response:
+    async def operation_cancel(self, request: Request) -> Answer:
         operation = await self._operations.cancel(request.path_params["id"])
-        return JSONResponse(operation, status_code=200 if operation["done"] else 202)
+        return (200 if operation.done else 202), operation
+
+    def _endpoint(self, route: ApiRoute) -> Endpoint:
+        """``route``'s handler, its answer serialised through its model."""
+        handler: Handler = getattr(self, route.handler)
+
+        async def endpoint(request: Request) -> Response:
+            answered = await handler(request)
+            if isinstance(answered, Response):
+                return answered
+            status, resource = answered if isinstance(answered, tuple) else (route.ok, answered)
+            # The model the route table (and so the document) gives for this status.
+            assert isinstance(resource, route.replies[status].body), (route.handler, status)
+            return JSONResponse(resource.answer(), status_code=status)
+
+        return protected(self._guard, route.right, endpoint)
 
     def routes(self) -> list[BaseRoute]:
-        t = self._guard
-
-        def read(endpoint: Endpoint) -> Endpoint:
-            return protected(t, Right.READ, endpoint)
-
-        def write(endpoint: Endpoint) -> Endpoint:
-            return protected(t, Right.WRITE, endpoint)
-
-        return [
-            Route("/api/openapi.json", read(self.openapi_document), methods=["GET"]),
-            Route("/api/events", read(self.events_index), methods=["GET"]),
-            Route("/api/events/{id}", read(self.event_detail), methods=["GET"]),
-            Route("/api/events/{id}/replay", write(self.event_replay), methods=["POST"]),
-            Route("/api/sources", read(self.sources_index), methods=["GET"]),
-            Route("/api/sources/{name}/reconcile", write(self.reconcile_now), methods=["POST"]),
-            Route("/api/sources/{name}/enable", write(self.enable), methods=["POST"]),
-            Route("/api/sources/{name}/coverage", read(self.coverage), methods=["GET"]),
-            Route("/api/sources/{name}/disable", write(self.disable), methods=["POST"]),
-            Route("/api/sources/{name}/pause", write(self.source_pause), methods=["POST"]),
-            Route("/api/sources/{name}/resume", write(self.source_resume), methods=["POST"]),
-            Route(
-                "/api/sources/{name}/objects/{id:path}", read(self.object_detail), methods=["GET"]
-            ),
-            Route("/api/destinations", read(self.destinations_index), methods=["GET"]),
-            Route(
-                "/api/sources/{name}/destinations/{destination}/pause",
-                write(self.destination_pause),
-                methods=["POST"],
-            ),
-            Route(
-                "/api/sources/{name}/destinations/{destination}/resume",
-                write(self.destination_resume),
-                methods=["POST"],
-            ),
-            Route("/api/reconcile-runs", read(self.runs_index), methods=["GET"]),
-            Route("/api/reconcile-runs/{id}", read(self.run_detail), methods=["GET"]),
-            Route("/api/operations", write(self.operation_start), methods=["POST"]),
-            Route("/api/operations", read(self.operations_index), methods=["GET"]),
-            Route("/api/operations/{id}", read(self.operation_detail), methods=["GET"]),
-            Route("/api/operations/{id}/cancel", write(self.operation_cancel), methods=["POST"]),
-            ApiFallback(t),
+        """A route per entry of the route table (``api_table.ROUTES``), then the fallback."""
+        table: list[BaseRoute] = [
+            Route(route.route_path, self._endpoint(route), methods=[route.method])
+            for route in ROUTES
         ]
+        return [*table, ApiFallback(self._guard)]
 
 
 def routes(

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from hookd.auth import NO_RIGHTS, Right, Tokens, bearer, forbidden, unauthorized
+from hookd.ops.models import Error
 from store import auth_attempts
 
 log = logging.getLogger("hookd.auth")
@@ -206,7 +207,7 @@ async def bounded(limit: AuthLimit) -> AsyncIterator[Check]:
 def unavailable() -> JSONResponse:
     """The API's and /metrics' 503 when the limit's count cannot be taken."""
     return JSONResponse(
-        {"error": "unavailable", "detail": "token checks are not possible now: try again"},
+        Error(error="unavailable", detail="token checks are not possible now: try again").answer(),
         503,
         {"Retry-After": str(UNAVAILABLE_RETRY_S), "Cache-Control": "no-store"},
     )
@@ -214,11 +215,9 @@ def unavailable() -> JSONResponse:
 
 def too_many(wait_s: int) -> JSONResponse:
     """The API's and /metrics' 429."""
+    detail = f"too many refused tokens: try again in {wait_s} s"
     return JSONResponse(
-        {
-            "error": "too_many_requests",
-            "detail": f"too many refused tokens: try again in {wait_s} s",
-        },
+        Error(error="too_many_requests", detail=detail).answer(),
         429,
         {"Retry-After": str(wait_s), "Cache-Control": "no-store"},
     )

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from hookd.providers.signing import sample_event
 from hookd.providers.standard import standard_headers
 from hookd.sources import Sources, parse_sources
-from hookd.web import admin, admin_session
+from hookd.web import admin_pages, admin_session
 from store import reconcile as rstate
 from store.models import EVENTS
 from tests.support import admin as admin_ui
@@ -294,7 +294,7 @@ async def test_replay_all_dead_for_a_source(sources: Sources, sqlite_url: str) -
 async def test_events_pages_filter_and_page_older_newest_first(
     sources: Sources, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin, "PAGE_SIZE", 2)
+    monkeypatch.setattr(admin_pages, "PAGE_SIZE", 2)
     async with running_app(sources, sqlite_url, admin_token=TOKEN) as (_, client):
         ids = []
         for i in range(5):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import hookd
+from tests.support.cli import hookd
 from tests.support.server import free_port
 from tests.unit.webhook_requests import V1A_PUBLIC, V1A_SIGNING
 

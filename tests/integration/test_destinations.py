@@ -175,7 +175,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         await drain_until([proc], opened, timeout_s=20)
         tried_before = len(targets["crm"].refused)
         ops = DestinationOps(engine, sources, _nothing)
-        [crm] = [d for d in await ops.list() if d["name"] == "crm"]
+        [crm] = [d.answer() for d in await ops.list() if d.name == "crm"]
         assert crm["breaker"]["state"] == "open" and crm["breaker"]["failures"] >= 3
         Draft202012Validator(
             {"$ref": "#/components/schemas/Destination", **openapi.document()}
@@ -192,7 +192,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
         await asyncio.sleep(wait_s.total_seconds() + 0.1)
         await drain_until([proc], lambda: len(targets["crm"].refused) > tried_before, 10)
         assert len(targets["crm"].refused) == tried_before + 1
-        [crm] = [d for d in await ops.list() if d["name"] == "crm"]
+        [crm] = [d.answer() for d in await ops.list() if d.name == "crm"]
         assert crm["breaker"]["state"] == "open"
         targets["crm"].status = 200
 
@@ -203,7 +203,7 @@ async def test_the_breaker_opens_probes_and_closes_and_the_held_deliveries_are_m
     got = targets["crm"].ids()
     assert sorted(got) == sorted(event_ids)
     assert len(got) == len(set(got))
-    [crm] = [d for d in await ops.list() if d["name"] == "crm"]
+    [crm] = [d.answer() for d in await ops.list() if d.name == "crm"]
     assert crm["breaker"]["state"] == "closed" and crm["waiting"] == 0
 
 
@@ -236,7 +236,7 @@ async def test_a_paused_destination_waits_without_attempts_and_resume_delivers_i
             ).all()
         assert sorted(r.id for r in parked) == sorted(expected)
         assert {(r.attempts, r.status) for r in parked} == {(0, "retrying")}
-        [billing] = [d for d in await ops.list() if d["name"] == "billing"]
+        [billing] = [d.answer() for d in await ops.list() if d.name == "billing"]
         assert billing["paused"] and billing["pause"]["by"] == "test"
         assert billing["waiting"] == len(expected)
         assert await ops.resume("stripe", "billing", by="test")

@@ -104,10 +104,10 @@ async def test_replay_twice_after_a_dead_end_keeps_every_attempt_and_both_replay
     await drain_until(engine, proc, event_id, "dead")
     await ops.replay_many([event_id], by=Requester("cli", "user:alice"))
     await drain_until(engine, proc, event_id, "dead")
-    replayed = await ops.replay(event_id, by=API_REPLAY)
+    replayed = (await ops.replay(event_id, by=API_REPLAY)).answer()
     broken["yes"] = False
     await drain_until(engine, proc, event_id, "processed")
-    detail = (await ops.show(event_id)).resource
+    detail = (await ops.show(event_id)).resource.answer()
 
     failed = ("attempt", 1, "retry"), ("attempt", 2, "dead")
     assert steps(detail["history"]) == [
@@ -174,7 +174,7 @@ async def test_history_is_written_with_the_outcome_or_not_at_all(
         event_id,
         "processed",
     )
-    past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource["history"]
+    past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource.answer()["history"]
     assert steps(past) == [("attempt", 1, "abandoned"), ("attempt", 2, "processed")]
     assert past[0]["worker"] is None and "lease ran out" in past[0]["error"]
 
@@ -200,7 +200,7 @@ async def test_a_shutdown_records_the_attempt_it_cut_short_as_released(
     with pytest.raises(asyncio.CancelledError):
         await task
     await drain_until(engine, proc, event_id, "processed")
-    past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource["history"]
+    past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource.answer()["history"]
     # Given back, so the attempt after it has the same number.
     assert steps(past) == [("attempt", 1, "released"), ("attempt", 1, "processed")]
     assert past[0]["worker"] == past[1]["worker"] == proc.owner
@@ -419,5 +419,5 @@ async def test_a_worker_killed_mid_attempt_leaves_no_history_and_the_takeover_re
 
         await wait_for(processed, timeout_s=20, message=second.log)
     async with engine_of(pg_url) as engine:
-        past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource["history"]
+        past = (await EventOps(engine, nothing_to_wake).show(event_id)).resource.answer()["history"]
     assert steps(past) == [("attempt", 1, "abandoned"), ("attempt", 2, "processed")]

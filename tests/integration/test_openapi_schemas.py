@@ -1,4 +1,4 @@
-"""The schemas of the OpenAPI document, generated from ``hookd.web.models``: valid
+"""The schemas of the OpenAPI document, generated from ``hookd.ops.models``: valid
 OpenAPI 3.1 made of valid JSON Schemas, holding the store's words and the registry's
 providers, and true of what a real server answers, whatever the dicts behind the
 answers hold."""
@@ -14,9 +14,13 @@ import pytest
 import schemathesis
 from jsonschema import Draft202012Validator
 
+from hookd.ops import models
 from hookd.providers import PROVIDERS
-from hookd.web import models, openapi
+from hookd.web import openapi
+from hookd.web.api import OperationsApi
+from hookd.web.api_table import ROUTES
 from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
+from tests.support import openapi_snapshot
 from tests.support.ops_server import AUTH, DOOMED, RECONCILED, Served, served_api, wait_done
 
 pytestmark = pytest.mark.anyio
@@ -60,12 +64,34 @@ def test_generated_document_is_valid_openapi_3_1() -> None:
     assert refs, "the document refers to no schema: it changed shape"
     assert all(ref.startswith(REF) and ref.removeprefix(REF) in components for ref in refs)
     # Every body is there under its model's name, and nothing is there unused.
-    assert {model.__name__ for model in models.BODIES} <= set(components)
+    assert {model.__name__ for model in openapi.bodies()} <= set(components)
     assert {ref.removeprefix(REF) for ref in refs_in(components)} | {
         ref.removeprefix(REF) for ref in refs_in(document["paths"])
     } == set(components)
     # The JSON is the document.
     assert json.loads(openapi.DOCUMENT_JSON) == document
+
+
+def test_the_document_is_its_snapshot() -> None:
+    """The document, paths included, is generated from the route table and the models:
+    any change to what it says shows here as a difference from the committed snapshot,
+    to review and write again (``python -m tests.support.openapi_snapshot``)."""
+    snapshot = json.loads(openapi_snapshot.SNAPSHOT.read_text(encoding="utf-8"))
+    document = openapi_snapshot.current()
+    assert list(document["paths"]) == list(snapshot["paths"]), "the paths' order changed"
+    assert document == snapshot
+
+
+def test_every_route_of_the_table_is_answered_by_a_handler_and_a_model() -> None:
+    """Each route names an ``OperationsApi`` method, and each answer a model the
+    document holds (``Error`` for the refusals)."""
+    components = openapi.document()["components"]["schemas"]
+    for route in ROUTES:
+        assert callable(getattr(OperationsApi, route.handler, None)), route.handler
+        for reply in route.replies.values():
+            assert reply.body.__name__ in components, (route.operation_id, reply.body)
+            assert not reply.codes or reply.body is models.Error, route.operation_id
+    assert len({(r.method, r.path) for r in ROUTES}) == len(ROUTES)
 
 
 def test_words_come_from_the_store_and_providers_from_the_registry() -> None:
@@ -98,7 +124,7 @@ class Answers:
     def failures(self) -> list[str]:
         """Each answer against its schema (jsonschema) and its model (pydantic, strict)."""
         components = openapi.document()["components"]
-        bodies = {model.__name__: model for model in models.BODIES}
+        bodies = {model.__name__: model for model in openapi.bodies()}
         found = []
         for component, request, _, content in self.seen:
             schema = {"$ref": REF + component, "components": components}
@@ -169,5 +195,49 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
     assert not queued["done"] and queued["finished_at"] is None
     # A checked interval (the run's) and a hole (before it: nothing recorded).
     assert {i["state"] for i in coverage["intervals"]} == {"checked", "hole"}
+    failures = answers.failures()
+    assert not failures, "\n".join(failures)
+
+
+async def test_the_other_resources_answer_as_their_schemas_say(served: Served) -> None:
+    """What the test above does not reach: bulk operations, the pause switches, reason
+    and who on a disabled source, the destinations, an object of an unordered source,
+    and refusals of the API's other kinds."""
+    async with httpx.AsyncClient(base_url=served.url, headers=AUTH, timeout=10) as client:
+        answers = Answers(client)
+        listed = await answers.call("OperationList", "GET", "/api/operations?limit=1", 200)
+        for operation_id in served.operation_ids:
+            await answers.call("Operation", "GET", f"/api/operations/{operation_id}", 200)
+        body = {"action": "replay", "filter": {"source": DOOMED}, "request_id": "schemas"}
+        started = await answers.call("Operation", "POST", "/api/operations", 202, json=body)
+        await wait_done(client, f"/api/operations/{started['id']}")
+        again = await answers.call("Operation", "POST", "/api/operations", 200, json=body)
+        await answers.call("Operation", "GET", f"/api/operations/{started['id']}", 200)
+        paused = await answers.call("Source", "POST", "/api/sources/github/pause?reason=why", 200)
+        await answers.call("SourceList", "GET", "/api/sources", 200)
+        resumed = await answers.call("Source", "POST", "/api/sources/github/resume", 200)
+        path = f"/api/sources/{RECONCILED}"
+        disabled = await answers.call("Source", "POST", f"{path}/disable?reason=look", 200)
+        await answers.call("SourceList", "GET", "/api/sources", 200)
+        await answers.call("Source", "POST", f"{path}/enable", 200)
+        await answers.call("DestinationList", "GET", "/api/destinations", 200)
+        for status, method, path, kwargs in [
+            (409, "GET", "/api/sources/github/objects/cus_1", {}),
+            (404, "GET", "/api/sources/nope/objects/cus_1", {}),
+            (404, "GET", "/api/destinations?source=nope", {}),
+            (404, "POST", "/api/sources/github/destinations/nope/pause", {}),
+            (400, "POST", "/api/sources/github/pause?reason=%00", {}),
+            (400, "POST", "/api/operations", {"json": {"action": "delete"}}),
+            (409, "POST", "/api/operations", {"json": {**body, "dry_run": True}}),
+            (409, "POST", f"/api/operations/{started['id']}/cancel", {}),
+            (404, "GET", f"/api/operations/{'0' * 26}", {}),
+            (400, "GET", "/api/reconcile-runs?limit=x", {}),
+        ]:
+            await answers.call("Error", method, path, status, **kwargs)
+    assert listed["next_cursor"] is None or len(listed["operations"]) == 1
+    assert again["id"] == started["id"] and again["done"]
+    assert paused["paused"] and paused["pause"]["reason"] == "why"
+    assert not resumed["paused"] and resumed["pause"]["paused"] is False
+    assert disabled["reconcile"]["disabled_by"] == "api token:admin"
     failures = answers.failures()
     assert not failures, "\n".join(failures)

@@ -103,16 +103,16 @@ async def test_bulk_replay_of_a_time_range_shows_an_estimate_progress_and_comple
     ops: OperationOps
 
     async def wake() -> None:  # after each batch commits: the progress as a client sees it
-        seen.append((await ops.get(operation_id))["progress"])
+        seen.append((await ops.get(operation_id)).answer()["progress"])
 
     ops = operations_for(engine, wake, batch=250)
     asked = await ops.create(
         replay_of({"since": start.isoformat(), "until": end.isoformat()}), trigger="api"
     )
-    operation_id = asked.operation["id"]
+    operation_id = asked.operation.id
     assert asked.created
-    assert asked.operation["status"] == "queued" and not asked.operation["done"]
-    assert asked.operation["progress"] == {
+    assert asked.operation.answer()["status"] == "queued" and not asked.operation.answer()["done"]
+    assert asked.operation.answer()["progress"] == {
         "total": EVENTS_IN_RANGE,
         "done": 0,
         "changed": 0,
@@ -125,7 +125,7 @@ async def test_bulk_replay_of_a_time_range_shows_an_estimate_progress_and_comple
     done = [p["done"] for p in seen]
     assert done == list(range(250, EVENTS_IN_RANGE + 1, 250)), "progress after every batch"
     assert all(p["total"] == EVENTS_IN_RANGE for p in seen)
-    final = await ops.get(operation_id)
+    final = (await ops.get(operation_id)).answer()
     assert (final["status"], final["done"], final["error"]) == ("succeeded", True, None)
     assert final["progress"] == {
         "total": EVENTS_IN_RANGE,
@@ -148,14 +148,14 @@ async def test_a_cancelled_operation_stops_within_a_second_and_reports_how_far_i
 
     ops = operations_for(engine, slow_wake, batch=20)
     asked = await ops.create(replay_of({"source": "github"}), trigger="api")
-    operation_id = asked.operation["id"]
+    operation_id = asked.operation.id
     runner = asyncio.create_task(ops.run(operation_id))
-    while (await ops.get(operation_id))["progress"]["done"] < 200:
+    while (await ops.get(operation_id)).progress.done < 200:
         assert not runner.done(), "the operation ended before it could be cancelled"
         await asyncio.sleep(0.01)
 
     asked_at = time.monotonic()
-    cancelled = await ops.cancel(operation_id)
+    cancelled = (await ops.cancel(operation_id)).answer()
     took_s = time.monotonic() - asked_at
     assert await runner
 
@@ -189,12 +189,12 @@ async def test_the_same_request_id_twice_runs_one_operation(engine: AsyncEngine)
         ops.create(request, trigger="api"), ops.create(request, trigger="api")
     )
     assert sorted([first.created, second.created]) == [False, True]
-    assert first.operation["id"] == second.operation["id"]
-    runners = await asyncio.gather(*(ops.run(first.operation["id"]) for _ in range(2)))
+    assert first.operation.id == second.operation.id
+    runners = await asyncio.gather(*(ops.run(first.operation.id) for _ in range(2)))
     assert sorted(runners) == [False, True], "one runner at a time"
     again = await ops.create(request, trigger="api")
-    assert (again.created, again.operation["id"]) == (False, first.operation["id"])
-    assert again.operation["progress"]["changed"] == 50
+    assert (again.created, again.operation.id) == (False, first.operation.id)
+    assert again.operation.answer()["progress"]["changed"] == 50
     assert len(wakes) == 1, "one batch, replayed once"
     async with engine.connect() as conn:
         assert await conn.scalar(sa.select(sa.func.count()).select_from(OPERATIONS)) == 1
@@ -211,10 +211,10 @@ async def test_a_dry_run_counts_and_changes_nothing(engine: AsyncEngine) -> None
         OperationAction.REPLAY, OperationFilter.parse({"type": "pu*"}), dry_run=True
     )
     asked = await ops.create(request, trigger="cli")
-    assert asked.operation["done"] and asked.operation["status"] == "succeeded"
-    assert asked.operation["progress"]["total"] == 30
-    assert asked.operation["progress"]["done"] == 0
-    assert not await ops.run(asked.operation["id"]), "a dry run is never run"
+    assert asked.operation.answer()["done"] and asked.operation.answer()["status"] == "succeeded"
+    assert asked.operation.answer()["progress"]["total"] == 30
+    assert asked.operation.answer()["progress"]["done"] == 0
+    assert not await ops.run(asked.operation.id), "a dry run is never run"
     assert await statuses(engine, ids) == {"processed": 30}
 
 
@@ -229,9 +229,9 @@ async def test_cancel_action_makes_pending_and_retrying_events_dead_with_its_rea
     ops = operations_for(engine, nothing)
     request = OperationRequest(OperationAction.CANCEL, OperationFilter.parse({"source": "github"}))
     asked = await ops.create(request, trigger="api")
-    assert asked.operation["progress"]["total"] == 10, "only pending and retrying ones"
-    assert await ops.run(asked.operation["id"])
-    final = await ops.get(asked.operation["id"])
+    assert asked.operation.answer()["progress"]["total"] == 10, "only pending and retrying ones"
+    assert await ops.run(asked.operation.id)
+    final = (await ops.get(asked.operation.id)).answer()
     assert final["progress"] == {"total": 10, "done": 10, "changed": 10, "skipped": 0}
     assert await statuses(engine, pending + retrying) == {"dead": 10}
     assert await statuses(engine, processed) == {"processed": 5}
@@ -277,8 +277,8 @@ secret = "whsec_dGVzdC1zZWNyZXQtZm9yLWJpbGxpbmctZGVzdA=="
         )
     ops = operations_for(engine, nothing, sources=sources)
     asked = await ops.create(replay_of({"destination": "standard/billing"}), trigger="api")
-    assert asked.operation["progress"]["total"] == 4
-    assert await ops.run(asked.operation["id"])
+    assert asked.operation.answer()["progress"]["total"] == 4
+    assert await ops.run(asked.operation.id)
     async with engine.connect() as conn:
         ledger = set(await conn.execute(sa.select(HANDLER_RUNS.c.event_id, HANDLER_RUNS.c.handler)))
     assert ledger == {(i, "myapp:on_event") for i in ids}, "only billing runs again"
@@ -315,7 +315,7 @@ async def test_a_runner_that_died_is_taken_over_where_it_stopped(engine: AsyncEn
     ids = await seed(engine, 300, received_at=datetime.now(UTC) - timedelta(hours=1))
     dead = operations_for(engine, nothing, batch=100)
     asked = await dead.create(replay_of({"source": "github"}), trigger="api")
-    operation_id = asked.operation["id"]
+    operation_id = asked.operation.id
     async with engine.begin() as conn:  # the dead runner did one batch, then stopped
         await conn.execute(
             sa.update(OPERATIONS)
@@ -340,7 +340,7 @@ async def test_a_runner_that_died_is_taken_over_where_it_stopped(engine: AsyncEn
         )
     assert await other.waiting() == [operation_id]
     assert await other.run(operation_id)
-    final = await other.get(operation_id)
+    final = (await other.get(operation_id)).answer()
     assert final["status"] == "succeeded"
     assert final["progress"] == {"total": 300, "done": 300, "changed": 300, "skipped": 0}
     first = set(sorted(ids)[:100])
@@ -359,8 +359,8 @@ async def test_an_object_filter_takes_only_that_objects_events(engine: AsyncEngi
             )
     ops = operations_for(engine, nothing)
     asked = await ops.create(replay_of({"object": "cus_1"}), trigger="api")
-    assert asked.operation["progress"]["total"] == 4
-    assert await ops.run(asked.operation["id"])
+    assert asked.operation.answer()["progress"]["total"] == 4
+    assert await ops.run(asked.operation.id)
     chosen = [e for i, e in enumerate(ids) if i % 3 == 1]
     assert await statuses(engine, chosen) == {"pending": 4}
     assert await statuses(engine, [e for e in ids if e not in chosen]) == {"processed": 8}

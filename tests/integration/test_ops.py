@@ -54,13 +54,13 @@ async def test_replay_of_a_dead_event_makes_it_pending_and_wakes_once(engine: As
     wakes = Wakes()
     events = EventOps(engine, wakes)
     resource = await events.replay(event_id)
-    assert resource["id"] == event_id
-    assert resource["status"] == "pending"
-    assert resource["attempts"] == 0
-    assert resource["error"] is None
+    assert resource.id == event_id
+    assert resource.status == "pending"
+    assert resource.attempts == 0
+    assert resource.error is None
     assert wakes.calls == 1
     shown = (await events.show(event_id)).resource
-    assert shown["status"] == "pending"
+    assert shown.status == "pending"
 
 
 async def test_replay_of_an_event_in_progress_is_a_conflict(engine: AsyncEngine) -> None:
@@ -73,7 +73,7 @@ async def test_replay_of_an_event_in_progress_is_a_conflict(engine: AsyncEngine)
     assert refused.value.reason == "in_progress"
     assert refused.value.detail == "the event is being processed right now"
     assert wakes.calls == 0
-    assert (await events.show(event_id)).resource["status"] == "processing"
+    assert (await events.show(event_id)).resource.status == "processing"
 
 
 @pytest.mark.parametrize("event_id", [UNKNOWN, "not-an-id", ""])
@@ -118,7 +118,7 @@ async def test_replay_dead_takes_the_dead_of_one_source_only(engine: AsyncEngine
     assert sorted(done.replayed) == sorted([dead_a, dead_b])
     assert done.unknown == []
     assert wakes.calls == 1
-    statuses = {e["id"]: e["status"] for e in (await events.page(EventQuery(limit=10))).events}
+    statuses = {e.id: e.status for e in (await events.page(EventQuery(limit=10))).events}
     assert statuses == {dead_a: "pending", dead_b: "pending", alive: "pending", other: "dead"}
     again = await events.replay_dead("github")
     assert again.replayed == []
@@ -133,10 +133,10 @@ async def test_pages_are_newest_first_with_a_cursor(engine: AsyncEngine) -> None
         ids += await stored(engine, key)
     events = EventOps(engine, Wakes())
     first = await events.page(EventQuery(limit=2))
-    assert [e["id"] for e in first.events] == ids[:0:-1]
+    assert [e.id for e in first.events] == ids[:0:-1]
     assert first.next_cursor == ids[1]
     rest = await events.page(EventQuery.parse({"limit": "2", "cursor": first.next_cursor}))
-    assert [e["id"] for e in rest.events] == [ids[0]]
+    assert [e.id for e in rest.events] == [ids[0]]
     assert rest.next_cursor is None
     assert (await events.page(EventQuery.parse({"source": "stripe"}))).events == []
 
@@ -211,9 +211,9 @@ async def test_sources_refuse_unknown_and_unreconciled(engine: AsyncEngine) -> N
     assert refused.value.reason == "not_configured"
     assert [s.name for s in sources.reconciled()] == ["github"]
     enabled = await sources.enable("github")
-    assert enabled["name"] == "github"
-    assert enabled["reconcile"]["state"] == "active"
-    assert [r["name"] for r in await sources.overview()] == ["github", "stripe"]
+    assert enabled.name == "github"
+    assert enabled.reconcile is not None and enabled.reconcile.state == "active"
+    assert [r.name for r in await sources.overview()] == ["github", "stripe"]
 
 
 async def test_a_started_run_of_a_disabled_source_ends_failed(engine: AsyncEngine) -> None:
@@ -231,13 +231,13 @@ async def test_a_started_run_of_a_disabled_source_ends_failed(engine: AsyncEngin
                 conn, "github", None, disabled=True, disabled_reason="auth_failed"
             )
         started = await runs.start("github", dry_run=True)
-        assert started.run["status"] == "queued"
-        assert started.run["trigger"] == "api"
+        assert started.run.status == "queued"
+        assert started.run.trigger == "api"
         await started.task
-        run = await runs.get(started.run["id"])
-        assert run["status"] == "failed"
-        assert run["error"] == "disabled: auth_failed"
-        assert [r["id"] for r in await runs.recent(RunQuery(source="github"))] == [run["id"]]
+        run = await runs.get(started.run.id)
+        assert run.status == "failed"
+        assert run.error == "disabled: auth_failed"
+        assert [r.id for r in (await runs.recent(RunQuery(source="github"))).runs] == [run.id]
         with pytest.raises(NotFound):
             await runs.get(UNKNOWN)
         with pytest.raises(NotFound):

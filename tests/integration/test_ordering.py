@@ -187,7 +187,7 @@ async def test_an_event_older_than_the_processed_one_is_superseded_not_run(
     async def nothing() -> None:
         return None
 
-    shown = (await EventOps(engine, nothing).show(stale)).resource
+    shown = (await EventOps(engine, nothing).show(stale)).resource.answer()
     assert shown["done"] and [h["outcome"] for h in shown["history"]] == ["superseded"]
     async with engine.connect() as conn:
         state = await objects.get_object(conn, "stripe", "cus_a")

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hookd.ops import models
 from hookd.sources import Sources, parse_sources
-from hookd.web import models
 from tests.support.asgi import running_app
 from tests.support.cli import hookd
 from tests.support.constants import GITHUB_SECRET, STRIPE_SECRET

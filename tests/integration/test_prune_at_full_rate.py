@@ -410,7 +410,7 @@ async def test_a_replay_of_a_pruned_event_is_not_found_on_both_databases(
         ids = [s.event_id for s in stored]
         ops = EventOps(engine, wake=nothing)
         replayed = await ops.replay(ids[1])
-        assert replayed["status"] == "pending"
+        assert replayed.status == "pending"
         done = await store_prune.prune(
             engine, retention_policies(sources, "github"), now=now_() + 91 * DAY, owner="t"
         )

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from hookd.ops.resources import event_of, run_of
 from store import claims
 from store import reconcile as rstate
 from store.crypto import BodyCipher
-from store.events import event_resource, get_event, insert_events, list_events
+from store.events import get_event, insert_events, list_events
 from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.rows import EventRow, RunRow, RunTotalsRow, SourceStateRow
 from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
@@ -41,8 +42,8 @@ async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
         # Without the body: NULL read in its place, every other column the same.
         assert bodiless == listed == full._replace(body=None)
         assert full.status == EventStatus.PENDING and full.origin == EventOrigin.WEBHOOK
-        assert event_resource(bodiless)["status"] == "pending"
-        assert event_resource(bodiless)["done"] is False
+        assert event_of(bodiless).answer()["status"] == "pending"
+        assert event_of(bodiless).done is False
 
         now = datetime.now(UTC)
         async with engine.begin() as conn:
@@ -88,8 +89,9 @@ async def test_reconcile_rows_hold_every_column_as_stored(db_url: str) -> None:
         assert all(type(r) is RunRow for r in runs)
         assert [r._asdict() for r in runs] == [dict(r._mapping) for r in plain_runs]
         assert run == runs[1] and run is not None and run.status == RunStatus.SUCCEEDED
-        assert rstate.run_resource(run)["done"] is True
-        assert rstate.run_resource(runs[0])["done"] is False
+        # The resource (a run id is a ULID: these rows' short ids are not).
+        assert run_of(run._replace(id="0" * 26)).done is True
+        assert run_of(runs[0]._replace(id="0" * 26)).done is False
         assert sorted(totals) == [
             RunTotalsRow("stripe", "queued", False, 1, 0, 0, 0),
             RunTotalsRow("stripe", "succeeded", False, 1, 3, 2, 0),

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime
+from typing import Any
 
+from hookd.ops.resources import coverage_of
 from reconcile.coverage import Situation, merge, unchecked
 from store.coverage import CoverageRow
 
@@ -108,7 +110,8 @@ def test_time_no_record_speaks_of_is_a_hole_not_recorded() -> None:
 
 def test_the_report_resource_says_covered_and_counts_seconds() -> None:
     rows = [row(NOW - 3600, NOW - 1800, "complete")]
-    resource = merge("s", rows, NOW - 3600, NOW - 60, situation(cursor=NOW - 1800)).resource()
+    report = merge("s", rows, NOW - 3600, NOW - 60, situation(cursor=NOW - 1800))
+    resource: Any = coverage_of(report).answer()
     assert resource["covered"] is False
     assert resource["checked_seconds"] == 1800.0
     assert resource["unchecked_seconds"] == 1740.0

@@ -1,13 +1,11 @@
-"""The bodies the operations API answers with, as pydantic models.
+"""The resources hookd.ops answers with, as pydantic models: written once, for the
+operations API (which serialises them: ``Resource.answer()``), the admin UI and the
+command line (which render the same values).
 
-They describe the JSON that ``store.events.event_resource``, ``store.reconcile.
-run_resource``, ``reconcile.service.source_resources`` and ``hookd.web.api.problem``
-already build as plain dicts; nothing serialises through them. ``hookd.web.openapi``
-generates ``components.schemas`` from them, and ``tests/integration/test_openapi.py``
-validates real answers against those schemas, so a key added to a dict and not here
-(every model forbids extra keys) fails the tests.
-
-A class docstring is the schema's description, read by the API's clients.
+``hookd.web.openapi`` generates ``components.schemas`` from them; every model forbids
+extra keys, and ``tests/integration/test_openapi_schemas.py`` validates real answers
+against those schemas. A class docstring is the schema's description, read by the
+API's clients.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 from pydantic.config import JsonDict
 
 from hookd.providers import PROVIDERS
@@ -32,6 +30,12 @@ ULID = "^[0-9A-HJKMNP-TV-Z]{26}$"
 
 Ulid = Annotated[str, StringConstraints(pattern=ULID)]
 Count = Annotated[int, Field(ge=0)]
+# A sum of seconds: 0 (a whole number) when there is nothing to add up, kept as it is.
+Seconds = Annotated[
+    int | float,
+    Field(ge=0),
+    WithJsonSchema({"minimum": 0, "type": "number"}, mode="serialization"),
+]
 
 
 def _provider_names(schema: JsonDict) -> None:
@@ -42,12 +46,18 @@ def _provider_names(schema: JsonDict) -> None:
 ProviderName = Annotated[str, Field(json_schema_extra=_provider_names)]
 
 
-class _Body(BaseModel):
-    # The dicts hold exactly these keys: a new one must be described here first.
+class Resource(BaseModel):
+    # Exactly these keys: a new one must be described here first.
     model_config = ConfigDict(extra="forbid")
 
+    def answer(self) -> dict[str, Any]:
+        """The JSON object of this resource, as the API answers it and ``--json`` prints
+        it: field order, times in ISO 8601 (``Z`` for UTC), an optional key left out
+        unless it was given (``Error.detail``, a coverage interval's own keys)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
-class Error(_Body):
+
+class Error(Resource):
     """What went wrong."""
 
     error: str = Field(description="A stable, machine-readable code.")
@@ -55,7 +65,7 @@ class Error(_Body):
     detail: str = Field(default="", description="What to change, for a person.")
 
 
-class EventError(_Body):
+class EventError(Resource):
     """The last failed attempt: why a retrying event is retrying, or why a dead one gave up."""
 
     message: str = Field(description="One line: the handler, the exception type and its message.")
@@ -66,7 +76,7 @@ class EventError(_Body):
     type: str | None = Field(description="The exception's type name, e.g. `ValueError`.")
 
 
-class Event(_Body):
+class Event(Resource):
     """One stored event, shaped like a long-running operation."""
 
     name: Annotated[str, StringConstraints(pattern="^events/[0-9A-HJKMNP-TV-Z]{26}$")]
@@ -100,7 +110,15 @@ class Event(_Body):
     )
 
 
-class HistoryAttempt(_Body):
+class WatchedEvent(Event):
+    """An event of a watch list (stuck, many attempts; the admin UI and the command line):
+    whose claim it is (``host:pid:…``), until when."""
+
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+
+
+class HistoryAttempt(Resource):
     """One processing attempt: a claim of the event and its handlers' run."""
 
     kind: Literal["attempt"]
@@ -120,7 +138,7 @@ class HistoryAttempt(_Body):
     duration_s: float | None = Field(description="How long the handlers ran, in seconds.")
 
 
-class HistoryReplay(_Body):
+class HistoryReplay(Resource):
     """A replay: the event made pending again, its attempts reset to 0."""
 
     kind: Literal["replay"]
@@ -134,17 +152,20 @@ class HistoryReplay(_Body):
     )
 
 
+HistoryEntry = HistoryAttempt | HistoryReplay
+
+
 class EventDetail(Event):
     """One stored event, with what happened to it."""
 
-    history: list[Annotated[HistoryAttempt | HistoryReplay, Field(discriminator="kind")]] = Field(
+    history: list[Annotated[HistoryEntry, Field(discriminator="kind")]] = Field(
         description="Every processing attempt and replay, oldest first. A replay keeps the "
         "event's `origin` (how it first arrived) and resets `attempts` and `error`: "
         "what they said before is here."
     )
 
 
-class EventPage(_Body):
+class EventPage(Resource):
     """One page of events, newest first."""
 
     events: list[Event]
@@ -153,7 +174,14 @@ class EventPage(_Body):
     )
 
 
-class ReconcileRun(_Body):
+class WatchPage(Resource):
+    """One page of a watch list (stuck, many attempts), newest first."""
+
+    events: list[WatchedEvent]
+    next_cursor: Ulid | None
+
+
+class ReconcileRun(Resource):
     """One reconciliation run against a provider's API."""
 
     name: Annotated[str, StringConstraints(pattern="^reconcile-runs/[0-9A-HJKMNP-TV-Z]{26}$")]
@@ -196,7 +224,7 @@ REGISTRATION_STATE = (
 )
 
 
-class RunRegistration(_Body):
+class RunRegistration(Resource):
     """A registration check made by a run."""
 
     ok: bool | None = Field(
@@ -207,13 +235,13 @@ class RunRegistration(_Body):
     problems: list[str] = Field(description="How it differs, one sentence each.")
 
 
-class ReconcileRunList(_Body):
+class ReconcileRunList(Resource):
     """Reconcile runs, newest first."""
 
     runs: list[ReconcileRun]
 
 
-class SourceReconcile(_Body):
+class SourceReconcile(Resource):
     """Reconciliation state of a source that has a `[sources.reconcile]` table."""
 
     state: Literal["active", "disabled"]
@@ -238,7 +266,7 @@ class SourceReconcile(_Body):
     )
 
 
-class SourceRegistration(_Body):
+class SourceRegistration(Resource):
     """The provider's registration of a source's webhook endpoint, as last checked."""
 
     ok: bool | None = Field(description="As the source expects; null when it could not be read.")
@@ -253,7 +281,7 @@ class SourceRegistration(_Body):
     )
 
 
-class Source(_Body):
+class Source(Resource):
     """A configured source."""
 
     name: str
@@ -271,7 +299,7 @@ class Source(_Body):
     )
 
 
-class PauseSwitch(_Body):
+class PauseSwitch(Resource):
     """The last time a source or destination was paused or resumed."""
 
     paused: bool = Field(description="True: paused then; false: resumed.")
@@ -280,10 +308,13 @@ class PauseSwitch(_Body):
     reason: str | None = Field(description="Why it was paused, as given.")
 
 
-class Breaker(_Body):
+BreakerStateName = Literal["closed", "half_open", "open", "disabled"]
+
+
+class Breaker(Resource):
     """A destination's circuit breaker, as every process sees it."""
 
-    state: Literal["closed", "half_open", "open", "disabled"] = Field(
+    state: BreakerStateName = Field(
         description="`open`: deliveries wait for the cool-down (no attempt used); "
         "`half_open`: one delivery probes; `disabled`: `breaker.enabled = false`."
     )
@@ -295,7 +326,7 @@ class Breaker(_Body):
     reason: str | None = Field(description="Why it last opened.")
 
 
-class Destination(_Body):
+class Destination(Resource):
     """A destination of a source: where its events are delivered, signed."""
 
     name: str
@@ -312,19 +343,19 @@ class Destination(_Body):
     max_attempts: Annotated[int, Field(ge=1)]
 
 
-class DestinationList(_Body):
+class DestinationList(Resource):
     """Destinations, in configuration order."""
 
     destinations: list[Destination]
 
 
-class SourceList(_Body):
+class SourceList(Resource):
     """Every configured source, in configuration order."""
 
     sources: list[Source]
 
 
-class OperationFilter(_Body):
+class OperationFilter(Resource):
     """Which events a bulk operation goes over: every key given must hold; a key left
     out (or null) selects every event. An operation takes only events stored before it
     was asked for."""
@@ -355,7 +386,7 @@ class OperationFilter(_Body):
     )
 
 
-class OperationRequest(_Body):
+class OperationRequest(Resource):
     """A bulk operation to start."""
 
     action: OperationAction = Field(
@@ -373,7 +404,7 @@ class OperationRequest(_Body):
     )
 
 
-class OperationProgress(_Body):
+class OperationProgress(Resource):
     """How far an operation got."""
 
     total: Count = Field(description="The estimate: events the filter selected when asked for.")
@@ -385,21 +416,25 @@ class OperationProgress(_Body):
     )
 
 
-class OperationError(_Body):
+OperationErrorCode = Literal["cancelled", "failed"]
+Trigger = Literal["api", "admin", "cli"]
+
+
+class OperationError(Resource):
     """Why an operation ended without finishing: cancelled by hand, or failed."""
 
-    code: Literal["cancelled", "failed"]
+    code: OperationErrorCode
     message: str = Field(description="For a cancelled one: how far it got.")
 
 
-class Operation(_Body):
+class Operation(Resource):
     """A bulk operation, shaped like a long-running operation: poll it until `done`."""
 
     name: Annotated[str, StringConstraints(pattern="^operations/[0-9A-HJKMNP-TV-Z]{26}$")]
     id: Ulid
     request_id: str
     action: OperationAction
-    trigger: Literal["api", "admin", "cli"] = Field(description="Who asked for it.")
+    trigger: Trigger = Field(description="Who asked for it.")
     dry_run: bool
     filter: OperationFilter
     status: OperationStatus
@@ -415,7 +450,7 @@ class Operation(_Body):
     )
 
 
-class OperationList(_Body):
+class OperationList(Resource):
     """Bulk operations, newest first."""
 
     operations: list[Operation]
@@ -436,18 +471,21 @@ class OpenApiDocument(BaseModel):
 
 
 # Every body the document names; the schemas they refer to (enums, nested bodies) follow.
-class CoverageReason(_Body):
+CoverageKind = Literal[
+    "failed",
+    "unrecoverable",
+    "not_checked",
+    "beyond_retention",
+    "settling",
+    "pending",
+    "not_recorded",
+]
+
+
+class CoverageReason(Resource):
     """Why a piece of time is not covered."""
 
-    kind: Literal[
-        "failed",
-        "unrecoverable",
-        "not_checked",
-        "beyond_retention",
-        "settling",
-        "pending",
-        "not_recorded",
-    ] = Field(
+    kind: CoverageKind = Field(
         description="`failed`: a run failed on it (a later run checks it again); "
         "`unrecoverable`: beyond the provider's retention when a run came to it; "
         "`not_checked`: reconciliation was disabled; `beyond_retention`: older than the "
@@ -460,11 +498,13 @@ class CoverageReason(_Body):
     run_id: Ulid | None = Field(description="The run that recorded it, when one did.")
 
 
-class CoverageInterval(_Body):
+class CoverageInterval(Resource):
     """A piece of the asked range: checked, or a hole. Adjacent pieces with the same
     state (and, for holes, the same reasons) are merged."""
 
-    from_: datetime = Field(alias="from")
+    model_config = ConfigDict(extra="forbid", validate_by_name=True)
+
+    from_: datetime = Field(validation_alias="from", serialization_alias="from")
     to: datetime
     seconds: Annotated[float, Field(ge=0)]
     state: Literal["checked", "hole"]
@@ -477,7 +517,7 @@ class CoverageInterval(_Body):
     )
 
 
-class Coverage(_Body):
+class Coverage(Resource):
     """What reconciliation has checked of a source over a range of provider time
     (`[since, until)`), from its coverage ledger."""
 
@@ -485,8 +525,8 @@ class Coverage(_Body):
     since: datetime
     until: datetime
     covered: bool = Field(description="True when the whole range was checked: no hole.")
-    checked_seconds: Annotated[float, Field(ge=0)]
-    unchecked_seconds: Annotated[float, Field(ge=0)]
+    checked_seconds: Seconds
+    unchecked_seconds: Seconds
     settle_s: Annotated[float, Field(ge=0)] = Field(
         description="The source's settle window: what is younger is not judged yet."
     )
@@ -496,7 +536,7 @@ class Coverage(_Body):
     intervals: list[CoverageInterval]
 
 
-class SourceObject(_Body):
+class SourceObject(Resource):
     """One object of a source with `[sources.order]`: its latest known state, from the
     newest of its events processed (null fields until one is), and its events' counts."""
 
@@ -515,23 +555,3 @@ class SourceObject(_Body):
         description="How many of the object's stored events are in each status; list them "
         "with `GET /api/events?source=NAME&object=KEY`."
     )
-
-
-BODIES: tuple[type[BaseModel], ...] = (
-    Coverage,
-    Error,
-    Event,
-    EventDetail,
-    EventPage,
-    ReconcileRun,
-    ReconcileRunList,
-    Source,
-    SourceList,
-    Destination,
-    DestinationList,
-    SourceObject,
-    Operation,
-    OperationList,
-    OperationRequest,
-    OpenApiDocument,
-)

@@ -19,7 +19,7 @@ from hookd.cli.events import print_table
 from hookd.cli.parser import EXIT_FAIL, EXIT_OK, LEASE_WAIT_S
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from hookd.sources import Sources
+from hookd.sources import Source, Sources
 from hookd.timefmt import iso_z, iso_z_or_none, iso_z_seconds
 from store.status import RunStatus, RunTrigger
 
@@ -264,7 +264,6 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
     from hookd.errors import BadRequest, Conflict, NotFound
     from hookd.ops import SourceOps
     from hookd.ops.sources import cli_actor
-    from reconcile.providers.base import shown_url
 
     async with database(settings) as engine:
         source_ops = SourceOps(engine, sources)
@@ -296,30 +295,37 @@ async def source_audits(args: argparse.Namespace, settings: Settings, sources: S
     for source, registration in found:
         # Drift, or a registration that could not be read: neither passed the check.
         differs = differs or (registration.unchecked is None and not registration.ok)
-        if args.json:
-            checked = registration.unchecked is None and registration.unread is None
-            print(
-                json.dumps(
-                    {
-                        "name": source.name,
-                        "provider": source.provider,
-                        "checked": checked,
-                        "ok": registration.ok if checked else None,
-                        "state": _check_state(registration),
-                        "problems": list(registration.problems),
-                        "registered": registration.registered,
-                        "unchecked": registration.unchecked,
-                        "reason": registration.unread,
-                    }
-                )
-            )
-        elif registration.unchecked is not None:
-            print(f"{source.name}: not checked: {registration.unchecked}")
-        elif registration.unread is not None:
-            print(f"{source.name}: could not check the registration: {registration.unread}")
-        elif registration.ok:
-            url = shown_url(registration.registered.get("url"))
-            print(f"{source.name}: registration ok (posts to {url})")
-        else:
-            print(f"{source.name}: registration differs: {'; '.join(registration.problems)}")
+        print(_check_json(source, registration) if args.json else _check_line(source, registration))
     return EXIT_FAIL if differs else EXIT_OK
+
+
+def _check_json(source: Source, registration: Registration) -> str:
+    """One source's registration check as a line of JSON (``--json``)."""
+    checked = registration.unchecked is None and registration.unread is None
+    return json.dumps(
+        {
+            "name": source.name,
+            "provider": source.provider,
+            "checked": checked,
+            "ok": registration.ok if checked else None,
+            "state": _check_state(registration),
+            "problems": list(registration.problems),
+            "registered": registration.registered,
+            "unchecked": registration.unchecked,
+            "reason": registration.unread,
+        }
+    )
+
+
+def _check_line(source: Source, registration: Registration) -> str:
+    """One source's registration check in words."""
+    from reconcile.providers.base import shown_url
+
+    if registration.unchecked is not None:
+        return f"{source.name}: not checked: {registration.unchecked}"
+    if registration.unread is not None:
+        return f"{source.name}: could not check the registration: {registration.unread}"
+    if registration.ok:
+        url = shown_url(registration.registered.get("url"))
+        return f"{source.name}: registration ok (posts to {url})"
+    return f"{source.name}: registration differs: {'; '.join(registration.problems)}"

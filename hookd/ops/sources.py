@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import getpass
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
@@ -18,8 +20,10 @@ from hookd.sources import Source, Sources
 from reconcile import audit as reconcile_audit
 from reconcile import service
 from reconcile.providers.base import Registration
-from store import audit, events
+from store import activity as store_activity
+from store import audit, events, stats
 from store import reconcile as rstate
+from store.activity import Minutes, RunPoint
 from store.rows import RunRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 
@@ -52,6 +56,19 @@ def checked_reason(reason: str | None) -> str:
     return text or "disabled by hand"
 
 
+__all__ = ["Activity", "RunPoint", "SourceOps"]
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """A source's events per minute and its reconcile runs since a moment (the admin's
+    charts); ``keeps_late``: whether this schema counts late deliveries per run."""
+
+    minutes: Minutes
+    runs: list[RunPoint]
+    keeps_late: bool
+
+
 class SourceOps:
     """The configured ``sources`` over one database."""
 
@@ -71,6 +88,20 @@ class SourceOps:
         if source.config.reconcile is None:
             raise Conflict("not_configured", "this source has no [sources.reconcile] table")
         return source
+
+    async def activity(self, name: str, since: datetime, *, reconciled: bool) -> Activity:
+        """What ``name`` received and processed per minute since ``since``, and its
+        reconcile runs (none when it is not ``reconciled``)."""
+        async with self.engine.connect() as conn:
+            per_minute = await store_activity.minutes(conn, name, since)
+            runs = await store_activity.runs(conn, name, since) if reconciled else []
+        return Activity(per_minute, runs, store_activity.keeps_late())
+
+    async def oldest_events(self, names: Iterable[str]) -> dict[str, datetime]:
+        """Per source of ``names``, when its oldest kept event was received (sources
+        with none left out)."""
+        async with self.engine.connect() as conn:
+            return await stats.oldest_events(conn, names)
 
     def reconciled(self) -> list[Source]:
         """Every source with a ``[sources.reconcile]`` table, in the file's order."""

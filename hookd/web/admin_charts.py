@@ -14,9 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from markupsafe import Markup, escape
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import activity
+from hookd.ops.sources import RunPoint, SourceOps
 from store.status import RunStatus
 
 WIDTH = 960
@@ -216,21 +215,20 @@ class SourceCharts:
     empty: int = 0  # runs that succeeded and found nothing
 
 
-def _run_title(r: activity.RunPoint) -> str:
+def _run_title(r: RunPoint) -> str:
     counts = f"{r.missing} missed" + ("" if r.late is None else f", {r.late} late")
     said = f"run {r.id} at {r.started_at:%H:%M:%S} UTC, {r.status}: {counts}"
     return said + (f"; {r.error}" if r.status == RunStatus.FAILED and r.error else "")
 
 
 async def source_charts(
-    engine: AsyncEngine, source: str, *, reconciled: bool, now: datetime
+    sources: SourceOps, source: str, *, reconciled: bool, now: datetime
 ) -> SourceCharts:
     """The source's last 24 hours, minute by minute, as three charts."""
     start = int(now.timestamp() // 60) - DAY_MINUTES + 1
     since = datetime.fromtimestamp(start * 60, UTC)
-    async with engine.connect() as conn:
-        per_minute = await activity.minutes(conn, source, since)
-        runs = await activity.runs(conn, source, since) if reconciled else []
+    seen = await sources.activity(source, since, reconciled=reconciled)
+    per_minute, runs = seen.minutes, seen.runs
     received, processed = sum(per_minute.received.values()), sum(per_minute.processed.values())
     events = Chart(
         "Events per minute, last 24 hours (UTC)",
@@ -256,7 +254,7 @@ async def source_charts(
         summary=f"longest wait {seconds(worst)}",
     )
     missing = sum(r.missing for r in runs)
-    late = sum(r.late or 0 for r in runs) if activity.keeps_late() else None
+    late = sum(r.late or 0 for r in runs) if seen.keeps_late else None
     marks = [RUN_MARKS.get(RunStatus(r.status)) for r in runs]
     failed = marks.count("bar-failed")
     other = marks.count("bar-other")
@@ -300,7 +298,7 @@ async def source_charts(
     )
 
 
-def _counted(run: activity.RunPoint) -> bool:
+def _counted(run: RunPoint) -> bool:
     return run.missing > 0 or (run.late or 0) > 0
 
 

@@ -21,7 +21,6 @@ from hookd.sources import DAY_S, keys_needed
 from hookd.web.admin_charts import coverage_timeline, source_charts
 from hookd.web.admin_pages import ActionRoute, PageRoute, Section
 from hookd.web.admin_session import PREFIX, Session
-from store import stats
 
 log = logging.getLogger("hookd.admin")
 
@@ -49,7 +48,7 @@ class SourcesSection(Section):
         if source is None:
             return self.view.problem(request, session, 404, "No such source.")
         charts = await source_charts(
-            self.ops.sources.engine,
+            self.ops.sources,
             source.name,
             reconciled=source.config.reconcile is not None,
             now=datetime.now(UTC),
@@ -87,8 +86,7 @@ class SourcesSection(Section):
         age of its oldest kept event: past the longer of ``keep_events_days`` and
         ``keep_dead_days`` by ``PRUNE_BEHIND_DAYS``, prune is behind (the alert
         HookdPruneNotRunning says the same)."""
-        async with self.ops.sources.engine.connect() as conn:
-            oldest = await stats.oldest_events(conn, self.ops.names)
+        oldest = await self.ops.sources.oldest_events(self.ops.names)
         rows = []
         for source in self.ops.configured:
             kept = source.config.retention

@@ -250,13 +250,11 @@ def _registration_word(registration: models.SourceRegistration | None) -> str | 
 
 def _check_state(registration: Registration) -> str | None:
     """``hookd sources check --json``'s ``state``: as the API's, None where not checked."""
-    from store.audit import REGISTRATION_DRIFT, REGISTRATION_OK, REGISTRATION_UNREAD
+    from hookd.ops.resources import registration_state
 
     if registration.unchecked is not None:
         return None
-    if registration.unread is not None:
-        return REGISTRATION_UNREAD
-    return REGISTRATION_OK if registration.ok else REGISTRATION_DRIFT
+    return registration_state(None if registration.unread is not None else registration.ok)
 
 
 async def source_audits(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:

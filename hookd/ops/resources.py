@@ -135,10 +135,19 @@ def run_registration(
     if ok is None:
         reason = "; ".join(problems or ())
         return models.RunRegistration(
-            ok=None, state=audit.REGISTRATION_UNREAD, reason=reason, problems=[]
+            ok=None, state=registration_state(None), reason=reason, problems=[]
         )
-    state: models.RegistrationState = audit.REGISTRATION_OK if ok else audit.REGISTRATION_DRIFT
-    return models.RunRegistration(ok=ok, state=state, reason=None, problems=list(problems or ()))
+    return models.RunRegistration(
+        ok=ok, state=registration_state(ok), reason=None, problems=list(problems or ())
+    )
+
+
+def registration_state(ok: bool | None) -> models.RegistrationState:
+    """A registration check's state word: read and as configured, read and drifted, or
+    not read (``ok`` None)."""
+    if ok is None:
+        return audit.REGISTRATION_UNREAD
+    return audit.REGISTRATION_OK if ok else audit.REGISTRATION_DRIFT
 
 
 def source_registration(state: SourceStateRow | None) -> models.SourceRegistration | None:
@@ -149,13 +158,7 @@ def source_registration(state: SourceStateRow | None) -> models.SourceRegistrati
     ok = state.registration_ok
     return models.SourceRegistration(
         ok=ok,
-        state=(
-            audit.REGISTRATION_UNREAD
-            if ok is None
-            else audit.REGISTRATION_OK
-            if ok
-            else audit.REGISTRATION_DRIFT
-        ),
+        state=registration_state(ok),
         reason=kept.get("reason") if ok is None else None,
         checked_at=state.registration_checked_at,
         problems=list(kept.get("problems") or ()),

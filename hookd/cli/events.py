@@ -29,8 +29,7 @@ from hookd.timefmt import iso_z
 from store.status import RUNNABLE_STATUSES, EventStatus
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
+    from hookd.ops import EventOps
     from hookd.ops.models import HistoryEntry
 
 
@@ -111,7 +110,7 @@ def history_lines(
 
 
 def _next_attempt(later: Sequence[HistoryEntry], due: datetime | None) -> str:
-    from store.destinations import PARKED_FROM
+    from hookd.ops.events import PARKED_FROM
 
     if later:
         following = later[0]
@@ -140,18 +139,17 @@ def print_table(
 
 async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
     """Poll one event read-only until it is done or the monotonic deadline passes."""
-    from store.events import get_event, get_tombstone
+    from hookd.ops import EventOps
 
     deadline = time.monotonic() + args.timeout
     status = "unknown"
     last_error: str | None = None
     source: str | None = None
     async with database(settings) as engine:
+        events = EventOps(engine, nothing_to_wake)
         while True:
             try:
-                async with engine.connect() as conn:
-                    row = await get_event(conn, args.id)
-                    gone = None if row is not None else await get_tombstone(conn, args.id)
+                row, gone = await events.whereabouts(args.id)
             except (OSError, ConnectionError, sa_exc.DBAPIError) as exc:
                 status = f"unknown ({type(exc).__name__})"  # keep waiting: it may come back
             else:
@@ -175,20 +173,17 @@ async def cmd_wait(args: argparse.Namespace, settings: Settings) -> int:
                 # A retrying event says why, so the wait is not a blind one.
                 why = f"; last error: {last_error}" if last_error else ""
                 if source is not None:
-                    why += await _paused_note(engine, source)
+                    why += await _paused_note(events, source)
                 print(f"{args.id} {status}: not done after {args.timeout:g}s{why}")
                 return EXIT_WAIT_TIMEOUT
             await asyncio.sleep(min(args.interval, remaining))
 
 
-async def _paused_note(engine: AsyncEngine, source: str) -> str:
+async def _paused_note(events: EventOps, source: str) -> str:
     """Why a waiting event of a paused source does not run; empty when it is not paused
     (or the database does not answer)."""
-    from store.destinations import source_pause
-
     try:
-        async with engine.connect() as conn:
-            pause = await source_pause(conn, source)
+        pause = await events.source_pause(source)
     except (OSError, ConnectionError, sa_exc.DBAPIError):
         return ""
     if pause is None:

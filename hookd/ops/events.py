@@ -22,9 +22,11 @@ from hookd.ops import models
 from hookd.ops.queries import EventQuery
 from hookd.ops.resources import event_detail_of, event_of
 from store import claims, destinations
-from store.events import get_event, get_tombstone, list_events
+from store.destinations import PauseRow, source_pause
+from store.events import Tombstone, get_event, get_tombstone, list_events
 from store.history import UNKNOWN, Requester, history_of
 from store.ids import is_id
+from store.rows import EventRow
 from store.status import EventStatus, LedgerOutcome
 
 log = logging.getLogger("hookd.replay")
@@ -71,6 +73,10 @@ class Replayed:
     body_pruned: list[str] = field(default_factory=list)  # or lost their body to retention
     # or were pruned, or are being pruned (their ledger gone), since they were asked for
     pruned: list[str] = field(default_factory=list)
+
+
+# An event parked behind a paused destination is due at or after this (``hookd wait``).
+PARKED_FROM = destinations.PARKED_FROM
 
 
 class EventOps:
@@ -124,6 +130,19 @@ class EventOps:
             frozenset(ledger.get(event_id, ())),
             frozenset(h for h, outcome in outcomes.items() if outcome == LedgerOutcome.SKIPPED),
         )
+
+    async def whereabouts(self, event_id: str) -> tuple[EventRow | None, Tombstone | None]:
+        """An event's row as it is now or, once retention removed it, its tombstone
+        (``hookd wait``): both None for an id never stored."""
+        async with self._engine.connect() as conn:
+            row = await get_event(conn, event_id)
+            gone = None if row is not None else await get_tombstone(conn, event_id)
+        return row, gone
+
+    async def source_pause(self, source: str) -> PauseRow | None:
+        """The pause of ``source`` as a whole (None: it is not paused)."""
+        async with self._engine.connect() as conn:
+            return await source_pause(conn, source)
 
     async def replay(self, event_id: str, *, by: Requester = UNKNOWN) -> models.EventDetail:
         """One event pending again: its resource as the replay left it, with its

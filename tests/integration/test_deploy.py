@@ -22,6 +22,7 @@ import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
 
+from hookd import metric_families
 from hookd.cli.parser import build_parser
 from hookd.settings import Settings
 from hookd.sources import parse_sources
@@ -278,14 +279,14 @@ METRIC_TOKEN = re.compile(r"\bhookd_\w+")
 
 
 def exported_families() -> set[str]:
-    """Family names as the code declares them (``_total`` added to counters)."""
-    names: set[str] = set()
+    """Family names as the code declares them (``_total`` added to counters): the
+    per-process families of ``hookd.metric_families``, and the collectors' families
+    read from the database at scrape time, found in the source."""
+    names = {family.name for family in metric_families.FAMILIES}
     for package in ("hookd", "ingest", "processing", "reconcile", "store"):
         for path in (ROOT / package).rglob("*.py"):
-            for name in METRIC_CTOR.findall(path.read_text(encoding="utf-8")):
-                names.add(name)
-                names.add(name.removesuffix("_total") + "_total")
-    return names
+            names.update(METRIC_CTOR.findall(path.read_text(encoding="utf-8")))
+    return names | {name.removesuffix("_total") + "_total" for name in names}
 
 
 def family_of(series: str) -> str:

@@ -113,3 +113,27 @@ def test_s7_page_text_names_the_settings() -> None:
     assert text.startswith("| workers |")
     assert "100,000 signed GitHub" in text
     assert "PostgreSQL 15.20: autovacuum off" in text
+
+
+def _ran(**over: Any) -> dict[str, Any]:
+    checks = {
+        "once_ok": True,
+        "processed": 10,
+        "rows_total": 10,
+        "stored": 10,
+        "attempts_not_1": 0,
+        "dead": 0,
+        "ledger_rows": 10,
+        "ledger_not_run": 0,
+        "events_without_ledger_row": 0,
+    }
+    return {"checks": checks, "worker_exit_codes": [0, 0], "worker_log_problems": [], **over}
+
+
+def test_a_worker_ended_by_sigterm_while_starting_is_no_error_but_one_that_had_started_is() -> None:
+    assert backlog.errors_of(_ran()) == []
+    stopped = _ran(worker_exit_codes=[0, -15], workers_stopped_while_starting=[1])
+    assert backlog.errors_of(stopped) == []
+    assert backlog.errors_of(_ran(worker_exit_codes=[0, -15])) == ["workers exited with [-15]"]
+    crashed = _ran(worker_exit_codes=[1, -15], workers_stopped_while_starting=[1])
+    assert backlog.errors_of(crashed) == ["workers exited with [1]"]

@@ -23,9 +23,11 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from hookd.providers import PROVIDERS
-from store import claims, db, fastpath, migrate
+from store import db, migrate
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import NewEvent
+from store.intake import fastpath
+from store.intake.events import NewEvent
 from store.models import EVENT_KEYS, EVENTS
 
 TABLES = ("events", "handler_runs", "event_keys")
@@ -118,7 +120,7 @@ async def measure(url: str, n: int, body_bytes: int) -> None:
         async with engine.begin() as conn:
             await conn.execute(sa.update(EVENTS).values(status="processed", processed_at=now))
             ids = [r[0] for r in await conn.execute(sa.select(EVENTS.c.id))]
-            await claims.record_handlers(conn, [(i, "app.handlers:on_payment") for i in ids], now)
+            await claiming.record_handlers(conn, [(i, "app.handlers:on_payment") for i in ids], now)
         stored = await sizes(url)
         async with engine.begin() as conn:
             await conn.execute(sa.update(EVENTS).values(body=None, headers={}))

@@ -37,8 +37,9 @@ from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
-from store import db, dialect, fastpath, migrate
+from store import db, dialect, migrate
 from store.crypto import BodyCipher
+from store.intake import fastpath
 
 log = logging.getLogger("hookd.app")
 

@@ -22,7 +22,7 @@ from hookd.runtime import worker
 from hookd.settings import Settings
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.crypto import BodyCipher
-from store.fastpath import inserter_for
+from store.intake.fastpath import inserter_for
 from tests.support import services
 from tests.support.data import new_event, scalar
 

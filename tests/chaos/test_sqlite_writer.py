@@ -23,8 +23,8 @@ import pytest
 
 from chaos import harness
 from chaos.harness import HookdServer
-from store import fastpath
 from store.crypto import BodyCipher
+from store.intake import fastpath
 from tests.support.data import new_event, scalar
 
 pytestmark = pytest.mark.anyio
@@ -73,7 +73,9 @@ def writers_under(root: int) -> list[int]:
                 return True
         return False
 
-    return [pid for pid, cmd in commands.items() if "store.sqlite_write" in cmd and descends(pid)]
+    return [
+        pid for pid, cmd in commands.items() if "store.intake.sqlite_write" in cmd and descends(pid)
+    ]
 
 
 async def test_a_killed_writer_fails_only_what_it_had_not_answered(sqlite_url: str) -> None:
@@ -146,7 +148,7 @@ def test_the_writer_ends_with_its_receiver_killed_9(sqlite_url: str, tmp_path: P
         textwrap.dedent(
             f"""
             import asyncio, time
-            from store import fastpath
+            from store.intake import fastpath
             from store.crypto import BodyCipher
             from tests.support.data import new_event
 

@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import fastpath, sqlite_write
 from store.crypto import BodyCipher
-from store.events import get_event, insert_events
+from store.intake import fastpath, sqlite_write
+from store.intake.events import get_event, insert_events
 from store.models import EVENTS
 from tests.support.data import engine_of, new_event
 

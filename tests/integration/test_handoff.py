@@ -31,10 +31,11 @@ from processing.attempt import RetryPolicy
 from processing.handoff import HandoffClient, HandoffServer, decode, encode, handoff_path
 from processing.processor import Processor
 from processing.wakeups import InProcessConsumer
-from store import claims, fastpath, sqlite_write
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.destinations import WHOLE_SOURCE, set_pause
-from store.events import Lease, prepare
+from store.delivery.destinations import WHOLE_SOURCE, set_pause
+from store.intake import fastpath, sqlite_write
+from store.intake.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
 from tests.support.in_process import STRIPE_SOURCE, count_status, mixed, parse
@@ -69,13 +70,13 @@ def processor(engine: AsyncEngine, seen: Seen, *, lease_s: float = 30.0, **kw: A
 
 
 class Claims:
-    """Rows every claim of the processors returned (``claims.claim_due`` and
-    ``claims.claim_expired``), by event id."""
+    """Rows every claim of the processors returned (``claiming.claim_due`` and
+    ``claiming.claim_expired``), by event id."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.due: list[str] = []
         self.expired: list[str] = []
-        due, expired = claims.claim_due, claims.claim_expired
+        due, expired = claiming.claim_due, claiming.claim_expired
 
         async def claim_due(*a: Any, **kw: Any) -> list[EventRow]:
             rows = await due(*a, **kw)
@@ -87,8 +88,8 @@ class Claims:
             self.expired += [r.id for r in rows]
             return rows
 
-        monkeypatch.setattr(claims, "claim_due", claim_due)
-        monkeypatch.setattr(claims, "claim_expired", claim_expired)
+        monkeypatch.setattr(claiming, "claim_due", claim_due)
+        monkeypatch.setattr(claiming, "claim_expired", claim_expired)
 
 
 async def connected(client: HandoffClient) -> None:

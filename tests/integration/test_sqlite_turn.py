@@ -25,8 +25,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import db, fastpath, sqlite_write
+from store import db
 from store.crypto import BodyCipher
+from store.intake import fastpath, sqlite_write
 from store.models import EVENTS
 from tests.support.data import engine_of, new_event
 
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.anyio
 # Takes the turn, says so, and keeps it until its stdin closes (or it is killed).
 HOLDER = """
 import fcntl, sys
-from store import sqlite_write
+from store.intake import sqlite_write
 fd = sqlite_write.open_turn(sys.argv[1])
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)

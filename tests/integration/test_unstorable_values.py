@@ -18,7 +18,7 @@ import pytest
 from hookd.providers.signing import sample_event
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.crypto import BodyCipher
-from store.fastpath import inserter_for
+from store.intake.fastpath import inserter_for
 from store.values import MAX_TYPE_CHARS, Unstorable, safe_text, storable
 from tests.support import handlers
 from tests.support.constants import SECRETS

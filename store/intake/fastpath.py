@@ -1,7 +1,7 @@
 """The receiver's insert, without the ORM layer: the hot path of every webhook.
 
-Same rows, same answers as ``store.events.insert_events`` (both build the batch
-with ``store.events.prepare``; ``event_keys`` decides what is new, see there), at a
+Same rows, same answers as ``store.intake.events.insert_events`` (both build the batch
+with ``store.intake.events.prepare``; ``event_keys`` decides what is new, see there), at a
 fraction of the CPU:
 
 - PostgreSQL: one prepared statement per batch, on connections of hookd's own
@@ -14,9 +14,9 @@ fraction of the CPU:
   committed while the statement ran is not visible to that statement's snapshot:
   only then a second statement looks it up (ON CONFLICT waited for that commit, so
   the row is visible to it).
-- SQLite: ``store.sqlite_write``'s one transaction per batch, run either on a thread
+- SQLite: ``store.intake.sqlite_write``'s one transaction per batch, run either on a thread
   of this process (``SqliteInserter``) or in a writer process of its own
-  (``SqliteProcessInserter``: ``python -m store.sqlite_write``), which takes its CPU
+  (``SqliteProcessInserter``: ``python -m store.intake.sqlite_write``), which takes its CPU
   off the receiver's interpreter.
 
 Each also has ``probe``: one write through that same path, committed, that leaves no
@@ -42,12 +42,13 @@ import asyncpg
 import orjson
 import sqlalchemy as sa
 
-from store import queries, sqlite_write
+from store import queries
 from store.crypto import BodyCipher
 from store.db import check_url
-from store.events import KEY_RACE_TRIES, Batch, Lease, NewEvent, NewRow, Stored, prepare
 from store.ids import new_id
-from store.sqlite_write import (
+from store.intake import sqlite_write
+from store.intake.events import KEY_RACE_TRIES, Batch, Lease, NewEvent, NewRow, Stored, prepare
+from store.intake.sqlite_write import (
     OBJECT_COLUMNS,
     WHOLE_SOURCE,
     SqliteWriter,
@@ -394,7 +395,7 @@ def _sqlite_error(name: str, message: str) -> Exception:
 
 
 class SqliteProcessInserter:
-    """``SqliteWriter`` in a process of its own (``python -m store.sqlite_write``).
+    """``SqliteWriter`` in a process of its own (``python -m store.intake.sqlite_write``).
 
     The insert's CPU (building the parameters, SQLite's own work, the GIL hand-offs of
     a thread) leaves the receiver's interpreter: the receiver pickles the prepared rows
@@ -423,7 +424,7 @@ class SqliteProcessInserter:
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "store.sqlite_write",
+                    "store.intake.sqlite_write",
                     self._path,
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,

@@ -72,9 +72,9 @@ sys.path.insert(0, str(REPO_DIR))
 from hookd.providers.base import HeaderMap  # noqa: E402
 from hookd.providers.github import PROVIDER as GITHUB  # noqa: E402
 from hookd.providers.github import github_headers  # noqa: E402
+from hookd.runtime.sqlite_writer import inserter_for  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
 from store.intake.events import NewEvent  # noqa: E402
-from store.intake.fastpath import inserter_for  # noqa: E402
 from store.status import EventOrigin  # noqa: E402
 
 

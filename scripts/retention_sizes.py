@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from hookd.providers import PROVIDERS
+from hookd.runtime import sqlite_writer
 from store import db, migrate
 from store.claims import claiming
 from store.crypto import BodyCipher
-from store.intake import fastpath
 from store.intake.events import NewEvent
 from store.models import EVENT_KEYS, EVENTS
 
@@ -108,7 +108,7 @@ async def measure(url: str, n: int, body_bytes: int) -> None:
     await asyncio.to_thread(migrate.upgrade, url)
     events = sample_events(n, body_bytes)
     body_bytes = sum(len(e.body) for e in events) / n
-    inserter = fastpath.inserter_for(url, BodyCipher(""), committers=1, timeout_s=30)
+    inserter = sqlite_writer.inserter_for(url, BodyCipher(""), committers=1, timeout_s=30)
     try:
         for start in range(0, n, 256):
             await inserter.insert(events[start : start + 256])

@@ -22,6 +22,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
+from hookd.runtime import sqlite_writer
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
@@ -103,7 +104,7 @@ def _processing(settings: Settings, processor: ProcessorPool) -> _Processing:
 
 
 def _inserter(settings: Settings, engine: AsyncEngine, committers: int) -> fastpath.Inserter:
-    return fastpath.inserter_for(
+    return sqlite_writer.inserter_for(
         engine.url.render_as_string(hide_password=False),
         BodyCipher(settings.encryption_keys),
         committers=committers,

@@ -1,8 +1,8 @@
 """The SQLite insert of the receiver's hot path, synchronous, on stdlib and orjson only.
 
 ``store.intake.fastpath.SqliteInserter`` runs it on a thread of the receiver's process;
-``store.sqlite_writer`` runs it in a process of its own, which imports this module and
-nothing heavier (it starts in a few tens of milliseconds). In one ``BEGIN IMMEDIATE``
+``hookd.runtime.sqlite_writer`` runs it in a process of its own, which imports this
+module and nothing heavier (it starts in a few tens of milliseconds). In one ``BEGIN IMMEDIATE``
 transaction: a multi-row ``INSERT INTO event_keys … RETURNING``, the ``events`` rows of
 the new keys, and the lookup of the others, with the same pragmas as the engine (WAL,
 ``synchronous=FULL``).
@@ -297,12 +297,12 @@ class SqliteWriter:
 
 
 # The writer process (``python -m store.intake.sqlite_write PATH``, started by
-# ``store.intake.fastpath.SqliteProcessInserter``) reads requests on stdin and answers each on
-# stdout, in order, after its commit. A frame is a 4-byte big-endian length, then a
-# pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe"; the answer
-# ``("ok", (created, unleased), existing)`` (``Written``) or ``("error", sqlite3
-# exception name, message)``. Both
-# ends are this package, over a pipe no one else holds.
+# ``hookd.runtime.sqlite_writer.SqliteProcessInserter``) reads requests on stdin and
+# answers each on stdout, in order, after its commit. A frame is a 4-byte big-endian
+# length, then a pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe";
+# the answer ``("ok", (created, unleased), existing)`` (``Written``) or ``("error",
+# sqlite3 exception name, message)``. Both ends are hookd's own, over a pipe no one
+# else holds.
 FRAME = struct.Struct("!I")
 INSERT = "insert"
 PROBE = "probe"

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.event import Event
+from hookd.runtime import sqlite_writer
 from ingest.batcher import GroupCommitter
 from processing import handoff as handoff_module
 from processing.attempt import RetryPolicy
@@ -34,7 +35,7 @@ from processing.wakeups import InProcessConsumer
 from store.claims import claiming
 from store.crypto import BodyCipher
 from store.delivery.destinations import WHOLE_SOURCE, set_pause
-from store.intake import fastpath, sqlite_write
+from store.intake import sqlite_write
 from store.intake.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
@@ -129,7 +130,7 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
     async def on_commit(ids: Sequence[str]) -> None:
         woken.extend(ids)
 
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=True
     )
     committer = GroupCommitter(inserter, on_commit=on_commit, handoff=client)
@@ -199,7 +200,7 @@ async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pend
         woken.extend(ids)
         consumer.wake()
 
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=False
     )
     committer = GroupCommitter(inserter, on_commit=on_commit, handoff=client)
@@ -246,7 +247,7 @@ async def test_rows_handed_to_a_processor_that_died_are_taken_over_when_their_le
     await server.start()
     client = HandoffClient([socket_path])
     await client.start()
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=False
     )
     committer = GroupCommitter(inserter, handoff=client)
@@ -319,7 +320,7 @@ async def test_a_paused_source_is_never_handed_over_its_events_stay_pending(
             conn, "other", WHOLE_SOURCE, paused=True, by="test", reason=None, now=datetime.now(UTC)
         )
     cipher = BodyCipher("")
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, cipher, committers=1, timeout_s=10, sqlite_process=True
     )
     await inserter.start()

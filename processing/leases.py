@@ -77,7 +77,7 @@ class Leases:
 
     async def release(self, given: list[Held]) -> None:
         """Give ``given`` back, due at once, recording the handlers each finished; the
-        attempt is given back too (``claims.release``)."""
+        attempt is given back too (``claiming.release``)."""
         for held in given:
             self._slots.held.pop(held.row.id, None)
         if not given:

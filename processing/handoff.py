@@ -1,7 +1,7 @@
 """Insert as claimed: ``hookd serve`` without Redis hands new events to its processors.
 
 A receiver commits a batch's new events already leased to one processor process
-(``store.events.Lease``: processing, attempt 1, that processor's owner) and then
+(``store.intake.events.Lease``: processing, attempt 1, that processor's owner) and then
 hands it their rows over a Unix stream socket, so the processor neither claims them
 nor reads them back: one write per event fewer, and none of SQLite's lock passed
 around for it. Each processor process listens beside its wake-up socket
@@ -39,7 +39,7 @@ from typing import Any, Protocol, cast
 
 import orjson
 
-from store.events import Lease, NewRow
+from store.intake.events import Lease, NewRow
 from store.rows import EventRow
 
 log = logging.getLogger("hookd.processing")
@@ -137,7 +137,7 @@ def parse_hello(line: bytes) -> tuple[list[str], float]:
 
 
 def event_row(row: NewRow) -> EventRow:
-    """A row as committed (``store.events.prepare``) as the row a claim would return."""
+    """A row as committed (``store.intake.events.prepare``) as the row a claim would return."""
     return EventRow(
         id=row["id"],
         source=row["source"],

@@ -8,7 +8,7 @@ run's counters, and only when every page is done moves the cursor to ``now -
 settle_s``: never past what it did not judge. A run killed halfway leaves the
 cursor where it was; the next run lists the same window again and finds only what
 is still missing. Each run records the interval it judged in the coverage ledger
-(``store.coverage``), and the part of it that fell out of the provider's retention
+(``store.reconcile.coverage``), and the part of it that fell out of the provider's retention
 while the cursor waited (a source down or disabled too long) as unrecoverable.
 
 A run cancelled by its process's shutdown (SIGTERM) records itself failed with
@@ -41,10 +41,10 @@ from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import Item, ListAdapter
 from reconcile.run import Run, Tally, record_checked, record_failed
-from store import reconcile as state
-from store.audit import AUTO_DISABLED_BY
 from store.crypto import BodyCipher
 from store.ids import new_id, worker_id
+from store.reconcile import runs as state
+from store.reconcile.audit import AUTO_DISABLED_BY
 from store.status import RunStatus, RunTrigger
 
 log = logging.getLogger("hookd.reconcile")

@@ -25,7 +25,7 @@ from sqlalchemy.util import await_only
 
 from hookd.errors import ConfigError
 from store import dialect
-from store.sqlite_write import SQLITE_PRAGMAS, open_turn
+from store.intake.sqlite_write import SQLITE_PRAGMAS, open_turn
 
 
 def check_url(url: str) -> sa.URL:

@@ -11,7 +11,7 @@ from hookd.ops import models
 from hookd.ops.resources import object_of
 from hookd.ordering import MAX_KEY_CHARS
 from hookd.sources import Sources
-from store import objects
+from store.delivery import objects
 
 
 class ObjectOps:

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 from hookd.ops import models
 from reconcile import coverage
-from store import audit
-from store.destinations import BreakerRow, PauseRow
-from store.history import HistoryKind
-from store.operations import OperationRow
+from store.admin.operations import OperationRow
+from store.claims.history import HistoryKind
+from store.delivery.destinations import BreakerRow, PauseRow
+from store.reconcile import audit
 from store.rows import EventRow, RunRow, SourceObjectRow, SourceStateRow
 from store.status import (
     DONE_OPERATION_STATUSES,

@@ -22,6 +22,7 @@ from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
+from hookd.runtime import sqlite_writer
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
@@ -37,8 +38,9 @@ from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
-from store import db, dialect, fastpath, migrate
+from store import db, dialect, migrate
 from store.crypto import BodyCipher
+from store.intake import fastpath
 
 log = logging.getLogger("hookd.app")
 
@@ -102,7 +104,7 @@ def _processing(settings: Settings, processor: ProcessorPool) -> _Processing:
 
 
 def _inserter(settings: Settings, engine: AsyncEngine, committers: int) -> fastpath.Inserter:
-    return fastpath.inserter_for(
+    return sqlite_writer.inserter_for(
         engine.url.render_as_string(hide_password=False),
         BodyCipher(settings.encryption_keys),
         committers=committers,

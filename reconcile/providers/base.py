@@ -13,8 +13,8 @@ import httpx
 
 from hookd.sources import Source
 from reconcile.http import Api
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 from store.status import EventOrigin
 
 

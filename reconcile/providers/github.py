@@ -44,8 +44,8 @@ from reconcile.providers.base import (
     same_url,
     shown_url,
 )
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 LINK_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
 

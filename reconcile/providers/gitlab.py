@@ -44,8 +44,8 @@ from hookd.providers.rfc3339 import epoch
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 # "The past 7 days from start date": GitLab counts from the start of the day seven
 # days ago; a window within seven days is always inside it.

@@ -30,8 +30,8 @@ from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 log = logging.getLogger("hookd.reconcile")
 

@@ -16,7 +16,7 @@ from hookd.providers.slack import SlackReconcile, is_history_message, message_ke
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}

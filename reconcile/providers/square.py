@@ -24,7 +24,7 @@ from hookd.providers.square import SquareReconcile
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 RETENTION_S = 28 * 86_400
 PAGE_LIMIT = 100

@@ -31,7 +31,7 @@ from reconcile.providers.base import (
     same_url,
     shown_url,
 )
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 RETENTION_S = 30 * 86_400
 # Pages of 100 webhook endpoints looked through for the source's (Stripe allows 16).

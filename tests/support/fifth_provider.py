@@ -42,7 +42,7 @@ from hookd.providers.signatures import hmac_sha256_hex, match_hmac, parse_hex_di
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 NAME = "fifth"
 SIGNATURE_HEADER = "x-fifth-signature"

@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect
+from store.admin.watch import like_pattern
 from store.ids import id_floor
 from store.models import EVENTS, OPERATIONS
 from store.status import (
@@ -27,7 +28,6 @@ from store.status import (
     EventStatus,
     OperationStatus,
 )
-from store.watch import like_pattern
 
 
 class OperationRow(NamedTuple):

@@ -2,12 +2,12 @@
 
 Each processing attempt and each replay adds one row to ``event_history``, in the
 transaction that records the attempt's outcome (``processing.processor``) or makes
-the replay (``store.claims.replay``): a crash loses both or neither, so the history
+the replay (``store.claims.claiming.replay``): a crash loses both or neither, so the history
 never says more or less than the event's row. The rows of a batch of attempts go in
 one statement. They are read back oldest first (by ``id``, which follows the order of
 the commits for one event) and go with their event (``ON DELETE CASCADE``; on
 PostgreSQL a dropped day partition's rows are deleted with its ledger rows, see
-``store.partitions``).
+``store.retention.partitions``).
 
 What a row holds is short and never a payload: the error is the one-line summary
 stored as the event's ``last_error``, cut to ``ERROR_CHARS``.

@@ -2,7 +2,7 @@
 and each object's latest known state (``source_objects``).
 
 An event stamped with an object (``events.object_key``, at ingest: ``hookd.ordering``)
-is never claimed by ``store.claims.claim_due`` (whose index holds none); ``claim``
+is never claimed by ``store.claims.claiming.claim_due`` (whose index holds none); ``claim``
 here hands out, among the due events of each object, only the one of lowest
 version (then lowest id), and only while no event of that object is being
 processed. So one object's handlers run one at a time, in version order, whichever
@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect, queries
-from store.destinations import paused_sources
+from store.delivery.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
 from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
 from store.status import RUNNABLE_STATUSES, EventStatus, sql_in

@@ -1,4 +1,4 @@
-"""PostgreSQL: the statements partition maintenance is made of (``store.partitions``
+"""PostgreSQL: the statements partition maintenance is made of (``store.retention.partitions``
 describes the whole): the locks a detach takes, the rows that refer to a partition's
 events deleted, set aside and put back, rows copied by id, tombstones unmarked, and
 the totals of what went.
@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.models import PRUNE_TOTALS
-from store.partition_catalog import PARENT, Reference, columns_of
+from store.retention.partition_catalog import PARENT, Reference, columns_of
 
 # How long a partition's DDL waits for the lock it needs before giving up until the
 # next run: everything queued behind it waits as long.

@@ -33,9 +33,9 @@ import itertools
 import logging
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import orjson
 
@@ -108,11 +108,13 @@ def encode(rows: Sequence[NewRow]) -> list[bytes]:
     return frames
 
 
+def _header(row: Mapping[str, object]) -> dict[str, object]:
+    """The row's columns but its body (sent after the header), by name."""
+    return {f: row[f] for f in _FIELDS}
+
+
 def _frame(rows: Sequence[NewRow]) -> bytes:
-    columns = [cast(dict[str, Any], row) for row in rows]
-    header = orjson.dumps(
-        [{**{f: c[f] for f in _FIELDS}, "body_len": len(c["body"])} for c in columns]
-    )
+    header = orjson.dumps([{**_header(row), "body_len": len(row["body"])} for row in rows])
     payload = b"".join([_LEN.pack(len(header)), header, *(row["body"] for row in rows)])
     return _LEN.pack(len(payload)) + payload
 

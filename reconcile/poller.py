@@ -378,7 +378,7 @@ class Reconciler:
             )
 
     async def _succeeded(
-        self, run: Run, outcome: Outcome, now: float, meta: dict[str, Any]
+        self, run: Run, outcome: Outcome, now: float, meta: dict[str, str]
     ) -> Outcome:
         interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
         finished = datetime.now(UTC)
@@ -386,7 +386,7 @@ class Reconciler:
         before = run.current.cursor
         judged = run.until if before is None else max(before, run.until)
         cursor_after = before if run.dry_run else judged
-        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}
         if not run.dry_run:
             values |= {
                 "cursor": cursor_after,
@@ -432,7 +432,7 @@ class Reconciler:
     async def _failed(self, run: Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
         rc = run.rc
         finished = datetime.now(UTC)
-        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}
         if isinstance(exc, AuthFailure):
             failures = run.current.auth_failures + 1
             values["auth_failures"] = failures

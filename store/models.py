@@ -319,7 +319,7 @@ class ReconcileState(SQLModel, table=True):
     registration_checked_at: datetime | None = _utc(nullable=True)
     # {"ok", "state": ok | drift | could_not_check, "reason": why it could not be read,
     # "problems": [...], "registered": {the provider's fields as read}} (store.reconcile.audit)
-    registration: dict[str, Any] | None = Field(
+    registration: dict[str, object] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
     )
 
@@ -546,7 +546,7 @@ class Operation(SQLModel, table=True):
     action: str = Field(max_length=16)  # a store.status.OperationAction
     trigger: str = Field(max_length=16)  # who asked: api, admin, cli
     # The filter as asked, in the API's words (``hookd.ops.operations.OperationFilter``).
-    filter: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    filter: dict[str, str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     dry_run: bool = Field(default=False)
     status: str = Field(max_length=16)  # a store.status.OperationStatus
     # The estimate, counted before it started; then events gone over, changed, left as they were.

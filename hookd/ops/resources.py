@@ -154,15 +154,15 @@ def source_registration(state: SourceStateRow | None) -> models.SourceRegistrati
     """A source's last registration check (None: never checked)."""
     if state is None or state.registration_checked_at is None:
         return None
-    kept = state.registration or {}
+    kept = state.registration
     ok = state.registration_ok
     return models.SourceRegistration(
         ok=ok,
         state=registration_state(ok),
-        reason=kept.get("reason") if ok is None else None,
+        reason=kept.get("reason") if kept and ok is None else None,
         checked_at=state.registration_checked_at,
-        problems=list(kept.get("problems") or ()),
-        registered=dict(kept.get("registered") or {}),
+        problems=list(kept.get("problems") or ()) if kept else [],
+        registered=dict(kept.get("registered") or {}) if kept else {},
     )
 
 

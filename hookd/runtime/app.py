@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -20,7 +20,7 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
-from hookd.ops import EventOps, RunOps, SourceOps
+from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
 from hookd.runtime import sqlite_writer
 from hookd.runtime.lifecycle import Adapted, Service, running
@@ -54,15 +54,23 @@ def processor_sockets() -> list[str]:
     return [p for p in os.environ.get(PROCESSOR_SOCKETS_ENV, "").split(os.pathsep) if p]
 
 
+class AppState(TypedDict):
+    """What ``app.state`` holds: what tests and the command line reach."""
+
+    committer: GroupCommitter
+    engine: AsyncEngine
+    operations: OperationOps
+
+
 class _App(HookdApp):
     """hookd's application, complete when built: the receiver ``/hooks/…`` goes to,
     and in ``state`` what tests and the command line reach (engine, committer,
     operations)."""
 
-    def __init__(self, receiver: Receiver, state: dict[str, Any], **starlette: Any) -> None:
+    def __init__(self, receiver: Receiver, state: AppState, **starlette: Any) -> None:
         super().__init__(**starlette)
         self.receiver = receiver
-        self.state = State(state)
+        self.state = State({**state})
 
 
 @dataclass(frozen=True)

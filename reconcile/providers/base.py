@@ -25,7 +25,9 @@ class Item:
     key: str
     time: float
     ref: Any = None
-    obj: dict[str, Any] | None = field(default=None, repr=False)
+    # The listed object as the API answered it (JSON), for ``repair``: what it holds
+    # is the provider's, so an adapter narrows what it reads of it.
+    obj: Mapping[str, object] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,7 @@ class Registration:
     ``unread`` says why the check could not read it (the API unreachable, the token
     refused): recorded as such, neither as expected nor drift."""
 
-    registered: dict[str, Any] = field(default_factory=dict)
+    registered: dict[str, object] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     unchecked: str | None = None
     unread: str | None = None
@@ -182,7 +184,7 @@ class ListAdapter(ABC):
     name: how requests authenticate and are paced, whether a missing item can be
     sent again, and what the next run should start from."""
 
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         """``meta``: what the source's last successful run kept (``kept``); ``now``:
         when this run started, in unix seconds."""
         self.source = source
@@ -206,7 +208,7 @@ class ListAdapter(ABC):
         webhook again (``redeliver``) instead of storing it from the list (``repair``)."""
         return False
 
-    def kept(self) -> dict[str, Any]:
+    def kept(self) -> dict[str, str]:
         """What the next run of the source is given as ``meta``, merged over the last."""
         return {}
 

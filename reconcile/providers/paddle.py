@@ -23,7 +23,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from hookd.providers.paddle import PaddleReconcile
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
@@ -41,6 +41,41 @@ API_VERSION = "1"
 REPLAYABLE = frozenset({"delivered", "failed"})
 
 
+class Payload(TypedDict, total=False):
+    """A notification's ``payload``, the webhook body Paddle sent: the fields read of
+    it (it is kept whole, the body of the repaired event)."""
+
+    event_id: str
+    event_type: str
+    occurred_at: str
+
+
+class Notification(TypedDict, total=False):
+    """One notification of ``GET /notifications``, the fields read of it."""
+
+    id: str
+    occurred_at: str
+    delivered_at: str | None
+    status: str
+    origin: str
+    payload: Payload
+
+
+class _Pagination(TypedDict, total=False):
+    has_more: bool
+
+
+class _Meta(TypedDict, total=False):
+    pagination: _Pagination
+
+
+class NotificationList(TypedDict):
+    """``GET /notifications``: a page of notifications, and whether more follow."""
+
+    data: list[Notification]
+    meta: NotRequired[_Meta]
+
+
 def settings(source: Source) -> PaddleReconcile:
     rc = source.config.reconcile
     assert isinstance(rc, PaddleReconcile)
@@ -48,7 +83,7 @@ def settings(source: Source) -> PaddleReconcile:
 
 
 class PaddleAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = settings(source)
         assert rc.notification_setting_id is not None
@@ -70,7 +105,7 @@ class PaddleAdapter(ListAdapter):
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         start = max(since, self._oldest_allowed)
-        params: dict[str, Any] = {
+        params: dict[str, str | int] = {
             "notification_setting_id": self._setting,
             "from": utc_z(start),
             "order_by": "id[DESC]",
@@ -78,8 +113,10 @@ class PaddleAdapter(ListAdapter):
         }
         seen: set[str] = set()
         while True:
-            answer = (await self.api.request("GET", self._url, params=params)).json()
-            notifications: list[dict[str, Any]] = answer["data"]
+            answer: NotificationList = (
+                await self.api.request("GET", self._url, params=params)
+            ).json()
+            notifications = answer["data"]
             items: list[Item] = []
             newest = float("-inf")
             for n in notifications:
@@ -108,8 +145,9 @@ class PaddleAdapter(ListAdapter):
             params["after"] = notifications[-1]["id"]
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
-        notification = item.obj or {}
-        payload = notification.get("payload") or {}
+        # Listed, its payload is an object: it named the event's id.
+        found = (item.obj or {}).get("payload")
+        payload = found if isinstance(found, dict) else {}
         kind = payload.get("event_type")
         occurred = parse_rfc3339(payload.get("occurred_at"))
         return reconciled(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from hookd.errors import ReconcileError
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
@@ -32,6 +32,49 @@ PAGE_LIMIT = 100
 SQUARE_VERSION = "2026-09-16"
 
 
+class _TimeRange(TypedDict):
+    start_at: str
+
+
+class _Filter(TypedDict):
+    created_at: _TimeRange
+    event_types: NotRequired[list[str]]
+    location_ids: NotRequired[list[str]]
+    merchant_ids: NotRequired[list[str]]
+
+
+class _Sort(TypedDict):
+    field: str
+    order: str
+
+
+class _Query(TypedDict):
+    filter: _Filter
+    sort: _Sort
+
+
+class SearchEvents(TypedDict):
+    """The body of ``POST /v2/events``: the query, and the cursor of the page before."""
+
+    limit: int
+    query: _Query
+    cursor: NotRequired[str]
+
+
+class _Error(TypedDict, total=False):
+    code: str
+    detail: str
+
+
+class SearchAnswer(TypedDict, total=False):
+    """Its answer: the events (each kept whole, the body of the repaired one), the
+    next page's cursor, or errors."""
+
+    events: list[dict[str, object]] | None
+    cursor: str
+    errors: list[_Error]
+
+
 def settings(source: Source) -> SquareReconcile:
     rc = source.config.reconcile
     assert isinstance(rc, SquareReconcile)
@@ -39,7 +82,7 @@ def settings(source: Source) -> SquareReconcile:
 
 
 class SquareAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         self._url = f"{api_url(source.config)}/v2/events"
         self._oldest_allowed = now - RETENTION_S + 60
@@ -52,9 +95,9 @@ class SquareAdapter(ListAdapter):
             "Square-Version": SQUARE_VERSION,
         }
 
-    def _query(self, start: float) -> dict[str, Any]:
+    def _query(self, start: float) -> _Query:
         rc = self._rc
-        wanted: dict[str, Any] = {"created_at": {"start_at": utc_z(start)}}
+        wanted: _Filter = {"created_at": {"start_at": utc_z(start)}}
         if rc.event_types:
             wanted["event_types"] = list(rc.event_types)
         if rc.location_ids:
@@ -65,9 +108,9 @@ class SquareAdapter(ListAdapter):
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         start = max(since, self._oldest_allowed)
-        request: dict[str, Any] = {"limit": PAGE_LIMIT, "query": self._query(start)}
+        request: SearchEvents = {"limit": PAGE_LIMIT, "query": self._query(start)}
         while True:
-            answer = (await self.api.request("POST", self._url, json=request)).json()
+            answer: SearchAnswer = (await self.api.request("POST", self._url, json=request)).json()
             errors = answer.get("errors")
             if errors:
                 first = errors[0] if isinstance(errors[0], dict) else {}

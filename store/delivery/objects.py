@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -227,7 +227,7 @@ async def _claim_sqlite(
                 EVENTS.c.source.in_(list(supersede)),
                 EVENTS.c.object_version < version,
             )
-            .values(_superseded(now))
+            .values(**_superseded(now))
             .returning(EVENTS.c.id, EVENTS.c.source, EVENTS.c.attempts)
         )
         out.superseded = [Superseded._make(r) for r in result]
@@ -237,7 +237,18 @@ async def _claim_sqlite(
     return out
 
 
-def _superseded(now: datetime) -> dict[str, Any]:
+class _Superseded(TypedDict):
+    """The columns an event superseded by a newer one of its object is given."""
+
+    status: EventStatus
+    processed_at: datetime
+    updated_at: datetime
+    last_error: None
+    last_error_handler: None
+    last_error_type: None
+
+
+def _superseded(now: datetime) -> _Superseded:
     return {
         "status": EventStatus.SUPERSEDED,
         "processed_at": now,

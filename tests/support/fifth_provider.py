@@ -125,7 +125,7 @@ REQUEST_INTERVAL_S = 0.01
 
 
 class FifthAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = source.config.reconcile
         assert isinstance(rc, FifthReconcile)
@@ -144,7 +144,7 @@ class FifthAdapter(ListAdapter):
     def request_interval_s(cls, source: Source) -> float:
         return REQUEST_INTERVAL_S
 
-    def kept(self) -> dict[str, Any]:
+    def kept(self) -> dict[str, str]:
         return {"runs": str(self._runs + 1)}
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:

@@ -289,11 +289,13 @@ async def cancelled(task: asyncio.Task[Any], within_s: float) -> bool:
     """Cancel ``task`` and wait for it to end, cancelling it again every
     ``RECANCEL_S`` while it goes on, for at most ``within_s``; whether it ended.
 
-    arq's main loop can lose a cancellation: on a loaded machine, ``Worker.main`` was
-    seen polling on and starting jobs for the whole shutdown limit after ``cancel()``,
-    its cancel request counted but its ``CancelledError`` caught somewhere below it.
-    The next cancel reaches it at its next await; one plain wait for a task that does
-    not end would spend the whole shutdown limit (and end in exit 70)."""
+    arq's main loop can lose a cancellation. The Redis client sends each command under
+    ``asyncio.wait_for`` (its socket timeout), and Python 3.11's ``wait_for`` returns the
+    inner result, dropping the cancellation, when the cancel arrives as the send
+    completes (CPython gh-86296, fixed in 3.12). Seen under load: ``Worker.main`` polled
+    on and started jobs for the whole shutdown limit, its cancel request counted, and
+    the worker exited 70. The next cancel reaches it at its next await; one plain wait
+    would spend the whole limit."""
     loop = asyncio.get_running_loop()
     end = loop.time() + within_s
     while not task.done() and loop.time() < end:

@@ -26,11 +26,11 @@ def _nothing() -> None:
 
 class Adapted:
     """A service from another object's own calls: what stops (or closes) it, and what
-    starts it, if anything does (a coroutine function or a plain one)."""
+    starts it, if anything does (each a coroutine function or a plain one)."""
 
     def __init__(
         self,
-        stop: Callable[[], Awaitable[None]],
+        stop: Callable[[], Awaitable[None] | None],
         start: Callable[[], Awaitable[None] | None] = _nothing,
     ) -> None:
         self._start = start
@@ -42,7 +42,9 @@ class Adapted:
             await started
 
     async def stop(self) -> None:
-        await self._stop()
+        stopped = self._stop()
+        if stopped is not None:
+            await stopped
 
 
 @contextlib.asynccontextmanager

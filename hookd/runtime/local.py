@@ -31,6 +31,7 @@ from hookd import tracing
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.logs import say
+from hookd.runtime.lifecycle import Adapted, running
 from hookd.runtime.worker import Runtime, build_runtime
 from hookd.settings import Settings
 from hookd.sources import load_sources
@@ -123,14 +124,45 @@ async def run(settings: Settings, index: int, path: str) -> None:
             loop.remove_reader(sys.stdin.fileno())
             stop.set()
 
-    _stop_on_signals(loop, stop, index)
-    loop.add_reader(sock.fileno(), on_datagram)
     watching = _watches_parent()
-    if watching:
-        loop.add_reader(sys.stdin.fileno(), on_stdin)
-    try:
-        await consumer.start()
-        await handoff.start()
+
+    def listen() -> None:
+        loop.add_reader(sock.fileno(), on_datagram)
+        if watching:
+            loop.add_reader(sys.stdin.fileno(), on_stdin)
+
+    def deaf() -> None:
+        loop.remove_reader(sock.fileno())
+        if watching:
+            loop.remove_reader(sys.stdin.fileno())
+
+    async def drain() -> None:
+        log.info(
+            "draining",
+            extra={
+                "processor": index,
+                "events": runtime.processor.in_flight,
+                "grace_s": STOP_GRACE_S,
+            },
+        )
+        await consumer.stop(STOP_GRACE_S)
+
+    async def unbind() -> None:
+        sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    _stop_on_signals(loop, stop, index)
+    # Started in this order, stopped in the reverse one: no more hand-overs, no more
+    # wake-ups, the events in hand drained, then the runtime's connections and the socket.
+    services = [
+        Adapted(unbind),
+        Adapted(runtime.close),
+        Adapted(drain, consumer.start),
+        Adapted(deaf, listen),
+        Adapted(handoff.close, handoff.start),
+    ]
+    async with running(services):
         log.info(
             "processor started",
             extra={
@@ -141,25 +173,7 @@ async def run(settings: Settings, index: int, path: str) -> None:
             },
         )
         await stop.wait()
-    finally:
-        await handoff.close()
-        loop.remove_reader(sock.fileno())
-        if watching:
-            loop.remove_reader(sys.stdin.fileno())
-        log.info(
-            "draining",
-            extra={
-                "processor": index,
-                "events": runtime.processor.in_flight,
-                "grace_s": STOP_GRACE_S,
-            },
-        )
-        await consumer.stop(STOP_GRACE_S)
-        await runtime.close()
-        sock.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        log.info("processor stopped", extra={"processor": index})
+    log.info("processor stopped", extra={"processor": index})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -35,6 +36,7 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.backoff import capped
 from hookd.ops import EventOps
+from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
 from hookd.settings import Settings
@@ -445,7 +447,7 @@ async def settle_in_flight(runtime: Runtime, grace_s: float) -> None:
         await asyncio.wait_for(runtime.processor.drain(0.0), grace_s)
 
 
-async def run(  # noqa: PLR0915 - one lifecycle, start to stop, in order
+async def run(
     settings: Settings, sources: Sources, checked: Callable[[], None] | None = None
 ) -> None:
     """The worker until SIGTERM or SIGINT. ``checked`` is called once the checks that
@@ -475,18 +477,22 @@ async def run(  # noqa: PLR0915 - one lifecycle, start to stop, in order
     )
     log.info("worker started", extra={"owner": runtime.processor.owner})
     sweeping = asyncio.create_task(backstop(runtime, stop))
-    scheduler = Scheduler(runtime.reconciler, sources) if settings.reconcile_schedule else None
-    if scheduler is not None:
-        await scheduler.start()
-    pruning = PruneSchedule(runtime.engine, sources, settings.prune_every_s)
-    await pruning.start()
 
     async def wake() -> None:  # a replayed batch: drain here; other workers sweep
         runtime.drains.kick()
 
     events = EventOps(runtime.engine, wake)
-    operations = OperationSchedule(operations_of(settings, runtime.engine, sources, events))
-    await operations.start()
+    # Started in this order and stopped in the reverse one, the reconciliation schedule
+    # first: a run in progress records its interruption at once, as a shutdown always did.
+    timetable: list[Service] = [
+        OperationSchedule(operations_of(settings, runtime.engine, sources, events)),
+        PruneSchedule(runtime.engine, sources, settings.prune_every_s),
+    ]
+    if settings.reconcile_schedule:
+        scheduler = Scheduler(runtime.reconciler, sources)
+        timetable.append(Adapted(functools.partial(scheduler.stop, grace_s=0), scheduler.start))
+    timed = contextlib.AsyncExitStack()
+    await timed.enter_async_context(running(timetable))
 
     async def stop_schedules() -> None:
         # As soon as the signal comes, beside arq's close rather than after it: a
@@ -495,11 +501,7 @@ async def run(  # noqa: PLR0915 - one lifecycle, start to stop, in order
         await stop.wait()
         # Claim no more from now on: what runs has its grace while arq closes.
         runtime.processor.stop_claiming()
-        if scheduler is not None:
-            # At once, as a shutdown always did: a run in progress records its interruption.
-            await scheduler.stop(grace_s=0)
-        await pruning.stop()
-        await operations.stop()
+        await timed.aclose()
 
     schedules = asyncio.create_task(stop_schedules(), name="hookd-stop-schedules")
     try:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
@@ -164,6 +164,29 @@ class Configurable:
     bind: Callable[[Any], Provider]
 
 
+class Scheme(Protocol):
+    """How a sender proves a request is its own: what its secret is, what its headers
+    say (checked before the body is read; ``now`` keeps the clock's fraction) and
+    whether the body matches them. The shapes in ``hookd.providers.signatures`` are
+    schemes; ``Handwritten`` holds one of a sender's own."""
+
+    def parse_secret(self, raw: str) -> Key: ...
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders: ...
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Handwritten:
+    """A scheme written as its own three functions, for a sender no shape fits (the
+    signature in the body, the URL a sender posts to, a choice of schemes)."""
+
+    parse_secret: Callable[[str], Key]
+    check_headers: Callable[[HeaderMap, float, int], SignedHeaders]
+    verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
+
+
 @dataclass(frozen=True, slots=True)
 class Provider:
     """Everything hookd knows of one provider, declared in its module and registered
@@ -171,10 +194,8 @@ class Provider:
 
     # What ``provider = "..."`` in the sources file says.
     name: str
-    parse_secret: Callable[[str], Key]
-    # (headers, now: the clock's fractional seconds since the epoch, tolerance_s)
-    check_headers: Callable[[HeaderMap, float, int], SignedHeaders]
-    verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
+    # How its requests are verified, and what its secret is.
+    scheme: Scheme
     envelope: Callable[[HeaderMap, bytes, Verified], Envelope]
     # For ``hookd send-test`` and the tests: the n-th sample event, signed.
     sample_event: SampleEvent
@@ -201,6 +222,15 @@ class Provider:
     # retention of that API. A source's key must be kept at least this long
     # (``keep_keys_days``), or a late redelivery would be stored as a new event.
     redelivery_horizon_days: float = 3.0
+
+    def parse_secret(self, raw: str) -> Key:
+        return self.scheme.parse_secret(raw)
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        return self.scheme.check_headers(headers, now, tolerance_s)
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        return self.scheme.verify(signed, body, keys)
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int

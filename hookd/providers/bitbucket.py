@@ -44,9 +44,6 @@ KEPT_HEADERS = (
 SAMPLE_HOOK_UUID = "{1b8c5e73-4d0a-4a55-9a4f-2f6c0c9d2e11}"
 
 
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha256=")
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     request_uuid = checked_key(optional_header(headers, REQUEST_HEADER), "X-Request-UUID")
     # Every Bitbucket payload is a JSON object; anything else is no Bitbucket event.
@@ -119,9 +116,12 @@ PROVIDER = Provider(
     name=NAME,
     # Bitbucket resends a failed request at most twice, right away.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a Bitbucket webhook secret must not be empty"),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        prefix="sha256=",
+        parse_secret=hmac_secret("a Bitbucket webhook secret must not be empty"),
+    ),
     envelope=envelope,
     sample_event=sample_event,
 )

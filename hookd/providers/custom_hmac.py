@@ -27,6 +27,7 @@ from pydantic import field_validator
 
 from hookd.providers.base import (
     Configurable,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -141,9 +142,7 @@ def bind(settings: HmacSettings) -> Provider:
     kept = () if settings.timestamp_header is None else (settings.timestamp_header,)
     return Provider(
         name=NAME,
-        parse_secret=plain_secret,
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(plain_secret, check_headers, verify),
         envelope=envelope_for(settings, kept),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

@@ -28,8 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -45,14 +45,17 @@ from hookd.providers.base import (
     Key,
     Provider,
     Reply,
-    SignedHeaders,
     Verified,
     checked_key,
-    one_header,
     parse_json_object,
     select_headers,
 )
-from hookd.providers.signatures import HEX_DIGITS, match_ed25519, parse_hex_digest, parse_timestamp
+from hookd.providers.signatures import (
+    HEX_DIGITS,
+    TimestampedSignature,
+    match_ed25519,
+    parse_hex_digest,
+)
 
 SIGNATURE_HEADER = "x-signature-ed25519"
 TIMESTAMP_HEADER = "x-signature-timestamp"
@@ -90,18 +93,6 @@ def _key_bytes(raw: str, refusal: str) -> bytes:
 def parse_secret(raw: str) -> Key:
     public = _key_bytes(raw, "must be the application's public key: 64 hex digits")
     return Ed25519Key(Ed25519PublicKey.from_public_bytes(public))
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    # Lower case only, as Discord sends it: upper case decodes to the same bytes.
-    signature = parse_hex_digest(one_header(headers, SIGNATURE_HEADER), SIGNATURE_BYTES)
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=raw_ts.encode(), signatures=(("ed25519", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_ed25519(SCHEME, signed, body, keys, "ed25519")
 
 
 def snowflake_time(snowflake: str) -> datetime:
@@ -219,9 +210,16 @@ PROVIDER = Provider(
     name="discord",
     # Discord retries for up to 10 minutes.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "ed25519",
+        # Lower case only, as Discord sends it: upper case decodes to the same bytes.
+        decode=partial(parse_hex_digest, size=SIGNATURE_BYTES),
+        match=match_ed25519,
+        parse_secret=parse_secret,
+    ),
     envelope=envelope,
     sample_event=sample_event,
     # The application's public key verifies; a sample needs an ed25519 seed.

@@ -30,7 +30,7 @@ from hookd.providers.base import (
     with_action,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
-from hookd.providers.signatures import HmacHeader, hmac_sha256_hex, plain_secret
+from hookd.providers.signatures import HmacHeader, hmac_sha256_hex
 
 SIGNATURE_HEADER = "x-hub-signature-256"
 # The request headers an event keeps, whether it came by webhook or was fetched
@@ -44,9 +44,6 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
-
-
-SIGNATURE = HmacHeader("github-sha256", SIGNATURE_HEADER, prefix="sha256=")
 
 
 def event_type(event: str | None, action: object) -> str | None:
@@ -148,9 +145,7 @@ PROVIDER = Provider(
     name="github",
     # GitHub does not retry; its deliveries can be listed and redelivered for 3 days.
     redelivery_horizon_days=3,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=HmacHeader("github-sha256", SIGNATURE_HEADER, prefix="sha256="),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body),

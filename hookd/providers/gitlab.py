@@ -61,9 +61,6 @@ SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
 
-TOKEN = SharedToken(SCHEME, TOKEN_HEADER)
-
-
 def event_type(header: str | None, payload: object) -> str | None:
     """``merge_request.open``: the payload's ``object_kind`` (``event_name`` for system
     hooks) and ``object_attributes.action`` when it has one; ``X-Gitlab-Event``
@@ -195,9 +192,9 @@ PROVIDER = Provider(
     name=NAME,
     # GitLab lists and resends a hook's events of the last 7 days.
     redelivery_horizon_days=7,
-    parse_secret=hmac_secret("a GitLab secret token must not be empty"),
-    check_headers=TOKEN.check_headers,
-    verify=TOKEN.verify,
+    scheme=SharedToken(
+        SCHEME, TOKEN_HEADER, parse_secret=hmac_secret("a GitLab secret token must not be empty")
+    ),
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

@@ -30,6 +30,7 @@ from typing import Any
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -122,9 +123,7 @@ def bind(public_url: str) -> Provider:
         name=NAME,
         # HubSpot retries up to 10 times over 24 hours.
         redelivery_horizon_days=1,
-        parse_secret=hmac_secret("a HubSpot client secret is empty"),
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(hmac_secret("a HubSpot client secret is empty"), check_headers, verify),
         envelope=envelope,
         sample_event=partial(sample_for, public_url),
         with_public_url=bind,

@@ -37,9 +37,6 @@ KEPT_HEADERS = ("content-type", "user-agent")
 PING_TOPIC = "ping"
 
 
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha1=", algorithm="sha1")
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     payload = parse_json_object(body)
     kept = select_headers(headers, KEPT_HEADERS)
@@ -113,13 +110,17 @@ PROVIDER = Provider(
     name=NAME,
     # Intercom keeps retrying a failing subscription until it suspends it after 7 days.
     redelivery_horizon_days=7,
-    parse_secret=hmac_secret(
-        shape=PRINTABLE_WORD,
-        unlike="an Intercom client secret (the app's Basic Info page) is printable ASCII "
-        "without spaces",
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        prefix="sha1=",
+        algorithm="sha1",
+        parse_secret=hmac_secret(
+            shape=PRINTABLE_WORD,
+            unlike="an Intercom client secret (the app's Basic Info page) is printable ASCII "
+            "without spaces",
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     challenge=challenge,

@@ -24,6 +24,7 @@ from typing import Any
 from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -158,9 +159,9 @@ PROVIDER = Provider(
     name=NAME,
     # Linear does not document its retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=hmac_secret("a Linear webhook signing secret must not be empty"),
-    check_headers=check_headers,
-    verify=verify,
+    scheme=Handwritten(
+        hmac_secret("a Linear webhook signing secret must not be empty"), check_headers, verify
+    ),
     envelope=envelope,
     sample_event=sample_event,
 )

@@ -27,6 +27,7 @@ from typing import Any
 from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -177,9 +178,9 @@ PROVIDER = Provider(
     name=NAME,
     # Mailgun retries for 8 hours.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a Mailgun webhook signing key is empty"),
-    check_headers=check_headers,
-    verify=verify,
+    scheme=Handwritten(
+        hmac_secret("a Mailgun webhook signing key is empty"), check_headers, verify
+    ),
     envelope=envelope,
     sample_event=sample_event,
     # "If Mailgun receives a 200 (Success) code it will determine the webhook POST is

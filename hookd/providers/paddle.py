@@ -50,9 +50,6 @@ ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
 
 
-SIGNATURE = HmacEntries(SCHEME, SIGNATURE_HEADER, ";", "h1", timestamp="ts", signed_prefix="{ts}:")
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     payload = parse_json_object(body)
     event_id = checked_key(payload.get("event_id"), "event_id")
@@ -136,13 +133,19 @@ PROVIDER = Provider(
     name=NAME,
     # Paddle keeps (lists, replays) notifications and events for 90 days.
     redelivery_horizon_days=90,
-    parse_secret=hmac_secret(
-        shape=SECRET_RE,
-        unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
-        "(the notification destination's endpoint_secret_key)",
+    scheme=HmacEntries(
+        SCHEME,
+        SIGNATURE_HEADER,
+        ";",
+        "h1",
+        timestamp="ts",
+        signed_prefix="{ts}:",
+        parse_secret=hmac_secret(
+            shape=SECRET_RE,
+            unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
+            "(the notification destination's endpoint_secret_key)",
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

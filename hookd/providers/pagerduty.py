@@ -37,10 +37,6 @@ SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
 
 
-# An entry without "=" or of another version is passed over, as PagerDuty says.
-SIGNATURE = HmacEntries("pagerduty-v1", SIGNATURE_HEADER, ",", "v1", strict=False)
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     event = object_at(parse_json_object(body), "event")
     return Envelope(
@@ -99,9 +95,15 @@ PROVIDER = Provider(
     name=NAME,
     # PagerDuty retries up to 5 attempts over about 20 minutes.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    # An entry without "=" or of another version is passed over, as PagerDuty says.
+    scheme=HmacEntries(
+        "pagerduty-v1",
+        SIGNATURE_HEADER,
+        ",",
+        "v1",
+        strict=False,
+        parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
+    ),
     envelope=envelope,
     sample_event=sample_event,
 )

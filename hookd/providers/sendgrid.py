@@ -50,11 +50,14 @@ from hookd.providers.base import (
     bounded_type,
     checked_key,
     epoch_to_datetime,
-    one_header,
     parse_json_array,
     select_headers,
 )
-from hookd.providers.signatures import b64decode_strict, matching_public_key, parse_timestamp
+from hookd.providers.signatures import (
+    TimestampedSignature,
+    b64decode_strict,
+    matching_public_key,
+)
 
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
 TIMESTAMP_HEADER = "x-twilio-email-event-webhook-timestamp"
@@ -108,24 +111,19 @@ def _signature(raw: str) -> bytes:
     return der
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    signature = _signature(one_header(headers, SIGNATURE_HEADER))
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    # SendGrid signs the header's text followed by the raw body.
-    return SignedHeaders(timestamp=ts, prefix=raw_ts.encode(), signatures=(("ecdsa", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+def match_ecdsa(
+    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
+) -> Verified:
+    """Verify any ``version`` signature of ``prefix + body`` against any P-256 key."""
     message = signed.prefix + body
     algorithm = ec.ECDSA(hashes.SHA256())
 
     def check(key: EcdsaP256Key, signature: bytes) -> None:
         key.public_key.verify(signature, message, algorithm)
 
-    signatures = [signature for _, signature in signed.signatures]
+    signatures = [signature for ver, signature in signed.signatures if ver == version]
     index = matching_public_key(keys, EcdsaP256Key, signatures, check)
-    return Verified(SCHEME, index, signed.timestamp)
+    return Verified(scheme, index, signed.timestamp)
 
 
 def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
@@ -222,9 +220,16 @@ PROVIDER = Provider(
     name="sendgrid",
     # SendGrid retries for up to 24 hours after the event.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    # SendGrid signs the timestamp header's text followed by the raw body.
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "ecdsa",
+        decode=_signature,
+        match=match_ecdsa,
+        parse_secret=parse_secret,
+    ),
     envelope=envelope,
     sample_event=sample_event,
     # The configured verification key is public: a sample needs the P-256 private key.

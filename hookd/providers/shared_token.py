@@ -22,7 +22,7 @@ from hookd.providers.generic import (
     header_name,
     sample_for,
 )
-from hookd.providers.signatures import SharedToken, plain_secret
+from hookd.providers.signatures import SharedToken
 
 NAME = "token"
 
@@ -50,17 +50,13 @@ class TokenSettings(SourceSettings):
 def bind(settings: TokenSettings) -> Provider:
     """The ``token`` provider as one source's settings make it."""
 
-    token = SharedToken(NAME, settings.header)
-
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)
         return {**headers, settings.header: secret}, body
 
     return Provider(
         name=NAME,
-        parse_secret=plain_secret,
-        check_headers=token.check_headers,
-        verify=token.verify,
+        scheme=SharedToken(NAME, settings.header),
         envelope=envelope_for(settings, ()),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

@@ -54,9 +54,6 @@ SAMPLE_API_VERSION = "2025-07"
 SAMPLE_SHOP = "hookd-test.myshopify.com"
 
 
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, encoding="base64")
-
-
 def dedupe_key(headers: HeaderMap) -> str:
     """``{topic}:{X-Shopify-Event-Id}``, or the webhook id when there is no event id."""
     topic = checked_key(optional_header(headers, TOPIC_HEADER), "X-Shopify-Topic")
@@ -118,11 +115,14 @@ PROVIDER = Provider(
     name=NAME,
     # Shopify retries 8 times over 4 hours.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret(
-        "a Shopify client secret (the app's API secret key) must not be empty"
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        encoding="base64",
+        parse_secret=hmac_secret(
+            "a Shopify client secret (the app's API secret key) must not be empty"
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

@@ -307,6 +307,7 @@ class HmacHeader:
     algorithm: Literal["sha1", "sha256", "sha512"] = "sha256"
     # Signed ahead of the body (Square: the notification URL).
     signed_prefix: bytes = b""
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw = after_prefix(one_header(headers, self.header), self.prefix)
@@ -336,6 +337,7 @@ class HmacEntries:
     timestamp: str | None = None
     signed_prefix: str = ""
     strict: bool = True
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         entries = named_entries(
@@ -352,28 +354,45 @@ class HmacEntries:
         return match_hmac(self.scheme, signed, body, keys, self.version)
 
 
+# (scheme, signed, body, keys, version) -> how the request verified: the ``version``
+# signatures of ``signed.prefix + body`` matched against the keys of their kind
+# (``match_hmac``, ``match_ed25519``), or ``bad_signature``.
+Match = Callable[[str, SignedHeaders, bytes, Sequence[Key], str], Verified]
+
+
 @dataclass(frozen=True, slots=True)
-class TimestampedHmac:
-    """A timestamp header (whole seconds) and a signature header holding ``prefix`` and
-    the lower-case hex HMAC-SHA256 of ``signed_prefix + body``, ``signed_prefix``
-    formatted with the checked timestamp (``{ts}``) or its text as received (``{raw}``):
-    Slack's and Zoom's ``v0=`` over ``v0:{timestamp}:{body}``."""
+class TimestampedSignature:
+    """A timestamp header and a signature header holding ``prefix`` and a signature of
+    ``signed_prefix + body``, ``signed_prefix`` formatted with the checked timestamp
+    (``{ts}``) or its text as received (``{raw}``, as most sign it): Slack's and Zoom's
+    ``v0=<hex HMAC-SHA256>`` over ``v0:{timestamp}:{body}``, Zendesk's base64 HMAC over
+    its ISO time and the body, Discord's ed25519 over the timestamp and the body.
+
+    ``read_timestamp`` checks the timestamp's text against the window (whole seconds by
+    default), ``decode`` the signature's (lower-case hex SHA-256 by default) and
+    ``match`` the signature against the keys (HMAC-SHA256 by default); ``version``
+    names the signature among ``SignedHeaders.signatures``."""
 
     scheme: str
     header: str
     timestamp_header: str
-    prefix: str
-    signed_prefix: str
+    version: str
+    prefix: str = ""
+    signed_prefix: str = "{raw}"
+    read_timestamp: Callable[[str, float, int], int] = parse_timestamp
+    decode: Callable[[str], bytes] = parse_hex_digest
+    match: Match = match_hmac
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw_ts = one_header(headers, self.timestamp_header)
-        signature = parse_hex_digest(after_prefix(one_header(headers, self.header), self.prefix))
-        ts = parse_timestamp(raw_ts, now, tolerance_s)
+        signature = self.decode(after_prefix(one_header(headers, self.header), self.prefix))
+        ts = self.read_timestamp(raw_ts, now, tolerance_s)
         signed = self.signed_prefix.format(ts=ts, raw=raw_ts).encode()
-        return SignedHeaders(ts, signed, ((self.prefix, signature),))
+        return SignedHeaders(ts, signed, ((self.version, signature),))
 
     def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        return match_hmac(self.scheme, signed, body, keys, self.prefix)
+        return self.match(self.scheme, signed, body, keys, self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +403,7 @@ class SharedToken:
 
     scheme: str
     header: str
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         presented = one_header(headers, self.header).encode("utf-8", "surrogatepass")

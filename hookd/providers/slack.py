@@ -30,7 +30,7 @@ from hookd.providers.base import (
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
-from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
+from hookd.providers.signatures import TimestampedSignature, hmac_sha256_hex
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -71,9 +71,6 @@ HISTORY_SUBTYPES = frozenset(
         "tombstone",
     }
 )
-
-
-SIGNATURE = TimestampedHmac("slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{ts}:")
 
 
 def message_key(team: str, channel: str, ts: str) -> str:
@@ -218,9 +215,9 @@ PROVIDER = Provider(
     # Slack retries three times within minutes; conversations.history reaches as far back
     # as the source's lookback_s, which the retention check adds.
     redelivery_horizon_days=1,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=TimestampedSignature(
+        "slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0=", signed_prefix="v0:{ts}:"
+    ),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("event", "type")),

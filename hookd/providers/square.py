@@ -68,9 +68,6 @@ def square_signature(secret: str, url: str, body: bytes) -> str:
 
 def bind(url: str) -> Provider:
     """The Square provider for a source whose notification URL is ``url``."""
-    signature = HmacHeader(
-        SCHEME, SIGNATURE_HEADER, encoding="base64", signed_prefix=url.encode("utf-8")
-    )
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         payment_id = uuid.uuid4().hex[:22].upper()
@@ -110,13 +107,17 @@ def bind(url: str) -> Provider:
 
     return Provider(
         name=NAME,
-        parse_secret=hmac_secret(
-            shape=PRINTABLE_WORD,
-            unlike="a Square signature key is the subscription's Signature Key: printable "
-            "ASCII without spaces",
+        scheme=HmacHeader(
+            SCHEME,
+            SIGNATURE_HEADER,
+            encoding="base64",
+            signed_prefix=url.encode("utf-8"),
+            parse_secret=hmac_secret(
+                shape=PRINTABLE_WORD,
+                unlike="a Square signature key is the subscription's Signature Key: printable "
+                "ASCII without spaces",
+            ),
         ),
-        check_headers=signature.check_headers,
-        verify=signature.verify,
         envelope=envelope,
         sample_event=sample_event,
     )

@@ -40,13 +40,6 @@ def parse_secret(raw: str) -> HmacKey:
     return HmacKey(raw.encode("utf-8"))
 
 
-# Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
-# that is no digest at all, as HmacEntries does.
-SIGNATURE = HmacEntries(
-    "stripe-v1", SIGNATURE_HEADER, ",", "v1", timestamp="t", signed_prefix="{ts}."
-)
-
-
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     payload = parse_json_object(body)
     event_id = checked_key(payload.get("id"), "event id")
@@ -120,9 +113,17 @@ PROVIDER = Provider(
     name="stripe",
     # Stripe retries for up to 3 days; its events API lists events for 30 days.
     redelivery_horizon_days=30,
-    parse_secret=parse_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
+    # that is no digest at all, as HmacEntries does.
+    scheme=HmacEntries(
+        "stripe-v1",
+        SIGNATURE_HEADER,
+        ",",
+        "v1",
+        timestamp="t",
+        signed_prefix="{ts}.",
+        parse_secret=parse_secret,
+    ),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),

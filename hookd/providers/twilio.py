@@ -41,6 +41,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -193,9 +194,11 @@ def bind(public_url: str) -> Provider:
         name=NAME,
         # Twilio retries a failed request within seconds (connection overrides).
         redelivery_horizon_days=1,
-        parse_secret=hmac_secret("a Twilio auth token (or webhook shared key secret) is empty"),
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(
+            hmac_secret("a Twilio auth token (or webhook shared key secret) is empty"),
+            check_headers,
+            verify,
+        ),
         envelope=envelope,
         sample_event=partial(sample_for, public_url),
         with_public_url=bind,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,18 +26,20 @@ from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    Key,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
     loads_utf8,
-    one_header,
     optional_header,
     select_headers,
 )
 from hookd.providers.rfc3339 import parse_rfc3339, parse_utc_timestamp
-from hookd.providers.signatures import hmac_b64, hmac_secret, match_hmac, parse_b64_digest
+from hookd.providers.signatures import (
+    TimestampedSignature,
+    hmac_b64,
+    hmac_secret,
+    parse_b64_digest,
+)
 
 NAME = "zendesk"
 SCHEME = "zendesk-sha256"
@@ -56,20 +57,6 @@ KEPT_HEADERS = (
 EVENT_TYPE_PREFIX = "zen:event-type:"
 # Zendesk shows a signing secret as base64 text (``dGhpc19z…==``, ``HRkRd4Be…zeA=``).
 SECRET_RE = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}", re.ASCII)
-
-
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    digest = parse_b64_digest(one_header(headers, SIGNATURE_HEADER))
-    ts = parse_utc_timestamp(raw_ts, now, tolerance_s)
-    # The timestamp is signed as the text it arrived as.
-    return SignedHeaders(
-        timestamp=ts, prefix=raw_ts.encode("ascii"), signatures=(("sha256", digest),)
-    )
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "sha256")
 
 
 def zendesk_event(body: bytes) -> dict[str, Any] | None:
@@ -169,13 +156,20 @@ PROVIDER = Provider(
     name=NAME,
     # Zendesk does not document a retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=hmac_secret(
-        shape=SECRET_RE,
-        unlike="a Zendesk signing secret is the base64 text the webhook shows "
-        "(at least 16 characters, no spaces)",
+    # The timestamp is signed as the text it arrived as.
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "sha256",
+        read_timestamp=parse_utc_timestamp,
+        decode=parse_b64_digest,
+        parse_secret=hmac_secret(
+            shape=SECRET_RE,
+            unlike="a Zendesk signing secret is the base64 text the webhook shows "
+            "(at least 16 characters, no spaces)",
+        ),
     ),
-    check_headers=check_headers,
-    verify=verify,
     envelope=envelope,
     sample_event=sample_event,
 )

@@ -27,6 +27,7 @@ from typing import Any
 from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     HmacKey,
     Key,
@@ -39,7 +40,7 @@ from hookd.providers.base import (
     parse_json_object,
     select_headers,
 )
-from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
+from hookd.providers.signatures import TimestampedSignature, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-zm-signature"
 TIMESTAMP_HEADER = "x-zm-request-timestamp"
@@ -58,7 +59,9 @@ class ZoomVerified(Verified):
 
 
 # The timestamp is signed as the text it arrived as.
-SIGNATURE = TimestampedHmac(SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{raw}:")
+SIGNATURE = TimestampedSignature(
+    SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0=", signed_prefix="v0:{raw}:"
+)
 
 
 def _plain_token(payload: dict[str, Any]) -> str:
@@ -168,9 +171,7 @@ PROVIDER = Provider(
     name="zoom",
     # Zoom retries three times, the last about 85 minutes after the first.
     redelivery_horizon_days=1,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=verify,
+    scheme=Handwritten(plain_secret, SIGNATURE.check_headers, verify),
     envelope=envelope,
     sample_event=sample_event,
     # "Your endpoint must respond with either a 200 or 204 HTTP status code": Zoom

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -85,7 +84,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "uuid": "{4e5f6a7b-8c9d-4e0f-a1b2-c3d4e5f6a7b8}",
         "account_id": "557058:hookd-send-test",
     }
-    payload: dict[str, Any] = {
+    payload = {
         "actor": actor,
         "repository": repository,
         "push": {

@@ -30,7 +30,6 @@ import json
 import secrets
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
@@ -42,6 +41,7 @@ from hookd.providers.base import (
     Ed25519Key,
     Envelope,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     Reply,
@@ -69,7 +69,7 @@ MAX_SNOWFLAKE_DIGITS = 20
 
 PING = 1
 # Interaction type -> (stored type, the deferred answer Discord documents for it).
-INTERACTIONS: dict[int, tuple[str, dict[str, Any]]] = {
+INTERACTIONS: dict[int, tuple[str, JsonObject]] = {
     2: ("interaction.application_command", {"type": 5}),
     3: ("interaction.message_component", {"type": 6}),
     4: ("interaction.application_command_autocomplete", {"type": 8, "data": {"choices": []}}),
@@ -100,7 +100,7 @@ def snowflake_time(snowflake: str) -> datetime:
     return datetime.fromtimestamp(((int(snowflake) >> 22) + DISCORD_EPOCH_MS) / 1000, UTC)
 
 
-def _kind(payload: dict[str, Any]) -> int:
+def _kind(payload: JsonObject) -> int:
     kind = payload.get("type")
     if isinstance(kind, bool) or not isinstance(kind, int):
         raise PayloadError("malformed_payload", "type is not an integer")
@@ -117,7 +117,7 @@ def _event_time(raw: object) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def _webhook_event(payload: dict[str, Any], body: bytes, kept: dict[str, str]) -> Envelope:
+def _webhook_event(payload: JsonObject, body: bytes, kept: dict[str, str]) -> Envelope:
     kind = _kind(payload)
     if kind == EVENT_PING:
         return Envelope("", "webhook.ping", None, kept, reply=NO_CONTENT)

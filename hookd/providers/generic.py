@@ -30,7 +30,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -40,6 +40,7 @@ from hookd.providers.base import (
     Envelope,
     HeaderMap,
     HmacKey,
+    JsonObject,
     Key,
     QueryMap,
     Reply,
@@ -113,7 +114,7 @@ class SourceSettings(BaseModel):
         return None
 
 
-def _at(payload: Mapping[str, Any], path: str) -> object:
+def _at(payload: Mapping[str, object], path: str) -> object:
     value: object = payload
     for part in path.split("."):
         if not isinstance(value, dict):
@@ -142,7 +143,7 @@ def envelope_for(
         names += (settings.type_header,)
 
     def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-        payload: dict[str, Any] | None = None
+        payload: JsonObject | None = None
         if kind == "json" or settings.type_json is not None:
             payload = parse_json_object(body)
         if kind == "header":
@@ -226,7 +227,7 @@ def challenge_for(settings: SourceSettings) -> Challenge | None:
     return None if settings.handshake is None else HANDSHAKES[settings.handshake]
 
 
-def _put(payload: dict[str, Any], path: str, value: str) -> None:
+def _put(payload: JsonObject, path: str, value: str) -> None:
     *parents, last = path.split(".")
     node = payload
     for part in parents:
@@ -241,7 +242,7 @@ def sample_for(settings: SourceSettings, seq: int, now: int) -> tuple[dict[str, 
     """An unsigned sample event: (headers, body) with its id and type where the
     settings look for them; the provider's signer adds its own headers."""
     event_id = f"evt_{uuid.uuid4().hex}"
-    payload: dict[str, Any] = {"id": event_id, "type": SAMPLE_TYPE, "created": now, "n": seq}
+    payload: JsonObject = {"id": event_id, "type": SAMPLE_TYPE, "created": now, "n": seq}
     headers = {"Content-Type": "application/json"}
     if settings.type_json is not None:
         _put(payload, settings.type_json, SAMPLE_TYPE)

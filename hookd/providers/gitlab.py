@@ -21,8 +21,9 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, StrictInt, StrictStr, field_validator
 
@@ -75,7 +76,7 @@ def event_type(header: str | None, payload: object) -> str | None:
     return with_action(kind, attributes.get("action") if isinstance(attributes, dict) else None)
 
 
-def occurred_at(payload: dict[str, Any]) -> datetime | None:
+def occurred_at(payload: Mapping[str, object]) -> datetime | None:
     """When the object last changed, for the events whose payload says so."""
     attributes = payload.get("object_attributes")
     if not isinstance(attributes, dict):
@@ -124,7 +125,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "path_with_namespace": "mike/diaspora",
         "default_branch": "main",
     }
-    payload: dict[str, Any] = {
+    payload = {
         "object_kind": "push",
         "event_name": "push",
         "before": "95790bf891e76fee5e1747ab589903a6a1f80f22",

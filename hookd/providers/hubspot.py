@@ -25,13 +25,13 @@ import re
 import secrets
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
     Handwritten,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
@@ -130,7 +130,7 @@ def bind(public_url: str) -> Provider:
     )
 
 
-def batch_key(events: Sequence[dict[str, Any]]) -> str:
+def batch_key(events: Sequence[JsonObject]) -> str:
     """``batch:<sha256>`` of the events without their ``attemptNumber``, sorted."""
     try:
         canonical = sorted(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -64,7 +63,7 @@ def intercom_headers(secret: str, body: bytes) -> dict[str, str]:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     conversation = str(100000000 + seq)
-    payload: dict[str, Any] = {
+    payload = {
         "type": "notification_event",
         "app_id": "a86dr8yl",
         "data": {

@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
     Handwritten,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
@@ -63,9 +63,9 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
     )
 
 
-def signature_block(body: bytes) -> dict[str, Any]:
+def signature_block(body: bytes) -> JsonObject:
     try:
-        payload: Any = loads_utf8(body)
+        payload = loads_utf8(body)
     except ValueError:
         raise SignatureError("missing_signature") from None
     if not isinstance(payload, dict) or "signature" not in payload:
@@ -101,7 +101,7 @@ def token_text(value: object) -> str:
     return value
 
 
-def signatures_in(block: dict[str, Any]) -> list[bytes]:
+def signatures_in(block: JsonObject) -> list[bytes]:
     """The block's ``signature`` and ``parent-signature`` (a subaccount's event), each a
     hex digest; neither is ``missing_signature``."""
     candidates: list[bytes] = []
@@ -146,7 +146,7 @@ def mailgun_signature(secret: str, timestamp: str, token: str) -> dict[str, str]
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     """A ``delivered`` event, signed as Mailgun signs it."""
     recipient = f"send-test-{seq}@example.com"
-    payload: dict[str, Any] = {
+    payload = {
         "signature": mailgun_signature(secret, str(now), secrets.token_hex(25)),
         "event-data": {
             "id": secrets.token_urlsafe(16),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -85,7 +85,7 @@ def paddle_id(prefix: str) -> str:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     when = utc_z(now)
-    payload: dict[str, Any] = {
+    payload = {
         "event_id": paddle_id("evt"),
         "event_type": "transaction.completed",
         "occurred_at": when,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -62,7 +61,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     """An ``incident.triggered`` event, signed as PagerDuty signs it."""
     occurred = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     incident = f"Q{seq:06d}"
-    payload: dict[str, Any] = {
+    payload = {
         "event": {
             "id": "01" + secrets.token_hex(12).upper(),
             "event_type": "incident.triggered",

@@ -29,7 +29,6 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -43,6 +42,7 @@ from hookd.providers.base import (
     EcdsaP256Key,
     Envelope,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
@@ -126,7 +126,7 @@ def match_ecdsa(
     return Verified(scheme, index, signed.timestamp)
 
 
-def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
+def batch_key(events: list[JsonObject], body: bytes) -> str:
     """The SHA-256 of the batch's sorted distinct ``sg_event_id`` values, or of its body
     when an event has none."""
     ids: set[str] = set()
@@ -139,7 +139,7 @@ def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
     return "events:" + hashlib.sha256(joined).hexdigest()
 
 
-def batch_type(events: list[dict[str, Any]]) -> str:
+def batch_type(events: list[JsonObject]) -> str:
     """The events' ``event`` when they all agree, else ``batch``."""
     kinds = {event.get("event") for event in events}
     if len(kinds) == 1:
@@ -149,7 +149,7 @@ def batch_type(events: list[dict[str, Any]]) -> str:
     return BATCH_TYPE
 
 
-def earliest(events: list[dict[str, Any]]) -> datetime | None:
+def earliest(events: list[JsonObject]) -> datetime | None:
     """When the batch's oldest event happened (its ``timestamp``, seconds)."""
     times = [t for t in (epoch_to_datetime(event.get("timestamp")) for event in events) if t]
     return min(times, default=None)

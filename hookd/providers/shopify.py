@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -81,7 +80,7 @@ def shopify_hmac(secret: str, body: bytes) -> str:
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     created = datetime.fromtimestamp(now, UTC).isoformat()
     order_id = 820_982_911_946_154_508 + seq
-    payload: dict[str, Any] = {
+    payload = {
         "id": order_id,
         "admin_graphql_api_id": f"gid://shopify/Order/{order_id}",
         "name": f"#{1000 + seq}",

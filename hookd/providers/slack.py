@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 from pydantic import Field
@@ -20,6 +20,7 @@ from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
+    JsonObject,
     Provider,
     Reply,
     Verified,
@@ -78,7 +79,7 @@ def message_key(team: str, channel: str, ts: str) -> str:
     return f"msg:{team}:{channel}:{ts}"
 
 
-def is_history_message(event: dict[str, Any]) -> bool:
+def is_history_message(event: Mapping[str, object]) -> bool:
     if event.get("type") != "message":
         return False
     subtype = event.get("subtype")
@@ -120,7 +121,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     )
 
 
-def _callback_key(payload: dict[str, Any], event: dict[str, Any]) -> str:
+def _callback_key(payload: JsonObject, event: JsonObject) -> str:
     """A channel message's key (``message_key``), any other callback's ``event_id``."""
     if is_history_message(event):
         team_id = payload.get("team_id") or event.get("team")
@@ -167,7 +168,7 @@ def slack_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     unique = uuid.uuid4()
-    payload: dict[str, Any] = {
+    payload = {
         "type": "event_callback",
         "team_id": "T0HOOKD",
         "api_app_id": "A0HOOKD",

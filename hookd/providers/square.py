@@ -15,7 +15,7 @@ import dataclasses
 import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -72,7 +72,7 @@ def bind(url: str) -> Provider:
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         payment_id = uuid.uuid4().hex[:22].upper()
         when = utc_z(now)
-        payload: dict[str, Any] = {
+        payload = {
             "merchant_id": "MLEFBHHSJGVHD",
             "type": "payment.updated",
             "event_id": str(uuid.uuid4()),

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hookd.errors import PayloadError, SignatureError
@@ -251,7 +250,7 @@ def _json_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
     """A JSON body (Event Streams sinks send arrays of CloudEvents): keyed by the body's
     digest, the same ``bodySHA256`` Twilio signed."""
     try:
-        value: Any = loads_utf8(body)
+        value = loads_utf8(body)
     except ValueError:
         raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
     items = value if isinstance(value, list) else [value]

@@ -20,12 +20,12 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
+    JsonObject,
     Provider,
     Verified,
     checked_key,
@@ -59,9 +59,9 @@ EVENT_TYPE_PREFIX = "zen:event-type:"
 SECRET_RE = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}", re.ASCII)
 
 
-def zendesk_event(body: bytes) -> dict[str, Any] | None:
-    """The body as a Zendesk event (``type`` ``zen:event-type:…`` and an ``id``), or
-    None for any other payload (a trigger's own JSON, XML, a form)."""
+def zendesk_event(body: bytes) -> tuple[str, JsonObject] | None:
+    """The body as a Zendesk event: its ``type`` (``zen:event-type:…``) and the event,
+    which has an ``id``; None for any other payload (a trigger's own JSON, XML, a form)."""
     try:
         payload = loads_utf8(body)
     except ValueError:
@@ -70,7 +70,7 @@ def zendesk_event(body: bytes) -> dict[str, Any] | None:
         return None
     kind = payload.get("type")
     if isinstance(kind, str) and kind.startswith(EVENT_TYPE_PREFIX) and "id" in payload:
-        return payload
+        return kind, payload
     return None
 
 
@@ -78,10 +78,11 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     kept = select_headers(headers, KEPT_HEADERS)
     event = zendesk_event(body)
     if event is not None:
+        kind, fields = event
         return Envelope(
-            dedupe_key=checked_key(event.get("id"), "event id"),
-            type=event["type"],
-            occurred_at=parse_rfc3339(event.get("time")),
+            dedupe_key=checked_key(fields.get("id"), "event id"),
+            type=kind,
+            occurred_at=parse_rfc3339(fields.get("time")),
             headers=kept,
         )
     invocation = optional_header(headers, INVOCATION_HEADER)
@@ -125,7 +126,7 @@ def zendesk_headers(
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     when = iso_z(now)
     user_id = str(6596848315900 + seq)
-    payload: dict[str, Any] = {
+    payload = {
         "type": "zen:event-type:user.active_changed",
         "account_id": 12514403,
         "id": str(uuid.uuid4()),

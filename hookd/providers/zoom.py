@@ -22,7 +22,6 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
@@ -30,6 +29,7 @@ from hookd.providers.base import (
     Handwritten,
     HeaderMap,
     HmacKey,
+    JsonObject,
     Key,
     Provider,
     Reply,
@@ -64,7 +64,7 @@ SIGNATURE = TimestampedSignature(
 )
 
 
-def _plain_token(payload: dict[str, Any]) -> str:
+def _plain_token(payload: JsonObject) -> str:
     inner = payload.get("payload")
     token = inner.get("plainToken") if isinstance(inner, dict) else None
     if not isinstance(token, str) or not token or len(token) > MAX_PLAIN_TOKEN_CHARS:
@@ -100,7 +100,7 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return ZoomVerified(verified.scheme, verified.key_index, verified.timestamp, answer)
 
 
-def event_key(event: str, payload: dict[str, Any], body: bytes) -> str:
+def event_key(event: str, payload: JsonObject, body: bytes) -> str:
     """``{event}:{event_ts}:{sha256 of the canonical payload}``, see the module's notes."""
     event_ts = payload.get("event_ts")
     if isinstance(event_ts, bool) or not isinstance(event_ts, int):

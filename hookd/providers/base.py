@@ -361,6 +361,11 @@ def media_type(headers: HeaderMap) -> str:
     return raw.split(";", 1)[0].strip().lower()
 
 
+def string_or_none(value: object) -> str | None:
+    """A string read from a payload as it is (empty or not), or None."""
+    return value if isinstance(value, str) else None
+
+
 def text_or_none(value: object) -> str | None:
     """A non-empty string read from a payload, or None."""
     return value if isinstance(value, str) and value else None
@@ -369,3 +374,34 @@ def text_or_none(value: object) -> str | None:
 def with_action(kind: str | None, action: object) -> str | None:
     """``issues.opened``: a kind and its action when it has one, the kind alone otherwise."""
     return f"{kind}.{action}" if kind and isinstance(action, str) and action else kind
+
+
+@dataclass(frozen=True, slots=True)
+class JsonEnvelope:
+    """The envelope of a sender whose body is one JSON object that names its event: the
+    dedupe key, type and time are fields of it, or of the object at ``inside``.
+
+    ``key`` is the key's field and how a refusal names it; a key that does not start
+    with ``key_prefix`` is ``malformed_payload``. ``type`` and ``time`` are a field and
+    what reads it (an odd value is left out, not refused)."""
+
+    kept: tuple[str, ...]
+    key: tuple[str, str]
+    type: tuple[str, Callable[[object], str | None]]
+    time: tuple[str, Callable[[object], datetime | None]]
+    inside: str | None = None
+    key_prefix: str = ""
+
+    def __call__(self, headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+        payload = parse_json_object(body)
+        fields = payload if self.inside is None else object_at(payload, self.inside)
+        field, name = self.key
+        key = checked_key(fields.get(field), name)
+        if not key.startswith(self.key_prefix):
+            raise PayloadError("malformed_payload", f"{name} does not start with {self.key_prefix}")
+        return Envelope(
+            dedupe_key=key,
+            type=self.type[1](fields.get(self.type[0])),
+            occurred_at=self.time[1](fields.get(self.time[0])),
+            headers=select_headers(headers, self.kept),
+        )

@@ -25,21 +25,17 @@ from collections.abc import Sequence
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
-    Envelope,
     Handwritten,
     HeaderMap,
+    JsonEnvelope,
     JsonObject,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     bounded_type,
-    checked_key,
     epoch_to_datetime,
     loads_utf8,
-    object_at,
-    parse_json_object,
-    select_headers,
 )
 from hookd.providers.signatures import (
     hmac_secret,
@@ -127,16 +123,6 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return Verified("mailgun-sha256", index, ts)
 
 
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    data = object_at(parse_json_object(body), "event-data")
-    return Envelope(
-        dedupe_key=checked_key(data.get("id"), "event-data.id"),
-        type=bounded_type(data.get("event")),
-        occurred_at=epoch_to_datetime(data.get("timestamp")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
-
-
 def mailgun_signature(secret: str, timestamp: str, token: str) -> dict[str, str]:
     """The ``signature`` block Mailgun puts in a body at ``timestamp``, with ``token``."""
     digest = hmac_sha256_hex(secret.encode("utf-8"), (timestamp + token).encode("ascii"))
@@ -181,7 +167,13 @@ PROVIDER = Provider(
     scheme=Handwritten(
         hmac_secret("a Mailgun webhook signing key is empty"), check_headers, verify
     ),
-    envelope=envelope,
+    envelope=JsonEnvelope(
+        KEPT_HEADERS,
+        key=("id", "event-data.id"),
+        type=("event", bounded_type),
+        time=("timestamp", epoch_to_datetime),
+        inside="event-data",
+    ),
     sample_event=sample_event,
     # "If Mailgun receives a 200 (Success) code it will determine the webhook POST is
     # successful"; any other code but 406 is retried for 8 hours.

@@ -22,15 +22,9 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
-    parse_json_object,
-    select_headers,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -48,19 +42,6 @@ SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
 ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 # A notification setting's ID: its prefix, then 26 lower-case letters and digits.
 SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    event_id = checked_key(payload.get("event_id"), "event_id")
-    if not event_id.startswith("evt_"):
-        raise PayloadError("malformed_payload", "event_id does not start with evt_")
-    return Envelope(
-        dedupe_key=event_id,
-        type=text_or_none(payload.get("event_type")),
-        occurred_at=parse_rfc3339(payload.get("occurred_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def paddle_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
@@ -146,7 +127,13 @@ PROVIDER = Provider(
             "(the notification destination's endpoint_secret_key)",
         ),
     ),
-    envelope=envelope,
+    envelope=JsonEnvelope(
+        KEPT_HEADERS,
+        key=("event_id", "event_id"),
+        type=("event_type", text_or_none),
+        time=("occurred_at", parse_rfc3339),
+        key_prefix="evt_",
+    ),
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=PaddleReconcile,

@@ -18,15 +18,9 @@ import secrets
 from datetime import UTC, datetime
 
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
     bounded_type,
-    checked_key,
-    object_at,
-    parse_json_object,
-    select_headers,
 )
 from hookd.providers.rfc3339 import parse_isoformat
 from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
@@ -34,16 +28,6 @@ from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 NAME = "pagerduty"
 SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    event = object_at(parse_json_object(body), "event")
-    return Envelope(
-        dedupe_key=checked_key(event.get("id"), "event.id"),
-        type=bounded_type(event.get("event_type")),
-        occurred_at=parse_isoformat(event.get("occurred_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def pagerduty_headers(secret: str, body: bytes) -> dict[str, str]:
@@ -103,6 +87,12 @@ PROVIDER = Provider(
         strict=False,
         parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
     ),
-    envelope=envelope,
+    envelope=JsonEnvelope(
+        KEPT_HEADERS,
+        key=("id", "event.id"),
+        type=("event_type", bounded_type),
+        time=("occurred_at", parse_isoformat),
+        inside="event",
+    ),
     sample_event=sample_event,
 )

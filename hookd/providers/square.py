@@ -20,13 +20,8 @@ from typing import Literal
 from pydantic import field_validator
 
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
-    parse_json_object,
-    select_headers,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -49,16 +44,6 @@ SQUARE_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 # What the registry holds is bound to this placeholder; a source is always served by
 # the provider bound to its own ``public_url`` (hookd.sources refuses one without).
 EXAMPLE_URL = "https://hookd.example/hooks/square"
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    return Envelope(
-        dedupe_key=checked_key(payload.get("event_id"), "event_id"),
-        type=text_or_none(payload.get("type")),
-        occurred_at=parse_rfc3339(payload.get("created_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def square_signature(secret: str, url: str, body: bytes) -> str:
@@ -118,7 +103,12 @@ def bind(url: str) -> Provider:
                 "ASCII without spaces",
             ),
         ),
-        envelope=envelope,
+        envelope=JsonEnvelope(
+            KEPT_HEADERS,
+            key=("event_id", "event_id"),
+            type=("type", text_or_none),
+            time=("created_at", parse_rfc3339),
+        ),
         sample_event=sample_event,
     )
 

@@ -12,18 +12,13 @@ import uuid
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
-    Envelope,
-    HeaderMap,
     HmacKey,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
     epoch_to_datetime,
-    parse_json_object,
-    select_headers,
+    string_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
 from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
@@ -37,20 +32,6 @@ def parse_secret(raw: str) -> HmacKey:
         raise ValueError("a Stripe signing secret starts with whsec_")
     # Stripe uses the whole secret string, prefix included, as the HMAC key.
     return HmacKey(raw.encode("utf-8"))
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    event_id = checked_key(payload.get("id"), "event id")
-    if not event_id.startswith("evt_"):
-        raise PayloadError("malformed_payload", "event id does not start with evt_")
-    kind = payload.get("type")
-    return Envelope(
-        dedupe_key=event_id,
-        type=kind if isinstance(kind, str) else None,
-        occurred_at=epoch_to_datetime(payload.get("created")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def stripe_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
@@ -123,7 +104,13 @@ PROVIDER = Provider(
         signed_prefix="{ts}.",
         parse_secret=parse_secret,
     ),
-    envelope=envelope,
+    envelope=JsonEnvelope(
+        KEPT_HEADERS,
+        key=("id", "event id"),
+        type=("type", string_or_none),
+        time=("created", epoch_to_datetime),
+        key_prefix="evt_",
+    ),
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),
     # A token is all Stripe's events API needs; its own keys are the registration check's.

@@ -30,9 +30,9 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
@@ -73,6 +73,11 @@ def json_path(value: str) -> str:
     return value
 
 
+# A settings key naming a header (kept in lower case) or a place in the JSON body.
+HeaderName = Annotated[str, AfterValidator(header_name)]
+JsonPath = Annotated[str, AfterValidator(json_path)]
+
+
 class SourceSettings(BaseModel):
     """``[sources.verify]`` keys every configurable provider takes."""
 
@@ -80,8 +85,8 @@ class SourceSettings(BaseModel):
 
     # "header:<Name>", "json:<dotted.path>" or "body_sha256".
     dedupe: str
-    type_header: str | None = None
-    type_json: str | None = None
+    type_header: HeaderName | None = None
+    type_json: JsonPath | None = None
     # A registration handshake the source answers (see the module's notes).
     handshake: Handshake | None = None
 
@@ -96,16 +101,6 @@ class SourceSettings(BaseModel):
         if sep and kind == "json":
             return f"json:{json_path(arg)}"
         raise ValueError('must be "header:<Name>", "json:<dotted.path>" or "body_sha256"')
-
-    @field_validator("type_header")
-    @classmethod
-    def _type_header(cls, value: str | None) -> str | None:
-        return None if value is None else header_name(value)
-
-    @field_validator("type_json")
-    @classmethod
-    def _type_json(cls, value: str | None) -> str | None:
-        return None if value is None else json_path(value)
 
     def incomplete(self) -> tuple[str, str] | None:
         """(key, problem) of what the types alone cannot say, checked after them."""

@@ -29,7 +29,7 @@ from hookd.providers.base import (
     select_headers,
     with_action,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling
 from hookd.providers.signatures import HmacHeader, hmac_sha256_hex
 
 SIGNATURE_HEADER = "x-hub-signature-256"
@@ -112,13 +112,8 @@ class GitHubReconcile(ReconcileConfig):
     repair: Literal["fetch", "redeliver"] = "fetch"
     # The registration check (each run, `hookd sources check`): the events the hook
     # must send (a hook sending "*" sends them all); off with check_registration.
-    expect_events: tuple[str, ...] = ()
+    expect_events: EventNames = ()
     check_registration: bool = True
-
-    @field_validator("expect_events")
-    @classmethod
-    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return event_names(value)
 
     @field_validator("hook")
     @classmethod

@@ -16,10 +16,10 @@ from pydantic import field_validator
 from hookd.providers.base import Configurable, Provider
 from hookd.providers.generic import (
     Handshake,
+    HeaderName,
     SourceSettings,
     challenge_for,
     envelope_for,
-    header_name,
     sample_for,
 )
 from hookd.providers.signatures import SharedToken
@@ -30,12 +30,7 @@ NAME = "token"
 class TokenSettings(SourceSettings):
     """``[sources.verify]`` of a ``token`` source."""
 
-    header: str
-
-    @field_validator("header")
-    @classmethod
-    def _header(cls, value: str) -> str:
-        return header_name(value)
+    header: HeaderName
 
     @field_validator("handshake")
     @classmethod

@@ -7,10 +7,8 @@ Unlike Stripe's SDK, a timestamp too far in the future is refused as well.
 from __future__ import annotations
 
 import json
-import re
 import uuid
-
-from pydantic import field_validator
+from typing import Annotated
 
 from hookd.providers.base import (
     BodySigner,
@@ -20,7 +18,7 @@ from hookd.providers.base import (
     epoch_to_datetime,
     string_or_none,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling, matching
 from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
 
 SIGNATURE_HEADER = "stripe-signature"
@@ -62,31 +60,17 @@ class StripeReconcile(ReconcileConfig):
     check (each run, `hookd sources check`) compares the webhook endpoint with."""
 
     # The endpoint ("we_…"); without it, the one whose url is the source's public_url.
-    webhook_endpoint: str | None = None
+    webhook_endpoint: Annotated[
+        str | None, matching(r"we_[A-Za-z0-9]{1,64}", 'must be a webhook endpoint ID ("we_…")')
+    ] = None
     # Event types the endpoint must send (one enabled for "*" sends them all).
-    expect_events: tuple[str, ...] = ()
+    expect_events: EventNames = ()
     # The API version the endpoint must render events in ("2024-06-20").
-    expect_api_version: str | None = None
+    expect_api_version: Annotated[
+        str | None,
+        matching(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?", 'must be a Stripe API version ("2024-06-20")'),
+    ] = None
     check_registration: bool = True
-
-    @field_validator("webhook_endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"we_[A-Za-z0-9]{1,64}", value):
-            raise ValueError('must be a webhook endpoint ID ("we_…")')
-        return value
-
-    @field_validator("expect_events")
-    @classmethod
-    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return event_names(value)
-
-    @field_validator("expect_api_version")
-    @classmethod
-    def _version(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?", value):
-            raise ValueError('must be a Stripe API version ("2024-06-20")')
-        return value
 
 
 PROVIDER = Provider(

@@ -74,6 +74,11 @@ class SignedHeaders:
     tolerance_s: int = 0
 
 
+def compact_json(value: object) -> bytes:
+    """``value`` as JSON without spaces, the way most senders write a body."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """An answer a provider's request gets instead of hookd's own JSON: a handshake
@@ -88,7 +93,7 @@ class Reply:
 
     @classmethod
     def json(cls, value: object, status: int = 200) -> Reply:
-        return cls(json.dumps(value, separators=(",", ":")).encode(), status=status)
+        return cls(compact_json(value), status=status)
 
     @classmethod
     def text(cls, value: str) -> Reply:

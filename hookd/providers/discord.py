@@ -26,7 +26,6 @@ A duplicate gets the same answer as the first delivery.
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from datetime import UTC, datetime
 from functools import partial
@@ -47,6 +46,7 @@ from hookd.providers.base import (
     Reply,
     Verified,
     checked_key,
+    compact_json,
     parse_json_object,
     select_headers,
 )
@@ -201,7 +201,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "data": {"id": "1100000000000000004", "name": "hookd-test", "type": 1},
         "locale": "en-US",
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return discord_headers(secret, body, now), body
 
 

@@ -26,7 +26,6 @@ cannot carry markup.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +45,7 @@ from hookd.providers.base import (
     Reply,
     Verified,
     checked_key,
+    compact_json,
     optional_header,
     parse_json_object,
     select_headers,
@@ -248,4 +248,4 @@ def sample_for(settings: SourceSettings, seq: int, now: int) -> tuple[dict[str, 
         _put(payload, arg, event_id)
     elif kind == "header":
         headers[arg] = event_id
-    return headers, json.dumps(payload, separators=(",", ":")).encode()
+    return headers, compact_json(payload)

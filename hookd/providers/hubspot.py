@@ -38,6 +38,7 @@ from hookd.providers.base import (
     Verified,
     bounded_type,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     one_header,
     parse_json_array,
@@ -195,7 +196,7 @@ def sample_for(url: str, secret: str, seq: int, now: int) -> tuple[dict[str, str
             "sourceId": "userId:1234567",
         }
     ]
-    body = json.dumps(events, separators=(",", ":")).encode()
+    body = compact_json(events)
     headers = {
         "X-HubSpot-Signature-v3": hubspot_signature(secret, signed_uri(url), body, millis),
         "X-HubSpot-Request-Timestamp": str(millis),

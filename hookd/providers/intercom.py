@@ -9,7 +9,6 @@ answered with 200 and not stored: it is about the subscription, not an event.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 
@@ -22,6 +21,7 @@ from hookd.providers.base import (
     Reply,
     Verified,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     parse_json_object,
     select_headers,
@@ -93,7 +93,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "created_at": now,
         "self": None,
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return intercom_headers(secret, body), body
 
 

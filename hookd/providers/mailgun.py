@@ -19,7 +19,6 @@ event, the same in every retry and in its events API.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Sequence
 
@@ -34,6 +33,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     bounded_type,
+    compact_json,
     epoch_to_datetime,
     loads_utf8,
 )
@@ -156,7 +156,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             "user-variables": {},
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return {"Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0"}, body
 
 

@@ -15,7 +15,6 @@ notifications (``GET /notifications``), whose entries carry the same ``event_id`
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from typing import Literal
@@ -25,6 +24,7 @@ from pydantic import field_validator
 from hookd.providers.base import (
     JsonEnvelope,
     Provider,
+    compact_json,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -85,7 +85,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             "billed_at": when,
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return paddle_headers(secret, body, now), body
 
 

@@ -13,7 +13,6 @@ kept with the event but is not signed). Each payload holds exactly one event.
 
 from __future__ import annotations
 
-import json
 import secrets
 from datetime import UTC, datetime
 
@@ -21,6 +20,7 @@ from hookd.providers.base import (
     JsonEnvelope,
     Provider,
     bounded_type,
+    compact_json,
 )
 from hookd.providers.rfc3339 import parse_isoformat
 from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
@@ -70,7 +70,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             },
         }
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return pagerduty_headers(secret, body), body
 
 

@@ -25,9 +25,8 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 
 from cryptography.hazmat.primitives import hashes, serialization
@@ -45,10 +44,10 @@ from hookd.providers.base import (
     JsonObject,
     Key,
     Provider,
-    SignedHeaders,
     Verified,
     bounded_type,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     parse_json_array,
     select_headers,
@@ -56,7 +55,7 @@ from hookd.providers.base import (
 from hookd.providers.signatures import (
     TimestampedSignature,
     b64decode_strict,
-    matching_public_key,
+    match_ecdsa,
 )
 
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
@@ -109,21 +108,6 @@ def _signature(raw: str) -> bytes:
     if not hmac.compare_digest(encode_dss_signature(r, s), der):
         raise SignatureError("malformed_signature")
     return der
-
-
-def match_ecdsa(
-    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
-) -> Verified:
-    """Verify any ``version`` signature of ``prefix + body`` against any P-256 key."""
-    message = signed.prefix + body
-    algorithm = ec.ECDSA(hashes.SHA256())
-
-    def check(key: EcdsaP256Key, signature: bytes) -> None:
-        key.public_key.verify(signature, message, algorithm)
-
-    signatures = [signature for ver, signature in signed.signatures if ver == version]
-    index = matching_public_key(keys, EcdsaP256Key, signatures, check)
-    return Verified(scheme, index, signed.timestamp)
 
 
 def batch_key(events: list[JsonObject], body: bytes) -> str:
@@ -211,7 +195,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         }
         for event in ("processed", "delivered")
     ]
-    body = json.dumps(events, separators=(",", ":")).encode()
+    body = compact_json(events)
     return sendgrid_headers(secret, body, now), body
 
 

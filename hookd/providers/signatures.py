@@ -1,11 +1,13 @@
 """The signature toolkit: the shapes providers sign with, written once.
 
 A provider module says only what is its own (header names, what is signed, its scheme's
-name) and takes the rest from here. Four shapes are whole schemes, declared in a line
-(their ``check_headers`` and ``verify`` are the provider's): ``HmacHeader`` (one header,
-``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries`` (``t=…,v1=…,v1=…``),
-``TimestampedHmac`` (a timestamp header and a ``v0=<hex>`` one) and ``SharedToken`` (a
-secret sent as it is). Their parts serve a scheme of its own:
+name, its secret's refusal) and takes the rest from here. Four shapes are whole schemes
+(``hookd.providers.base.Scheme``), declared where the provider is: ``HmacHeader`` (one
+header, ``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries``
+(``t=…,v1=…,v1=…``), ``TimestampedSignature`` (a timestamp header and a signature
+header over the timestamp and the body: its timestamp reader, signature decoder and
+matcher are its fields) and ``SharedToken`` (a secret sent as it is). Their parts serve
+a scheme of its own (``hookd.providers.base.Handwritten``):
 
 - timestamps: ``parse_timestamp`` (whole seconds in a header) and ``check_window`` (any
   signed time against ``now ± tolerance_s``);
@@ -16,7 +18,7 @@ secret sent as it is). Their parts serve a scheme of its own:
   a valid one beside it);
 - matching, in constant time against every secret and candidate: ``matching_key`` (an
   HMAC of a message given as its parts), ``match_hmac`` (``prefix + body``, SHA-256),
-  ``matching_public_key`` and ``match_ed25519``;
+  ``matching_public_key``, ``match_ed25519`` and ``match_ecdsa`` (P-256, SHA-256);
 - secrets: ``hmac_secret`` (a ``parse_secret`` for a secret used as text, with the
   provider's refusal), ``plain_secret`` (any non-empty text);
 - signing, for samples and ``hookd send-test`` only: ``hmac_digest``,
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
@@ -212,6 +216,22 @@ def match_ed25519(
         key.public_key.verify(signature, message)
 
     index = matching_public_key(keys, Ed25519Key, candidates, check)
+    return Verified(scheme, index, signed.timestamp)
+
+
+def match_ecdsa(
+    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
+) -> Verified:
+    """Verify any ``version`` signature of ``prefix + body`` against any ECDSA P-256
+    key (SHA-256)."""
+    message = signed.prefix + body
+    algorithm = ec.ECDSA(hashes.SHA256())
+
+    def check(key: EcdsaP256Key, signature: bytes) -> None:
+        key.public_key.verify(signature, message, algorithm)
+
+    signatures = [signature for ver, signature in signed.signatures if ver == version]
+    index = matching_public_key(keys, EcdsaP256Key, signatures, check)
     return Verified(scheme, index, signed.timestamp)
 
 

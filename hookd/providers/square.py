@@ -12,7 +12,6 @@ header is not accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
 from typing import Literal
@@ -22,6 +21,7 @@ from pydantic import field_validator
 from hookd.providers.base import (
     JsonEnvelope,
     Provider,
+    compact_json,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -80,7 +80,7 @@ def bind(url: str) -> Provider:
                 },
             },
         }
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = compact_json(payload)
         headers = {
             "x-square-hmacsha256-signature": square_signature(secret, url, body),
             "square-environment": "Sandbox",

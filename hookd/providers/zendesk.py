@@ -16,7 +16,6 @@ shares (the invocations API lists attempts under it).
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from hookd.providers.base import (
     Provider,
     Verified,
     checked_key,
+    compact_json,
     loads_utf8,
     optional_header,
     select_headers,
@@ -145,7 +145,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         },
         "event": {"current": False, "previous": True},
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     invocation = str(uuid.uuid4().int % 10**10)
     headers = zendesk_headers(
         secret, body, now, webhook_id="01F1KRFQ6BG29CNWFR60NK5FNY", invocation_id=invocation

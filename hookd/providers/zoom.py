@@ -36,6 +36,7 @@ from hookd.providers.base import (
     SignedHeaders,
     Verified,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     parse_json_object,
     select_headers,
@@ -162,7 +163,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             },
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return zoom_headers(secret, body, now), body
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from hookd.providers.base import compact_json
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
 from reconcile.http import Api
@@ -249,7 +249,7 @@ class ListAdapter(ABC):
             type_=type_,
             occurred=occurred,
             headers={"content-type": "application/json"},
-            body=json.dumps(document, separators=(",", ":")).encode(),
+            body=compact_json(document),
             how=how,
             received_at=received_at,
         )

@@ -33,6 +33,8 @@ HeaderMap = Mapping[str, Sequence[str]]
 JsonObject = dict[str, object]
 
 MAX_DEDUPE_KEY_CHARS = 255
+# The request headers every event keeps: how its body is encoded and who sent it.
+SENDER_HEADERS = ("content-type", "user-agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,14 +390,15 @@ class JsonEnvelope:
 
     ``key`` is the key's field and how a refusal names it; a key that does not start
     with ``key_prefix`` is ``malformed_payload``. ``type`` and ``time`` are a field and
-    what reads it (an odd value is left out, not refused)."""
+    what reads it (an odd value is left out, not refused). ``kept``: the request
+    headers the event keeps."""
 
-    kept: tuple[str, ...]
     key: tuple[str, str]
     type: tuple[str, Callable[[object], str | None]]
     time: tuple[str, Callable[[object], datetime | None]]
     inside: str | None = None
     key_prefix: str = ""
+    kept: tuple[str, ...] = SENDER_HEADERS
 
     def __call__(self, headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         payload = parse_json_object(body)

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
+    SENDER_HEADERS,
     Challenge,
     Envelope,
     HeaderMap,
@@ -131,7 +132,7 @@ def envelope_for(
     settings: SourceSettings, kept: tuple[str, ...]
 ) -> Callable[[HeaderMap, bytes, Verified], Envelope]:
     kind, _, arg = settings.dedupe.partition(":")
-    names = tuple(dict.fromkeys((*kept, "content-type", "user-agent")))
+    names = tuple(dict.fromkeys((*kept, *SENDER_HEADERS)))
     if kind == "header":
         names += (arg,)
     if settings.type_header is not None:

@@ -46,7 +46,6 @@ from hookd.providers.signatures import (
 )
 
 NAME = "mailgun"
-KEPT_HEADERS = ("content-type", "user-agent")
 # Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
 MAX_TOKEN_CHARS = 512
 SIGNATURE_FIELDS = ("signature", "parent-signature")
@@ -168,7 +167,6 @@ PROVIDER = Provider(
         hmac_secret("a Mailgun webhook signing key is empty"), check_headers, verify
     ),
     envelope=JsonEnvelope(
-        KEPT_HEADERS,
         key=("id", "event-data.id"),
         type=("event", bounded_type),
         time=("timestamp", epoch_to_datetime),

@@ -34,7 +34,6 @@ from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 NAME = "paddle"
 SCHEME = "paddle-h1"
 SIGNATURE_HEADER = "paddle-signature"
-KEPT_HEADERS = ("content-type", "user-agent")
 # ``pdl_ntfset_<destination id>_<key>``; Paddle's library tests also carry the older
 # ``pdl_ntf_`` form. The key part is base64 text.
 SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
@@ -128,7 +127,6 @@ PROVIDER = Provider(
         ),
     ),
     envelope=JsonEnvelope(
-        KEPT_HEADERS,
         key=("event_id", "event_id"),
         type=("event_type", text_or_none),
         time=("occurred_at", parse_rfc3339),

@@ -88,11 +88,11 @@ PROVIDER = Provider(
         parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
     ),
     envelope=JsonEnvelope(
-        KEPT_HEADERS,
         key=("id", "event.id"),
         type=("event_type", bounded_type),
         time=("occurred_at", parse_isoformat),
         inside="event",
+        kept=KEPT_HEADERS,
     ),
     sample_event=sample_event,
 )

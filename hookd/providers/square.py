@@ -104,10 +104,10 @@ def bind(url: str) -> Provider:
             ),
         ),
         envelope=JsonEnvelope(
-            KEPT_HEADERS,
             key=("event_id", "event_id"),
             type=("type", text_or_none),
             time=("created_at", parse_rfc3339),
+            kept=KEPT_HEADERS,
         ),
         sample_event=sample_event,
     )

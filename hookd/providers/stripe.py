@@ -22,7 +22,6 @@ from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling
 from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
 
 SIGNATURE_HEADER = "stripe-signature"
-KEPT_HEADERS = ("content-type", "user-agent")
 
 
 def parse_secret(raw: str) -> HmacKey:
@@ -89,7 +88,6 @@ PROVIDER = Provider(
         parse_secret=parse_secret,
     ),
     envelope=JsonEnvelope(
-        KEPT_HEADERS,
         key=("id", "event id"),
         type=("type", string_or_none),
         time=("created", epoch_to_datetime),

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
 
-# A JSON object as a sender's body holds it: a value is whatever JSON holds there, so it
-# is narrowed (``isinstance``) where it is read, never trusted to have a shape.
+# A JSON object (a sender's body, an answer hookd sends): a value is whatever JSON holds
+# there, so where it is read it is narrowed (``isinstance``), never trusted to have a shape.
 JsonObject = dict[str, object]
 
 MAX_DEDUPE_KEY_CHARS = 255

@@ -217,7 +217,12 @@ PROVIDER = Provider(
     # as the source's lookback_s, which the retention check adds.
     redelivery_horizon_days=1,
     scheme=TimestampedSignature(
-        "slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0=", signed_prefix="v0:{ts}:"
+        "slack-v0",
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "v0=",
+        prefix="v0=",
+        signed_prefix="v0:{ts}:",
     ),
     envelope=envelope,
     sample_event=sample_event,

@@ -61,7 +61,7 @@ class ZoomVerified(Verified):
 
 # The timestamp is signed as the text it arrived as.
 SIGNATURE = TimestampedSignature(
-    SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0=", signed_prefix="v0:{raw}:"
+    SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", prefix="v0=", signed_prefix="v0:{raw}:"
 )
 
 

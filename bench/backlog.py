@@ -12,7 +12,7 @@ backlog is really drained.
    db upgrade``.
 2. ``--events`` signed GitHub ``issues.opened`` deliveries (S1's bodies, about 1 KB)
    checked, verified and enveloped by hookd's GitHub provider, then stored through the
-   receiver's own insert (``store.fastpath``), in batches: exactly the rows the receiver
+   receiver's own insert (``store.intake.fastpath``), in batches: exactly the rows the receiver
    would have stored, without HTTP.
 3. A private Redis and ``--workers`` ``hookd worker`` processes (the no-op handler
    ``bench/handlers.py:noop``), launched together; their start-up sweep finds the
@@ -72,9 +72,9 @@ sys.path.insert(0, str(REPO_DIR))
 from hookd.providers.base import HeaderMap  # noqa: E402
 from hookd.providers.github import PROVIDER as GITHUB  # noqa: E402
 from hookd.providers.github import github_headers  # noqa: E402
+from hookd.runtime.sqlite_writer import inserter_for  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent  # noqa: E402
-from store.fastpath import inserter_for  # noqa: E402
+from store.intake.events import NewEvent  # noqa: E402
 from store.status import EventOrigin  # noqa: E402
 
 

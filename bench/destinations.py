@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from store import db, migrate  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent, insert_events  # noqa: E402
+from store.intake.events import NewEvent, insert_events  # noqa: E402
 from tests.support import services  # noqa: E402
 from tests.support.constants import STRIPE_SECRET  # noqa: E402
 from tests.support.destinations import Destination, app, max_in_window, whsec  # noqa: E402

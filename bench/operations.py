@@ -12,7 +12,7 @@ received over the asked range and ``--outside`` more before and after it. Then, 
 
 1. ask: the estimate (counted before it starts) and how long asking took;
 2. run, sampling ``GET``-shaped progress every 50 ms, while a writer inserts 10-event
-   batches through ``store.events.insert_events`` (as a group commit would): the
+   batches through ``store.intake.events.insert_events`` (as a group commit would): the
    operation's seconds and events/s, and the writer's commit latency (p50, p99, max)
    during the run against the same writer with nothing else running;
 3. the same range again, cancelled once a third is done: seconds from the cancel to
@@ -48,7 +48,7 @@ from hookd.ops import EventOps, OperationFilter, OperationOps, OperationRequest 
 from hookd.sources import Sources  # noqa: E402
 from store import db, migrate  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent, insert_events  # noqa: E402
+from store.intake.events import NewEvent, insert_events  # noqa: E402
 from store.models import EVENTS, OPERATIONS  # noqa: E402
 from store.status import OperationAction  # noqa: E402
 

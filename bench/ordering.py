@@ -2,13 +2,13 @@
 
 ``claims``: the time of one claim of 64 events (median and 90th percentile of
 ``--claims`` claims, each settled before the next) with ``--backlog`` events of no
-object pending: ``store.claims.claim_due`` as processing calls it, on a database
+object pending: ``store.claims.claiming.claim_due`` as processing calls it, on a database
 migrated to head, against the claim as it was before ordering (its statement, copied
 below as ``CLAIM_BEFORE``) on a database migrated to 0011 (before ordering's columns
 and indexes); the two alternate claim by claim, so that a busy machine slows both
 alike. Then, on the head database, the same backlog again beside as many pending
 events of 1,000 objects (those are not in ``ix_events_runnable``: the plain claim
-should not notice them), and the object claim (``store.objects.claim``) over them.
+should not notice them), and the object claim (``store.delivery.objects.claim``) over them.
 
 ``scenario``: ``tests.support.ordering`` with the issue's counts: 1,000 Stripe updates
 over 50 objects, shuffled, posted over HTTP to ``hookd serve``, two ``hookd worker``
@@ -38,10 +38,13 @@ sys.path.insert(0, str(BENCH.parent))
 import sqlalchemy as sa  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 
-from store import claims, db, migrate, objects, partition_catalog  # noqa: E402
+from store import db, migrate  # noqa: E402
+from store.claims import claiming  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent, insert_events  # noqa: E402
+from store.delivery import objects  # noqa: E402
+from store.intake.events import NewEvent, insert_events  # noqa: E402
 from store.models import EVENTS  # noqa: E402
+from store.retention import partition_catalog  # noqa: E402
 from store.rows import EVENT_COLUMNS  # noqa: E402
 from store.status import RUNNABLE_STATUSES  # noqa: E402
 from tests.support import ordering, services  # noqa: E402
@@ -95,13 +98,13 @@ async def time_claims(engine: AsyncEngine, times: int, *, ordered: bool) -> dict
                 got = await objects.claim(conn, "bench", 60, BATCH, now, supersede={"stripe"})
                 rows = got.rows
             else:
-                rows = await claims.claim_due(
-                    conn, "bench", 60, BATCH, now, shares=claims.alone(["github"], BATCH)
+                rows = await claiming.claim_due(
+                    conn, "bench", 60, BATCH, now, shares=claiming.alone(["github"], BATCH)
                 )
         took.append((time.perf_counter() - started) * 1000)
         claimed += len(rows)
         async with engine.begin() as conn:
-            await claims.mark_processed(conn, [r.id for r in rows], "bench", now)
+            await claiming.mark_processed(conn, [r.id for r in rows], "bench", now)
             await objects.record_processed(conn, rows, now)
     took.sort()
     return {
@@ -112,7 +115,7 @@ async def time_claims(engine: AsyncEngine, times: int, *, ordered: bool) -> dict
 
 
 def plain_claim(now: datetime, *, unordered: bool) -> sa.Update:
-    """store.claims.claim_due(expired=False) as it was before ordering and paused sources
+    """store.claims.claiming.claim_due(expired=False) as it was before ordering and paused sources
     (``unordered``: with ordering's one change, ``object_key IS NULL``; returning its
     columns), to measure ordering's part of the claim's cost apart from the rest."""
     where = [EVENTS.c.status.in_(RUNNABLE_STATUSES), EVENTS.c.next_attempt_at <= now]
@@ -155,8 +158,8 @@ async def compare(before: AsyncEngine, after: AsyncEngine, times: int) -> dict[s
             started = time.perf_counter()
             async with engine.begin() as conn:
                 if which == "claim_due now":
-                    rows = await claims.claim_due(
-                        conn, "bench", 60, BATCH, now, shares=claims.alone(["github"], BATCH)
+                    rows = await claiming.claim_due(
+                        conn, "bench", 60, BATCH, now, shares=claiming.alone(["github"], BATCH)
                     )
                     ids = [r.id for r in rows]
                 else:

@@ -9,7 +9,7 @@ database work per attempt (claim, ledger, outcome, history), which the end-to-en
 ``bench/pipeline.py`` measures together with the receiver and arq.
 
 ``--compare`` measures the cost of the event history: each repeat runs twice, in
-turn, once as shipped and once with the history's inserts left out (``store.history.
+turn, once as shipped and once with the history's inserts left out (``store.claims.history.
 record_attempts`` made a no-op), so both see the same machine at nearly the same time.
 
     .venv/bin/python bench/processing_rate.py                      # PostgreSQL and SQLite
@@ -39,9 +39,10 @@ from hookd.event import Event  # noqa: E402
 from hookd.sources import parse_sources  # noqa: E402
 from processing.attempt import RetryPolicy  # noqa: E402
 from processing.processor import Processor  # noqa: E402
-from store import db, history, migrate  # noqa: E402
+from store import db, migrate  # noqa: E402
+from store.claims import history  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent, insert_events  # noqa: E402
+from store.intake.events import NewEvent, insert_events  # noqa: E402
 from tests.support import services  # noqa: E402
 
 SOURCES = """

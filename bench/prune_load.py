@@ -56,8 +56,9 @@ sys.path.insert(0, str(REPO_DIR))
 
 import sqlalchemy as sa  # noqa: E402
 
-from store import db, partition_create  # noqa: E402
+from store import db  # noqa: E402
 from store.ids import id_floor  # noqa: E402
+from store.retention import partition_create  # noqa: E402
 
 
 def load_soak() -> ModuleType:

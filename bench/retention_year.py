@@ -8,9 +8,9 @@ Events arrive at ``--rate`` per second (default 100) divided by ``--scale`` (def
 year that ends yesterday (UTC), their ids minted for that time (``store.ids``), so that
 on PostgreSQL each day's rows land in that day's partition (made by ``ensure``'s own
 ``_create``, one simulated day at a time). Each day is one bulk insert with the statements of
-``store.events.insert_events`` (``event_keys`` first, ``ON CONFLICT DO NOTHING
+``store.intake.events.insert_events`` (``event_keys`` first, ``ON CONFLICT DO NOTHING
 RETURNING``, then the new ``events`` rows), already finished: 99% processed, 1% dead.
-Then ``store.prune.prune`` runs with ``now`` = the end of the day and the default
+Then ``store.retention.prune.prune`` runs with ``now`` = the end of the day and the default
 retention of ``hookd.sources`` (body 7, events 30, dead 90, keys 400 days).
 
 Per day: database size (``pg_database_size``; the SQLite file, and its WAL apart), rows in
@@ -18,7 +18,7 @@ Per day: database size (``pg_database_size``; the SQLite file, and its WAL apart
 on SQLite every ``--events-bytes-every`` days, read from ``dbstat``), the prune's seconds
 and the partitions it dropped and compacted. At the end, ``--check-keys`` keys of days
 1..300 (all of them pruned rows by then, their keys kept) are delivered again through
-``store.events.insert_events``: each must answer duplicate with the original id and add
+``store.intake.events.insert_events``: each must answer duplicate with the original id and add
 no row.
 
 Each target gets its own database (PostgreSQL ``hookd_run_retention``, dropped at the
@@ -50,19 +50,15 @@ import sqlalchemy as sa  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine  # noqa: E402
 
 from hookd.sources import RetentionConfig  # noqa: E402
-from store import (  # noqa: E402
-    db,
-    migrate,
-    partition_catalog,
-    partition_create,
-)
+from store import db, migrate  # noqa: E402
 from store.crypto import BodyCipher  # noqa: E402
-from store.events import NewEvent, NewRow, _insert_keys, insert_events, key_row  # noqa: E402
+from store.intake.events import NewEvent, NewRow, _insert_keys, insert_events, key_row  # noqa: E402
+from store.retention import partition_catalog, partition_create  # noqa: E402
 
 Row = dict[str, Any]  # a NewRow with the columns processing sets (processed_at, last_error)
 from store.ids import new_id  # noqa: E402
 from store.models import EVENT_KEYS, EVENTS  # noqa: E402
-from store.prune import Policy, prune  # noqa: E402
+from store.retention.prune import Policy, prune  # noqa: E402
 from store.status import EventStatus  # noqa: E402
 
 SOURCE = "bench"

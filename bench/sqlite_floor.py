@@ -2,15 +2,16 @@
 SQLite's own work: the bound of ``hookd serve`` alone on SQLite (S2, S6).
 
 Under ``hookd serve`` alone every event is written three times, each inside the SQLite
-turn (``store.sqlite_write.turn_path``): the receiver's insert, the processor's claim,
+turn (``store.intake.sqlite_write.turn_path``): the receiver's insert, the processor's claim,
 and its outcome (ledger rows, the event processed, its attempt's history row). This
 script makes those writes on a fresh database migrated by ``hookd db upgrade``, one
 process, no HTTP, no contention:
 
 1. **hookd's code**: the receiver's writer (``SqliteWriter.write``, batches of
    ``--insert-batch``) fills the table, then the processor's two transactions
-   (``store.claims`` and ``store.history`` through ``store.db.transaction``, batches of
-   ``--batch``) claim and settle every event, as a drain with a no-op handler does.
+   (``store.claims.claiming`` and ``store.claims.history`` through
+   ``store.db.transaction``, batches of ``--batch``) claim and settle every event, as
+   a drain with a no-op handler does.
    Every statement SQLAlchemy hands the driver, with its parameters, is recorded.
 2. **SQLite alone**: the same statements with the same parameters, replayed through
    the standard library's ``sqlite3`` on a copy of the database as it was before
@@ -46,10 +47,11 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
-from store import claims, db, history  # noqa: E402
-from store.events import NewRow  # noqa: E402
+from store import db  # noqa: E402
+from store.claims import claiming, history  # noqa: E402
 from store.ids import new_ids  # noqa: E402
-from store.sqlite_write import SQLITE_PRAGMAS, SqliteWriter  # noqa: E402
+from store.intake.events import NewRow  # noqa: E402
+from store.intake.sqlite_write import SQLITE_PRAGMAS, SqliteWriter  # noqa: E402
 from store.status import EventStatus  # noqa: E402
 
 BODY_BYTES = 1100  # about the mean of S1/S2's signed GitHub bodies (1,087 bytes)
@@ -166,8 +168,8 @@ async def process(path: Path, batch: int) -> list[Transaction]:
             now = datetime.now(UTC)
             current, first = [], []
             async with transaction() as conn:
-                rows = await claims.claim_due(
-                    conn, OWNER, 120.0, batch, now, shares=claims.alone(["github"], batch)
+                rows = await claiming.claim_due(
+                    conn, OWNER, 120.0, batch, now, shares=claiming.alone(["github"], batch)
                 )
             ended = time.perf_counter()
             if not rows:
@@ -188,8 +190,8 @@ async def process(path: Path, batch: int) -> list[Transaction]:
             ]
             current, first = [], []
             async with transaction() as conn:
-                await claims.record_handlers(conn, [(r.id, "noop") for r in rows], now)
-                owned = await claims.mark_processed(conn, [r.id for r in rows], OWNER, now)
+                await claiming.record_handlers(conn, [(r.id, "noop") for r in rows], now)
+                owned = await claiming.mark_processed(conn, [r.id for r in rows], OWNER, now)
                 await history.record_attempts(conn, attempts)
             ended = time.perf_counter()
             assert len(owned) == len(rows), "every claimed event is settled"

@@ -44,8 +44,8 @@ def load(tree: Path) -> dict[str, Any]:
     names = (
         "hookd.sources",
         "ingest.receiver",
-        "store.events",
-        "store.fastpath",
+        "store.intake.events",
+        "store.intake.fastpath",
         "store.crypto",
         "store.status",
     )
@@ -76,8 +76,8 @@ def measure(tree: Path, repeat: int, number: int) -> dict[str, float]:
     def header_map(scope: dict[str, Any]) -> Any:
         return receiver.header_map(scope["headers"] if takes_list else scope)
 
-    events_mod = mods["store.events"]
-    fastpath = mods["store.fastpath"]
+    events_mod = mods["store.intake.events"]
+    fastpath = mods["store.intake.fastpath"]
     cipher = mods["store.crypto"].BodyCipher("")
     origin = mods["store.status"].EventOrigin.WEBHOOK
     secret = pool[0][0]

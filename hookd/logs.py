@@ -29,7 +29,8 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
 }
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    """The record's ``extra`` fields: whatever a call site passed (ids), printed as given."""
     return {
         k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
     }
@@ -47,7 +48,7 @@ class KeyValueFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "ts": iso_z(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -63,7 +64,7 @@ class JsonFormatter(logging.Formatter):
 
 # The ids of the event whose handler runs in this task (and the tasks it starts):
 # added to every record emitted meanwhile, whichever logger emits it.
-_event: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+_event: contextvars.ContextVar[dict[str, object] | None] = contextvars.ContextVar(
     "hookd_log_event", default=None
 )
 

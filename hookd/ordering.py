@@ -6,7 +6,7 @@ or several whose values are joined with ``:``, e.g. a GitHub repository's
 RFC 3339, or a number). Each event is stamped with them when it is stored, with the
 SHA-256 of its body (``stamp``); processing then runs one object's events one at a
 time, lowest version first, and marks an event older than the newest one processed
-for its object ``superseded`` (``store.objects``) unless ``stale = "run"``.
+for its object ``superseded`` (``store.delivery.objects``) unless ``stale = "run"``.
 
 An event in which either path is missing, or holds something else than a key or a
 version, is stored without an object and processed as on a source without ordering.
@@ -29,7 +29,7 @@ from urllib.parse import parse_qs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hookd.providers.rfc3339 import parse_iso8601
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 # Joins the values of a key made of several paths (``octo-org/hello-world:42``).
 KEY_SEPARATOR = ":"

@@ -18,7 +18,7 @@ Only the models live here; ``processing.filters`` evaluates them.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -30,13 +30,16 @@ REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 # The ledger name of ``[sources.forward]``, the one unnamed destination.
 FORWARD = "forward"
 Scalar = str | int | float | bool
+# A ``where`` or ``where_headers`` predicate as checked (``_predicate``): a value
+# (equals), values (in), or ``{ exists = bool }``.
+Predicate = Scalar | tuple[Scalar, ...] | dict[str, bool]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _predicate(key: str, value: object) -> object:
+def _predicate(key: str, value: object) -> Predicate:
     """A ``where`` value: a scalar, a list of scalars, or ``{ exists = bool }``."""
     if isinstance(value, str | int | float | bool):
         return value
@@ -55,6 +58,11 @@ def _predicate(key: str, value: object) -> object:
     raise ValueError(f"{key!r}: use a value, a list of values, or {{ exists = true|false }}")
 
 
+def _named(value: object) -> TypeGuard[dict[str, object]]:
+    """Whether ``value`` is a table (its keys names), as a ``where`` is written."""
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
 def _path(key: str) -> str:
     if not key or any(not part for part in key.split(".")):
         raise ValueError(f"{key!r}: a JSON path is dot-separated names, e.g. 'data.object.id'")
@@ -65,8 +73,8 @@ class FilterConfig(_Strict):
     """What selects an event for a destination or a handler; see the module docstring."""
 
     types: tuple[str, ...] = ()
-    where: dict[str, Any] = Field(default_factory=dict)
-    where_headers: dict[str, Any] = Field(default_factory=dict)
+    where: dict[str, Predicate] = Field(default_factory=dict)
+    where_headers: dict[str, Predicate] = Field(default_factory=dict)
     origins: tuple[str, ...] = ()
 
     @field_validator("types")
@@ -77,14 +85,21 @@ class FilterConfig(_Strict):
                 raise ValueError("a pattern is a glob over the event type, e.g. 'invoice.*'")
         return value
 
-    @field_validator("where")
+    # Before the fields' own validation, which would turn a list into a tuple (an empty
+    # one too) and answer a union's errors instead of these words; anything but a table
+    # of names is left to it to refuse.
+    @field_validator("where", mode="before")
     @classmethod
-    def _where(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _where(cls, value: object) -> object:
+        if not _named(value):
+            return value
         return {_path(k): _predicate(k, v) for k, v in value.items()}
 
-    @field_validator("where_headers")
+    @field_validator("where_headers", mode="before")
     @classmethod
-    def _where_headers(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _where_headers(cls, value: object) -> object:
+        if not _named(value):
+            return value
         for name in value:
             if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
                 raise ValueError(f"{name!r} is not a header name")

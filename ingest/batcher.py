@@ -7,7 +7,7 @@ batch fills up, so batching grows with load and costs nothing when idle.
 
 A batch shares a statement, never a fate: the receiver checks every value before it
 joins one (``store.values``), and a statement that still fails for what a row holds
-(``store.fastpath.tied_to_rows``) is retried in halves until the row is alone, so only
+(``store.intake.fastpath.tied_to_rows``) is retried in halves until the row is alone, so only
 that request is refused (400) and every other one is committed and acknowledged.
 
 With a ``handoff`` (``hookd serve`` without Redis, ``processing.handoff``), a batch's new
@@ -31,8 +31,8 @@ from typing import Protocol
 
 from hookd.errors import HookdError
 from ingest.metrics import COMMIT_SECONDS
-from store.events import Lease, NewEvent, NewRow, Stored
-from store.fastpath import Inserter, tied_to_rows
+from store.intake.events import Lease, NewEvent, NewRow, Stored
+from store.intake.fastpath import Inserter, tied_to_rows
 from store.values import Unstorable
 
 log = logging.getLogger("hookd.batcher")

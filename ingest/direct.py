@@ -47,7 +47,7 @@ from ingest.receiver import (
     framed,
     header_map,
 )
-from store.events import Stored
+from store.intake.events import Stored
 from store.values import Unstorable
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHea
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
-from store.events import NewEvent, Stored
+from store.intake.events import NewEvent, Stored
 from store.status import EventOrigin
 from store.values import Unstorable, storable
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from hookd.backoff import full_jitter
 from hookd.event import Event
-from store import history
-from store.destinations import Blocker
+from store.claims import history
+from store.delivery.destinations import Blocker
 from store.rows import EventRow
 
 

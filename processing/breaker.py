@@ -1,4 +1,4 @@
-"""The destinations' circuit breakers, as one process moves them (``store.destinations``
+"""The destinations' circuit breakers, as one process moves them (``store.delivery.destinations``
 holds their shared state).
 
 ``failures`` in a row across every process, or a failure rate in this process's
@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from processing.delivery import Destination
-from store import destinations as state
-from store.destinations import BreakerRow
+from store.delivery import destinations as state
+from store.delivery.destinations import BreakerRow
 from store.status import BreakerState
 
 log = logging.getLogger("hookd.processing")

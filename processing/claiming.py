@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from hookd import tracing
 from hookd.sources import Sources
 from processing.attempt import Held, Result
-from store import claims, history, objects
+from store.claims import claiming, history
+from store.delivery import objects
 from store.rows import EventRow
 from store.status import EventStatus
 
@@ -113,7 +114,7 @@ class Claimer:
         self._owner = owner
         self._lease_s = lease_s
         # [sources.order]: the sources whose events of an object are claimed one at a
-        # time per object (store.objects), and those of them that supersede stale ones.
+        # time per object (store.delivery.objects), and those of them that supersede stale ones.
         ordered = [s for s in sources if s.config.order is not None]
         self.ordered = frozenset(s.name for s in ordered)
         self._supersede = frozenset(
@@ -153,7 +154,7 @@ class Claimer:
         got = Claimed()
         # Expired leases first, by their own statement, so that takeovers are counted.
         if self._expired_check_due():
-            got.taken = await claims.claim_expired(
+            got.taken = await claiming.claim_expired(
                 conn, self._owner, self._lease_s, want, now, spare=spare or ()
             )
         got.rows = got.taken
@@ -162,15 +163,15 @@ class Claimer:
             await self._claim_objects(conn, ask, got)
         if len(got.rows) < want:
             shares = [
-                claims.Share(s.name, ask.held[s.name], ask.limit - ask.held[s.name])
+                claiming.Share(s.name, ask.held[s.name], ask.limit - ask.held[s.name])
                 for s in self._sources
             ]
-            got.rows = got.rows + await claims.claim_due(
+            got.rows = got.rows + await claiming.claim_due(
                 conn, self._owner, self._lease_s, want - len(got.rows), now, shares=shares
             )
         if len(got.rows) < want and self._orphans_check_due():
             # Events of a source no longer configured: claimed to go dead, not left.
-            got.rows = got.rows + await claims.claim_orphans(
+            got.rows = got.rows + await claiming.claim_orphans(
                 conn,
                 self._owner,
                 self._lease_s,
@@ -210,7 +211,7 @@ class Claimer:
         (``OutcomeWriter.settle_in``) then ask only for locks it holds already, besides
         those of the tables that refer to ``events`` and of the others, which a
         partition's ATTACH does not hold and a DETACH takes only after ``events``
-        (``store.partition_sql.hold_events``). The other way round, the outcomes' locks on
+        (``store.retention.partition_sql.hold_events``). The other way round, the outcomes' locks on
         some partitions and then the claim's on all deadlocked with ATTACH PARTITION.
 
         The window's events are still processing, leased to this owner: the claim of due
@@ -219,5 +220,5 @@ class Claimer:
         claimed rows are locked: any change committed to them before is seen)."""
         spare = [h.row.id for h, _ in batch]
         got = await self.claim_in(conn, ask, spare=spare)
-        got.ledger = await claims.finished_handlers_many(conn, [r.id for r in got.rows])
+        got.ledger = await claiming.finished_handlers_many(conn, [r.id for r in got.rows])
         return got

@@ -7,7 +7,7 @@ or put it off, and its outcome moves the breaker. What the processor records com
 back as an ``Outcome``. What is sent, signed, and how (``Destination``) is
 ``processing.delivery``; what a delivery does to its breaker, ``processing.breaker``.
 
-The breaker (``store.destinations``): ``failures`` in a row across every process, or
+The breaker (``store.delivery.destinations``): ``failures`` in a row across every process, or
 a failure rate in this process's recent deliveries, opens it for ``cooldown_s``; the
 deliveries due meanwhile are put off until then. After it, one delivery takes the
 probe (half-open) and the others park; the probe's success closes the breaker and
@@ -41,8 +41,8 @@ from processing.deadlines import DeadlineExceeded
 from processing.delivery import Destination, destination_configs, import_transform
 from processing.filters import Document, Selector
 from processing.limits import Limits, Unavailable, Wait
-from store import destinations as state
-from store.destinations import Blocker, PauseRow
+from store.delivery import destinations as state
+from store.delivery.destinations import Blocker, PauseRow
 from store.status import BreakerState
 
 log = logging.getLogger("hookd.processing")

@@ -1,7 +1,7 @@
 """Insert as claimed: ``hookd serve`` without Redis hands new events to its processors.
 
 A receiver commits a batch's new events already leased to one processor process
-(``store.events.Lease``: processing, attempt 1, that processor's owner) and then
+(``store.intake.events.Lease``: processing, attempt 1, that processor's owner) and then
 hands it their rows over a Unix stream socket, so the processor neither claims them
 nor reads them back: one write per event fewer, and none of SQLite's lock passed
 around for it. Each processor process listens beside its wake-up socket
@@ -33,13 +33,13 @@ import itertools
 import logging
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import orjson
 
-from store.events import Lease, NewRow
+from store.intake.events import Lease, NewRow
 from store.rows import EventRow
 
 log = logging.getLogger("hookd.processing")
@@ -108,11 +108,13 @@ def encode(rows: Sequence[NewRow]) -> list[bytes]:
     return frames
 
 
+def _header(row: Mapping[str, object]) -> dict[str, object]:
+    """The row's columns but its body (sent after the header), by name."""
+    return {f: row[f] for f in _FIELDS}
+
+
 def _frame(rows: Sequence[NewRow]) -> bytes:
-    columns = [cast(dict[str, Any], row) for row in rows]
-    header = orjson.dumps(
-        [{**{f: c[f] for f in _FIELDS}, "body_len": len(c["body"])} for c in columns]
-    )
+    header = orjson.dumps([{**_header(row), "body_len": len(row["body"])} for row in rows])
     payload = b"".join([_LEN.pack(len(header)), header, *(row["body"] for row in rows)])
     return _LEN.pack(len(payload)) + payload
 
@@ -137,7 +139,7 @@ def parse_hello(line: bytes) -> tuple[list[str], float]:
 
 
 def event_row(row: NewRow) -> EventRow:
-    """A row as committed (``store.events.prepare``) as the row a claim would return."""
+    """A row as committed (``store.intake.events.prepare``) as the row a claim would return."""
     return EventRow(
         id=row["id"],
         source=row["source"],

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from processing.attempt import Held
 from processing.outcomes import OutcomeWriter
 from processing.slots import Slots
-from store import claims, history
+from store.claims import claiming, history
 
 log = logging.getLogger("hookd.processing")
 
@@ -58,7 +58,9 @@ class Leases:
         started = time.monotonic()
         try:
             async with self._transaction() as conn:
-                kept = await claims.renew(conn, ids, self._owner, self._lease_s, datetime.now(UTC))
+                kept = await claiming.renew(
+                    conn, ids, self._owner, self._lease_s, datetime.now(UTC)
+                )
         except Exception as exc:  # the database is away: the next beat tries again
             log.warning("lease renewal failed", extra={"error": type(exc).__name__})
             return
@@ -75,7 +77,7 @@ class Leases:
 
     async def release(self, given: list[Held]) -> None:
         """Give ``given`` back, due at once, recording the handlers each finished; the
-        attempt is given back too (``claims.release``)."""
+        attempt is given back too (``claiming.release``)."""
         for held in given:
             self._slots.held.pop(held.row.id, None)
         if not given:
@@ -83,11 +85,11 @@ class Leases:
         try:
             async with self._transaction() as conn:
                 now = datetime.now(UTC)
-                await claims.record_handlers(
+                await claiming.record_handlers(
                     conn, [(h.row.id, name) for h in given for name in h.done], now
                 )
                 ids = [h.row.id for h in given]
-                back = await claims.release(conn, ids, self._owner, now)
+                back = await claiming.release(conn, ids, self._owner, now)
                 attempts = {h.row.id: h.row.attempts for h in given}
                 await history.record_attempts(conn, self._writer.released(attempts, back, now))
         except Exception as exc:  # the lease expiry recovers them anyway

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.sources import Sources
 from processing.attempt import Held, Result, RetryPolicy, attempt_outcome
-from store import claims, destinations, history, objects
+from store.claims import claiming, history
+from store.delivery import destinations, objects
 from store.rows import EventRow
 
 log = logging.getLogger("hookd.processing")
@@ -66,7 +67,7 @@ class OutcomeWriter:
         results = [result for _, result in plan.batch]
         await self._record_ledger(conn, plan, now)
         succeeded = [r.id for r, res in zip(rows, results, strict=True) if res.ok]
-        owned = await claims.mark_processed(conn, succeeded, self._owner, now)
+        owned = await claiming.mark_processed(conn, succeeded, self._owner, now)
         # Their objects' latest known state, in the same commit ([sources.order]).
         await objects.record_processed(
             conn, [r for r in rows if r.object_key is not None and r.id in owned], now
@@ -81,7 +82,7 @@ class OutcomeWriter:
         """The handlers and destinations each event finished, and those its filters
         skipped."""
         finished = [(held.row.id, name) for held, _ in plan.batch for name in held.done]
-        await claims.record_handlers(conn, finished, now)
+        await claiming.record_handlers(conn, finished, now)
         skipped = [(held.row.id, n) for held, res in plan.batch for n in res.skipped]
         await destinations.record_skipped(conn, skipped, now)
 
@@ -91,7 +92,7 @@ class OutcomeWriter:
         owned: set[str] = set()
         for row, result, retry_at in plan.failed:
             assert result.error is not None
-            if await claims.mark_failed(
+            if await claiming.mark_failed(
                 conn,
                 row.id,
                 owner=self._owner,
@@ -140,7 +141,7 @@ class OutcomeWriter:
         self, conn: AsyncConnection, rows: list[EventRow], results: list[Result], now: datetime
     ) -> set[str]:
         """Events whose pass only put deliveries off: due again when the earliest of them
-        may go, or parked until what holds them ends (``store.destinations``); the
+        may go, or parked until what holds them ends (``store.delivery.destinations``); the
         attempt given back. The ids this owner still held."""
         owned: set[str] = set()
         for row, result in zip(rows, results, strict=True):
@@ -150,11 +151,11 @@ class OutcomeWriter:
             if until is None:
                 held = await destinations.still_blocked(conn, result.blockers)
                 until = destinations.parked_at(row.received_at) if held else now
-            if await claims.defer(conn, row.id, owner=self._owner, now=now, until=until):
+            if await claiming.defer(conn, row.id, owner=self._owner, now=now, until=until):
                 owned.add(row.id)
         return owned
 
-    # -- history (``store.history``): one record per attempt, written with its outcome --
+    # -- history (``store.claims.history``): one record per attempt, written with its outcome --
 
     def _attempts(
         self,

@@ -39,8 +39,10 @@ from processing.leases import Leases
 from processing.outcomes import OutcomeWriter, Plan
 from processing.running import EventRunner, FetchObject
 from processing.slots import OUTCOME_BATCH, Drain, Slots, window
-from store import claims, db, dialect, objects
+from store import db, dialect
+from store.claims.claiming import finished_handlers_many
 from store.crypto import BodyCipher
+from store.delivery import objects
 from store.ids import worker_id
 from store.rows import EventRow
 from store.status import EventStatus
@@ -502,7 +504,7 @@ class Processor:
                 await self._router.refresh(self._engine)
             if ledger is None:
                 async with self._engine.connect() as conn:
-                    ledger = await claims.finished_handlers_many(conn, [r.id for r in rows])
+                    ledger = await finished_handlers_many(conn, [r.id for r in rows])
         except BaseException:
             # Claimed but not readable (or cancelled meanwhile): given back now.
             given = [Held(row, frozenset(), lease_end) for row in rows]

@@ -29,9 +29,9 @@ from hookd.sources import Source
 from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import ListAdapter, Registration
-from store import audit
-from store import reconcile as rstate
-from store.audit import Acked
+from store.reconcile import audit
+from store.reconcile import runs as rstate
+from store.reconcile.audit import Acked
 
 log = logging.getLogger("hookd.reconcile")
 

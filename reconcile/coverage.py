@@ -1,7 +1,7 @@
 """What a source's reconciliation covers: its settle window and the provider's
 retention, and the coverage ledger merged into checked intervals and holes.
 
-The ledger (``store.coverage``) holds what happened; this module says what it
+The ledger (``store.reconcile.coverage``) holds what happened; this module says what it
 amounts to for a range of time, at a given moment:
 
 - a moment is **checked** when some run recorded an interval over it as ``complete``
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from hookd.sources import Source
-from store.coverage import CoverageRow
+from store.reconcile.coverage import CoverageRow
 from store.status import COVERING_OUTCOMES, CoverageOutcome
 
 DAY_S = 86_400.0

@@ -28,7 +28,7 @@ import ssl
 import time
 import zlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import TypedDict, Unpack
 
 import httpx
 
@@ -53,6 +53,14 @@ LOG_WAIT_S = 5.0
 # their payloads) are a few MiB at most.
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class Carried(TypedDict, total=False):
+    """What a request carries besides its method and URL: a query, a form, a JSON body."""
+
+    params: Mapping[str, str | int | float]
+    data: Mapping[str, str | int | float]
+    json: object
 
 
 class Api:
@@ -129,7 +137,7 @@ class Api:
                 "provider's answer must stay there",
             )
 
-    async def _exchange(self, method: str, url: str, kwargs: dict[str, Any]) -> httpx.Response:
+    async def _exchange(self, method: str, url: str, **carried: Unpack[Carried]) -> httpx.Response:
         """One request; the body read (within the cap) only of a 2xx answer, the one
         answer whose body is used."""
         async with self._client.stream(
@@ -138,14 +146,14 @@ class Api:
             headers={"Accept-Encoding": "gzip", **self._headers()},
             timeout=httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             follow_redirects=False,
-            **kwargs,
+            **carried,
         ) as streamed:
             body = b""
             if 200 <= streamed.status_code < 300:
                 body = await read_capped(streamed, self._max_answer_bytes, method, url)
             return answered(streamed, body)
 
-    async def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def request(self, method: str, url: str, **carried: Unpack[Carried]) -> httpx.Response:
         self._check_origin(method, url)
         failures = 0
         unreachable = 0
@@ -154,7 +162,7 @@ class Api:
             self.calls += 1
             sent = time.monotonic()
             try:
-                response = await self._exchange(method, url, kwargs)
+                response = await self._exchange(method, url, **carried)
             except httpx.TransportError as exc:
                 kind = failure_kind(exc)
                 where = f"{method} {public_url(url)}"

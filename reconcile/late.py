@@ -2,7 +2,7 @@
 
 The receiver answers a duplicate at once and hands its (source, dedupe key) here
 (``note``: no I/O, never blocks). One task writes what gathered, a batch per
-transaction (``store.coverage.record_late``): a key a reconcile run stored first is
+transaction (``store.reconcile.coverage.record_late``): a key a reconcile run stored first is
 marked late and counted on that run. A burst of duplicates (a provider retrying a
 backlog) is a few statements, not one transaction per request queueing for the pool
 in front of the answers. A batch that fails is tried again; what is still queued at
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import coverage as ledger
+from store.reconcile import coverage as ledger
 
 log = logging.getLogger("hookd.reconcile")
 

@@ -13,11 +13,11 @@ from hookd.errors import ReconcileError
 from hookd.sources import Source
 from reconcile.providers.base import Item, ListAdapter
 from reconcile.run import Run, Tally
-from store import coverage as ledger
-from store import reconcile as state
-from store.audit import Acked
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.intake.events import NewEvent, insert_events
+from store.reconcile import coverage as ledger
+from store.reconcile import runs as state
+from store.reconcile.audit import Acked
 from store.values import Unstorable, checked_key, storable
 
 

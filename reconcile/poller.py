@@ -8,7 +8,7 @@ run's counters, and only when every page is done moves the cursor to ``now -
 settle_s``: never past what it did not judge. A run killed halfway leaves the
 cursor where it was; the next run lists the same window again and finds only what
 is still missing. Each run records the interval it judged in the coverage ledger
-(``store.coverage``), and the part of it that fell out of the provider's retention
+(``store.reconcile.coverage``), and the part of it that fell out of the provider's retention
 while the cursor waited (a source down or disabled too long) as unrecoverable.
 
 A run cancelled by its process's shutdown (SIGTERM) records itself failed with
@@ -41,10 +41,10 @@ from reconcile.http import Api, answer_limit, api_origin
 from reconcile.providers import adapter_class
 from reconcile.providers.base import Item, ListAdapter
 from reconcile.run import Run, Tally, record_checked, record_failed
-from store import reconcile as state
-from store.audit import AUTO_DISABLED_BY
 from store.crypto import BodyCipher
 from store.ids import new_id, worker_id
+from store.reconcile import runs as state
+from store.reconcile.audit import AUTO_DISABLED_BY
 from store.status import RunStatus, RunTrigger
 
 log = logging.getLogger("hookd.reconcile")
@@ -378,7 +378,7 @@ class Reconciler:
             )
 
     async def _succeeded(
-        self, run: Run, outcome: Outcome, now: float, meta: dict[str, Any]
+        self, run: Run, outcome: Outcome, now: float, meta: dict[str, str]
     ) -> Outcome:
         interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
         finished = datetime.now(UTC)
@@ -386,7 +386,7 @@ class Reconciler:
         before = run.current.cursor
         judged = run.until if before is None else max(before, run.until)
         cursor_after = before if run.dry_run else judged
-        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}
         if not run.dry_run:
             values |= {
                 "cursor": cursor_after,
@@ -432,7 +432,7 @@ class Reconciler:
     async def _failed(self, run: Run, outcome: Outcome, exc: ReconcileError) -> Outcome:
         rc = run.rc
         finished = datetime.now(UTC)
-        values: dict[str, Any] = {"last_run_id": run.id, "updated_at": finished}
+        values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}
         if isinstance(exc, AuthFailure):
             failures = run.current.auth_failures + 1
             values["auth_failures"] = failures

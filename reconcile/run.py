@@ -1,6 +1,6 @@
 """What one reconciliation run knows about itself: its source, the state it started
 from, the window of provider time it judges, what it has not yet counted, and the
-coverage ledger's records of it (``store.coverage``)."""
+coverage ledger's records of it (``store.reconcile.coverage``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
 from reconcile import audit, coverage
 from reconcile.http import Api
-from store import coverage as ledger
+from store.reconcile import coverage as ledger
 from store.status import CoverageOutcome
 
 log = logging.getLogger("hookd.reconcile")

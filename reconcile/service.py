@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.sources import Source, Sources
 from reconcile.poller import Outcome, Reconciler
-from store import coverage as ledger
-from store import reconcile as state
+from store.reconcile import coverage as ledger
+from store.reconcile import runs as state
 from store.rows import SourceStateRow
 from store.status import CoverageOutcome
 

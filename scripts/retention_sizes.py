@@ -23,9 +23,11 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 from hookd.providers import PROVIDERS
-from store import claims, db, fastpath, migrate
+from hookd.runtime import sqlite_writer
+from store import db, migrate
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import NewEvent
+from store.intake.events import NewEvent
 from store.models import EVENT_KEYS, EVENTS
 
 TABLES = ("events", "handler_runs", "event_keys")
@@ -106,7 +108,7 @@ async def measure(url: str, n: int, body_bytes: int) -> None:
     await asyncio.to_thread(migrate.upgrade, url)
     events = sample_events(n, body_bytes)
     body_bytes = sum(len(e.body) for e in events) / n
-    inserter = fastpath.inserter_for(url, BodyCipher(""), committers=1, timeout_s=30)
+    inserter = sqlite_writer.inserter_for(url, BodyCipher(""), committers=1, timeout_s=30)
     try:
         for start in range(0, n, 256):
             await inserter.insert(events[start : start + 256])
@@ -118,7 +120,7 @@ async def measure(url: str, n: int, body_bytes: int) -> None:
         async with engine.begin() as conn:
             await conn.execute(sa.update(EVENTS).values(status="processed", processed_at=now))
             ids = [r[0] for r in await conn.execute(sa.select(EVENTS.c.id))]
-            await claims.record_handlers(conn, [(i, "app.handlers:on_payment") for i in ids], now)
+            await claiming.record_handlers(conn, [(i, "app.handlers:on_payment") for i in ids], now)
         stored = await sizes(url)
         async with engine.begin() as conn:
             await conn.execute(sa.update(EVENTS).values(body=None, headers={}))

@@ -13,7 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 import sqlalchemy as sa
@@ -25,7 +25,7 @@ from sqlalchemy.util import await_only
 
 from hookd.errors import ConfigError
 from store import dialect
-from store.sqlite_write import SQLITE_PRAGMAS, open_turn
+from store.intake.sqlite_write import SQLITE_PRAGMAS, open_turn
 
 
 def check_url(url: str) -> sa.URL:
@@ -230,9 +230,16 @@ def json_loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
+class _Codecs(TypedDict):
+    """How the engine writes and reads JSON columns (``create_async_engine``'s keywords)."""
+
+    json_serializer: Callable[[Any], str]
+    json_deserializer: Callable[[str | bytes], Any]
+
+
 def create_engine(url: str, *, pool_size: int = 10, connect_timeout_s: float = 5.0) -> AsyncEngine:
     parsed = check_url(url)
-    codecs: dict[str, Any] = {"json_serializer": json_dumps, "json_deserializer": json_loads}
+    codecs = _Codecs(json_serializer=json_dumps, json_deserializer=json_loads)
     if parsed.get_backend_name() == "sqlite":
         engine = create_async_engine(parsed, connect_args={"timeout": 5}, **codecs)
 

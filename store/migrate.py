@@ -14,7 +14,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import ConfigError
-from store import db, partition_create
+from store import db
+from store.retention import partition_create
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -30,7 +31,7 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Migrate; a database that cannot be opened is one ``ConfigError`` line, not a traceback.
 
     Then, on a PostgreSQL ``events`` partitioned by day (0008), create the partitions
-    missing from yesterday to a week ahead (``store.partition_create.ensure``)."""
+    missing from yesterday to a week ahead (``store.retention.partition_create.ensure``)."""
     path = db.sqlite_path(url)
     if path is not None and not os.path.isdir(os.path.dirname(path)):
         # Said before any connection: a failed aiosqlite connect can leave its thread

@@ -21,7 +21,7 @@ PRUNED = "pruned_at IS NOT NULL"
 WITH_BODY = "body IS NOT NULL"
 
 # [sources.order]: an event that names an object (``object_key``) is claimed through the
-# object indexes, one at a time per object (store.objects); the others through
+# object indexes, one at a time per object (store.delivery.objects); the others through
 # ix_events_runnable, which holds none of them, so a backlog of one never slows the other.
 UNORDERED = "object_key IS NULL"
 ORDERED = "object_key IS NOT NULL"
@@ -124,7 +124,7 @@ class Event(SQLModel, table=True):
             sqlite_where=sa.text(WITH_BODY),
         ),
         # PostgreSQL: one partition per UTC day of the id (a ULID: its time first),
-        # made and dropped by store.partitions; migration 0008.
+        # made and dropped by store.retention.partitions; migration 0008.
         {"postgresql_partition_by": "RANGE (id)"},
     )
 
@@ -190,7 +190,7 @@ HANDLER_RUNS: sa.Table = HandlerRun.__table__  # type: ignore[attr-defined]
 class EventHistory(SQLModel, table=True):
     """What happened to an event, one row per processing attempt and per replay, in
     the order they happened (``id``). Written in the transaction that records the
-    attempt's outcome or makes the replay (``store.history``); deleted with its event.
+    attempt's outcome or makes the replay (``store.claims.history``); deleted with its event.
 
     ``outcome`` is a short free word (no CHECK): what the attempt left the event in
     (``processed``, ``retry``, ``dead``) or why it ended otherwise (``released`` at a
@@ -218,7 +218,7 @@ class EventHistory(SQLModel, table=True):
             nullable=False,
         )
     )
-    kind: str = Field(max_length=16)  # a store.history.HistoryKind
+    kind: str = Field(max_length=16)  # a store.claims.history.HistoryKind
     # An attempt: when it started and ended. A replay: when it was made.
     at: datetime = _utc()
     finished_at: datetime | None = _utc(nullable=True)
@@ -318,8 +318,8 @@ class ReconcileState(SQLModel, table=True):
     registration_ok: bool | None = Field(default=None)
     registration_checked_at: datetime | None = _utc(nullable=True)
     # {"ok", "state": ok | drift | could_not_check, "reason": why it could not be read,
-    # "problems": [...], "registered": {the provider's fields as read}} (store.audit)
-    registration: dict[str, Any] | None = Field(
+    # "problems": [...], "registered": {the provider's fields as read}} (store.reconcile.audit)
+    registration: dict[str, object] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
     )
 
@@ -350,7 +350,7 @@ class ReconcileRun(SQLModel, table=True):
     # not hold: newly found by this run (the ack_violations ledger counts each once).
     ack_violations: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     # The run's registration check: None when none was made. None with problems: it
-    # could not read the registration, and the one problem says why (store.audit).
+    # could not read the registration, and the one problem says why (store.reconcile.audit).
     registration_ok: bool | None = Field(default=None)
     registration_problems: list[str] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(), nullable=True)
@@ -546,7 +546,7 @@ class Operation(SQLModel, table=True):
     action: str = Field(max_length=16)  # a store.status.OperationAction
     trigger: str = Field(max_length=16)  # who asked: api, admin, cli
     # The filter as asked, in the API's words (``hookd.ops.operations.OperationFilter``).
-    filter: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    filter: dict[str, str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     dry_run: bool = Field(default=False)
     status: str = Field(max_length=16)  # a store.status.OperationStatus
     # The estimate, counted before it started; then events gone over, changed, left as they were.
@@ -573,7 +573,7 @@ OPERATIONS: sa.Table = Operation.__table__  # type: ignore[attr-defined]
 
 class SourceObject(SQLModel, table=True):
     """[sources.order]: each object's latest known state, per source and object key, as
-    of the newest event processed for it (store.objects). An event older than
+    of the newest event processed for it (store.delivery.objects). An event older than
     ``version`` is superseded, not run."""
 
     __tablename__ = "source_objects"

@@ -9,7 +9,7 @@ file once, at import::
     SQL = queries.load("claims")
     LEDGER_PG = sa.text(SQL["ledger_pg"])
 
-This module imports only the standard library: ``store.sqlite_write``, which starts in
+This module imports only the standard library: ``store.intake.sqlite_write``, which starts in
 a process of its own, uses it too.
 """
 

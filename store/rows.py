@@ -14,7 +14,7 @@ equal to the members of ``store.status`` (``row.status == EventStatus.DEAD``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 
@@ -51,6 +51,17 @@ class EventRow(NamedTuple):
     traceparent: str | None  # the receive's trace context, when tracing was on
 
 
+class RegistrationRecord(TypedDict):
+    """``reconcile_state.registration``: the source's last registration check, as
+    ``store.audit.record_registration`` writes it."""
+
+    ok: bool | None
+    state: str  # ok, drift or could_not_check
+    reason: str | None  # why it could not be read
+    problems: list[str]
+    registered: dict[str, object]  # the provider's fields as read (its JSON)
+
+
 class SourceStateRow(NamedTuple):
     """``reconcile_state``: one source's cursor, run lease, schedule and switch."""
 
@@ -71,7 +82,7 @@ class SourceStateRow(NamedTuple):
     disabled_by: str | None
     registration_ok: bool | None
     registration_checked_at: datetime | None
-    registration: dict[str, Any] | None
+    registration: RegistrationRecord | None
 
 
 class RunRow(NamedTuple):

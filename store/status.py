@@ -34,7 +34,7 @@ class EventOrigin(StrEnum):
     RECONCILE = "reconcile"  # a reconciliation run found it missing and stored it
     # Allowed by the schema (and the API's filters) but never written: a replay keeps
     # the event's first origin, reruns the same row and adds a replay marker to its
-    # history (store.history), so how the event first arrived is never lost.
+    # history (store.claims.history), so how the event first arrived is never lost.
     REPLAY = "replay"
 
 

@@ -33,7 +33,7 @@ import dataclasses
 import re
 
 from hookd.errors import HookdError
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 # The events table's columns (store.models.Event).
 MAX_KEY_CHARS = 255

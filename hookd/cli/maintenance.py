@@ -97,8 +97,8 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
     """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
     batches, its lease given back) by SIGTERM or SIGINT."""
     from hookd.ops import prune_sources
-    from store import prune_lease
     from store.ids import worker_id
+    from store.retention import lease as prune_lease
 
     as_of = _as_of(args)
     if args.source is not None and sources.get(args.source) is None:

@@ -85,10 +85,10 @@ def _shown(value: Any) -> str:
 async def cmd_try(args: argparse.Namespace, settings: Settings) -> int:
     from processing.handlers import import_handler
     from processing.trial import try_handler
+    from store.admin.watch import sample_events
     from store.crypto import BodyCipher
-    from store.events import get_event, get_tombstone
     from store.ids import is_id
-    from store.watch import sample_events
+    from store.intake.events import get_event, get_tombstone
 
     check_args(args)
     since = parse_since(args.since, datetime.now(UTC)) if args.since is not None else None

@@ -21,11 +21,13 @@ from hookd.metrics.destinations import families as destination_families
 from hookd.sources import Sources
 from reconcile import coverage
 from reconcile.service import is_due, is_leased
-from store import audit, dialect, stats
-from store import coverage as ledger
-from store import reconcile as rstate
+from store import dialect
+from store.admin import stats
 from store.models import EVENTS
-from store.prune import WHATS
+from store.reconcile import audit
+from store.reconcile import coverage as ledger
+from store.reconcile import runs as rstate
+from store.retention.prune import WHATS
 from store.rows import RunTotalsRow, SourceStateRow
 from store.status import DONE_RUN_STATUSES, RUNNABLE_STATUSES, EventStatus, RunStatus
 
@@ -43,7 +45,7 @@ RETENTION_DAYS = {
     "dead": "keep_dead_days",
     "key": "keep_keys_days",
 }
-# SQLite's table sizes read every page (see store.stats): counted at most this often.
+# SQLite's table sizes read every page (see store.admin.stats): counted at most this often.
 SQLITE_SIZES_EVERY_S = 300.0
 _sqlite_sizes: dict[str, tuple[float, list[stats.TableSize]]] = {}
 

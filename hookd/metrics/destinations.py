@@ -9,8 +9,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.sources import Sources
 from processing.delivery import destination_configs
-from store import destinations as state
-from store.destinations import WHOLE_SOURCE
+from store.delivery import destinations as state
+from store.delivery.destinations import WHOLE_SOURCE
 from store.status import BreakerState
 
 # hookd_destination_breaker_state's value per state.

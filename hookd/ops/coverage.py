@@ -16,8 +16,8 @@ from hookd.ops.queries import unix_time
 from hookd.ops.resources import coverage_of
 from hookd.ops.sources import SourceOps
 from reconcile import coverage
-from store import coverage as ledger
-from store import reconcile as rstate
+from store.reconcile import coverage as ledger
+from store.reconcile import runs as rstate
 
 _AGO = re.compile(r"([0-9]{1,9})([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

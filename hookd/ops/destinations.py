@@ -4,7 +4,7 @@ as an operator sees them (pause, circuit breaker, queue).
 Paused means stored and acknowledged, not processed: a paused source's events are not
 claimed, a paused destination's deliveries are put off (parked) without using
 attempts. Resuming wakes processing, which takes them in the order they came. Who
-switched, when and why is kept (``store.destinations``); every process reads it.
+switched, when and why is kept (``store.delivery.destinations``); every process reads it.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from hookd.ops.resources import breaker_of, pause_of
 from hookd.routing import DestinationConfig
 from hookd.sources import Source, Sources
 from processing.delivery import destination_configs
-from store import destinations as state
-from store.destinations import WHOLE_SOURCE, BreakerRow, PauseRow
+from store.delivery import destinations as state
+from store.delivery.destinations import WHOLE_SOURCE, BreakerRow, PauseRow
 
 MAX_REASON = 500
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -21,11 +21,12 @@ from hookd.errors import Conflict, NotFound
 from hookd.ops import models
 from hookd.ops.queries import EventQuery
 from hookd.ops.resources import event_detail_of, event_of
-from store import claims, destinations
-from store.destinations import PauseRow, source_pause
-from store.events import Tombstone, get_event, get_tombstone, list_events
-from store.history import UNKNOWN, Requester, history_of
+from store.claims import claiming
+from store.claims.history import UNKNOWN, Requester, history_of
+from store.delivery import destinations
+from store.delivery.destinations import PauseRow, source_pause
 from store.ids import is_id
+from store.intake.events import Tombstone, get_event, get_tombstone, list_events
 from store.rows import EventRow
 from store.status import EventStatus, LedgerOutcome
 
@@ -114,7 +115,7 @@ class EventOps:
             raise NotFound("event")
         async with self._engine.connect() as conn:
             row = await get_event(conn, event_id, with_body=with_body)
-            ledger = await claims.finished_handlers_many(conn, [event_id]) if with_ledger else {}
+            ledger = await claiming.finished_handlers_many(conn, [event_id]) if with_ledger else {}
             outcomes = await destinations.ledger_of(conn, event_id) if with_ledger else {}
             if row is None:
                 await self._missing(conn, event_id)
@@ -192,7 +193,7 @@ class EventOps:
         """One batch of a bulk operation: ids it has just selected (none unknown).
         ``within(conn, replayed, skipped)`` runs in the replay's own transaction, so
         the operation's progress commits with the batch or not at all; it raises to
-        roll the batch back. ``only_handler``: see ``store.claims.replay``."""
+        roll the batch back. ``only_handler``: see ``store.claims.claiming.replay``."""
         return await self._replay(
             list(event_ids), selected=True, within=within, only_handler=only_handler, by=by
         )
@@ -213,19 +214,19 @@ class EventOps:
         unknown: list[str] = []
         async with self._engine.begin() as conn:
             if dead_of is not None:
-                event_ids = await claims.ids_with_status(conn, dead_of, EventStatus.DEAD)
+                event_ids = await claiming.ids_with_status(conn, dead_of, EventStatus.DEAD)
             else:
                 assert event_ids is not None
                 if not selected:
                     unknown = [i for i in event_ids if await get_event(conn, i) is None]
-            bodiless = await claims.without_body(conn, event_ids)
-            replayed = await claims.replay(
+            bodiless = await claiming.without_body(conn, event_ids)
+            replayed = await claiming.replay(
                 conn, event_ids, datetime.now(UTC), only_handler=only_handler, by=by
             )
             done = set(replayed)
             # Not replayed because retention took them meanwhile: read after the
             # replay's locks, so what a prune committed first is seen.
-            pruned = await claims.being_pruned(conn, [i for i in event_ids if i not in done])
+            pruned = await claiming.being_pruned(conn, [i for i in event_ids if i not in done])
             if within is not None:
                 await within(conn, replayed, [i for i in event_ids if i not in done])
             # Read inside the transaction: once it commits, processing may take them.

@@ -60,7 +60,7 @@ class Resource(BaseModel):
     # Exactly these keys: a new one must be described here first.
     model_config = ConfigDict(extra="forbid")
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self) -> dict[str, object]:
         """The JSON object of this resource, as the API answers it and ``--json`` prints
         it: field order, times in ISO 8601 (``Z`` for UTC), an optional key left out
         unless it was given (``Error.detail``, a coverage interval's own keys)."""
@@ -284,7 +284,7 @@ class SourceRegistration(Resource):
     reason: str | None = Field(description="Why it could not be read (`could_not_check`).")
     checked_at: datetime = Field(description="When it was last checked, or tried.")
     problems: list[str] = Field(description="How it differs, one sentence each.")
-    registered: dict[str, Any] = Field(
+    registered: dict[str, object] = Field(
         description="The provider's fields as read: GitHub `url`, `active`, `events`, "
         "`content_type`, `last_response`; Stripe `id`, `url`, `status`, `enabled_events`, "
         "`api_version`."

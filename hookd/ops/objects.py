@@ -12,7 +12,7 @@ from hookd.ops.queries import configured
 from hookd.ops.resources import object_of
 from hookd.ordering import MAX_KEY_CHARS
 from hookd.sources import Sources
-from store import objects
+from store.delivery import objects
 
 
 class ObjectOps:

@@ -39,8 +39,8 @@ from hookd.ops.resources import operation_of
 from hookd.sources import Sources
 from hookd.timefmt import iso_z
 from processing.handlers import FORWARD
-from store import operations as store
-from store.history import Requester
+from store.admin import operations as store
+from store.claims.history import Requester
 from store.ids import id_floor, is_id, new_id, worker_id
 from store.models import ORIGINS, STATUSES
 from store.status import (

@@ -3,7 +3,7 @@ and ``hookd worker`` both prune through ``prune_sources``.
 
 Each configured source is pruned with its ``[sources.retention]`` (over the file's
 ``[retention]``); what that removes, in which order and how safely is
-``store.prune``'s. Events of a source no longer in the sources file are left alone:
+``store.retention.prune``'s. Events of a source no longer in the sources file are left alone:
 there is no policy to apply to them, and their keys may matter again if the
 source comes back.
 """
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import BadRequest
 from hookd.ops.queries import configured, unix_time
 from hookd.sources import Sources
-from store.prune import Policy, Pruned, prune
+from store.retention.prune import Policy, Pruned, prune
 
 
 def policies(sources: Sources, only: str | None = None) -> dict[str, Policy]:
@@ -65,7 +65,7 @@ async def prune_sources(
     due_before: datetime | None = None,
 ) -> Pruned:
     """Prune the configured sources (or ``only``) as if the time were ``now`` (default:
-    the clock). See ``store.prune.prune`` for the lease, ``stop`` and ``due_before``."""
+    the clock). See ``store.retention.prune.prune`` for the lease, ``stop`` and ``due_before``."""
     return await prune(
         engine,
         policies(sources, only),

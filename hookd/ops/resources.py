@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 from hookd.ops import models
 from reconcile import coverage
-from store import audit
-from store.destinations import BreakerRow, PauseRow
-from store.history import HistoryKind
-from store.operations import OperationRow
+from store.admin.operations import OperationRow
+from store.claims.history import HistoryKind
+from store.delivery.destinations import BreakerRow, PauseRow
+from store.reconcile import audit
 from store.rows import EventRow, RunRow, SourceObjectRow, SourceStateRow
 from store.status import (
     DONE_OPERATION_STATUSES,
@@ -154,15 +154,15 @@ def source_registration(state: SourceStateRow | None) -> models.SourceRegistrati
     """A source's last registration check (None: never checked)."""
     if state is None or state.registration_checked_at is None:
         return None
-    kept = state.registration or {}
+    kept = state.registration
     ok = state.registration_ok
     return models.SourceRegistration(
         ok=ok,
         state=registration_state(ok),
-        reason=kept.get("reason") if ok is None else None,
+        reason=kept.get("reason") if kept and ok is None else None,
         checked_at=state.registration_checked_at,
-        problems=list(kept.get("problems") or ()),
-        registered=dict(kept.get("registered") or {}),
+        problems=list(kept.get("problems") or ()) if kept else [],
+        registered=dict(kept.get("registered") or {}) if kept else {},
     )
 
 

@@ -16,8 +16,8 @@ from hookd.ops.resources import run_of
 from hookd.ops.sources import SourceOps
 from hookd.sources import Source
 from reconcile.poller import INTERRUPT_WRITE_S, Outcome, Reconciler
-from store import reconcile as rstate
 from store.ids import is_id
+from store.reconcile import runs as rstate
 from store.status import UNFINISHED_RUN_STATUSES, RunStatus
 
 # The logger the API's runs have always logged under (operators filter on it).

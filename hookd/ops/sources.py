@@ -21,10 +21,12 @@ from hookd.sources import Source, Sources
 from reconcile import audit as reconcile_audit
 from reconcile import service
 from reconcile.providers.base import Registration
-from store import activity as store_activity
-from store import audit, events, stats
-from store import reconcile as rstate
-from store.activity import Minutes, RunPoint
+from store.admin import activity as store_activity
+from store.admin import stats
+from store.admin.activity import Minutes, RunPoint
+from store.intake import events
+from store.reconcile import audit
+from store.reconcile import runs as rstate
 from store.rows import RunRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 

@@ -18,9 +18,9 @@ from hookd.errors import BadRequest
 from hookd.ops import models
 from hookd.ops.queries import DEFAULT_LIMIT, has_nul, parse_limit
 from hookd.ops.resources import event_of
+from store.admin.watch import retried_events, stuck_events
 from store.ids import is_id
 from store.rows import EventRow
-from store.watch import retried_events, stuck_events
 
 # "Many attempts" unless the query says otherwise.
 DEFAULT_MIN_ATTEMPTS = 3

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -20,8 +20,9 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
-from hookd.ops import EventOps, RunOps, SourceOps
+from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
+from hookd.runtime import sqlite_writer
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
@@ -37,8 +38,9 @@ from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
-from store import db, dialect, fastpath, migrate
+from store import db, dialect, migrate
 from store.crypto import BodyCipher
+from store.intake import fastpath
 
 log = logging.getLogger("hookd.app")
 
@@ -52,15 +54,23 @@ def processor_sockets() -> list[str]:
     return [p for p in os.environ.get(PROCESSOR_SOCKETS_ENV, "").split(os.pathsep) if p]
 
 
+class AppState(TypedDict):
+    """What ``app.state`` holds: what tests and the command line reach."""
+
+    committer: GroupCommitter
+    engine: AsyncEngine
+    operations: OperationOps
+
+
 class _App(HookdApp):
     """hookd's application, complete when built: the receiver ``/hooks/…`` goes to,
     and in ``state`` what tests and the command line reach (engine, committer,
     operations)."""
 
-    def __init__(self, receiver: Receiver, state: dict[str, Any], **starlette: Any) -> None:
+    def __init__(self, receiver: Receiver, state: AppState, **starlette: Any) -> None:
         super().__init__(**starlette)
         self.receiver = receiver
-        self.state = State(state)
+        self.state = State({**state})
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,7 @@ def _processing(settings: Settings, processor: ProcessorPool) -> _Processing:
 
 
 def _inserter(settings: Settings, engine: AsyncEngine, committers: int) -> fastpath.Inserter:
-    return fastpath.inserter_for(
+    return sqlite_writer.inserter_for(
         engine.url.render_as_string(hide_password=False),
         BodyCipher(settings.encryption_keys),
         committers=committers,

@@ -7,11 +7,11 @@ Every process that runs it looks at the database once a minute (or every
 ``HOOKD_PRUNE_EVERY_S``, if shorter): when the last prune, by any process, finished
 longer ago than that, it takes the prune lease and prunes. So a fleet of receivers
 and workers prunes about once per period, one process at a time, and a process that
-dies while pruning leaves a lease that runs out (``store.prune_lease.LEASE_S``).
+dies while pruning leaves a lease that runs out (``store.retention.lease.LEASE_S``).
 
 At start and then once a minute it also creates the day partitions of ``events`` that
-are missing (``store.partition_create.ensure``: a catalog read when none is) and analyzes
-the tables whose statistics went stale (``store.analyze``: nothing while autovacuum
+are missing (``store.retention.partition_create.ensure``: a catalog read when none is) and analyzes
+the tables whose statistics went stale (``store.retention.analyze``: nothing while autovacuum
 keeps up). Both are cheap when there is nothing to do, and safe in many processes
 at once.
 """
@@ -28,8 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.ops import prune_sources
 from hookd.sources import Sources
-from store import analyze, partition_create, prune_lease
 from store.ids import worker_id
+from store.retention import analyze, partition_create
+from store.retention import lease as prune_lease
 
 log = logging.getLogger("hookd.prune")
 

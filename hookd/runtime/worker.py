@@ -74,6 +74,10 @@ STABLE_S = 60.0
 # STOP_GRACE_S of it.
 SHUTDOWN_LIMIT_S = 12.0
 EXIT_OVERDUE = 70  # EX_SOFTWARE: the shutdown itself went wrong
+# arq's main loop stops within this long of the signal (``cancelled``), cancelled again
+# every RECANCEL_S while it goes on; past it, the shutdown goes on without it.
+ARQ_STOP_S = 3.0
+RECANCEL_S = 0.25
 # Processors side by side in one worker or processor process, HOOKD_PROCESS_CONCURRENCY
 # split between them: one processor has one transaction in flight at a time (its turn's
 # outcomes and claim); two keep the database busy while the other's events run.
@@ -281,6 +285,28 @@ async def _finish_or_stop(worker: Worker, stop: asyncio.Event) -> bool:
     return False
 
 
+async def cancelled(task: asyncio.Task[Any], within_s: float) -> bool:
+    """Cancel ``task`` and wait for it to end, cancelling it again every
+    ``RECANCEL_S`` while it goes on, for at most ``within_s``; whether it ended.
+
+    arq's main loop can lose a cancellation: on a loaded machine, ``Worker.main`` was
+    seen polling on and starting jobs for the whole shutdown limit after ``cancel()``,
+    its cancel request counted but its ``CancelledError`` caught somewhere below it.
+    The next cancel reaches it at its next await; one plain wait for a task that does
+    not end would spend the whole shutdown limit (and end in exit 70)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within_s
+    while not task.done() and loop.time() < end:
+        task.cancel()
+        await asyncio.wait({task}, timeout=min(RECANCEL_S, max(0.0, end - loop.time())))
+    if not task.done():
+        log.warning("arq did not stop in time: going on with the shutdown")
+        return False
+    if not task.cancelled():
+        task.exception()  # retrieved: a failure while stopping is not news
+    return True
+
+
 async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
     failures = 0
     loop = asyncio.get_running_loop()
@@ -291,9 +317,7 @@ async def supervise(runtime: Runtime, stop: asyncio.Event) -> None:
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if stopper in done:
-            main.cancel()
-            with contextlib.suppress(BaseException):
-                await main
+            await cancelled(main, ARQ_STOP_S)
             await _close(worker)
             return
         stopper.cancel()
@@ -341,6 +365,27 @@ async def backstop(runtime: Runtime, stop: asyncio.Event) -> None:
             log.warning("backstop sweep failed", extra={"error": type(exc).__name__})
 
 
+def waiting_at(limit: int = 8, depth: int = 3) -> str:
+    """Where the unfinished tasks of this loop wait: the innermost ``depth`` frames of
+    each task's await chain as ``function@file:line`` (code locations only, no values),
+    so an overdue shutdown says what it was stuck on."""
+    spots = []
+    for task in asyncio.all_tasks():
+        if task.done() or task is asyncio.current_task():
+            continue
+        chain = []
+        coro: Any = task.get_coro()
+        while coro is not None:  # follow the await chain to the innermost coroutine
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                name = os.path.basename(frame.f_code.co_filename)
+                chain.append(f"{frame.f_code.co_name}@{name}:{frame.f_lineno}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if chain:
+            spots.append(f"{task.get_name()}=" + ">".join(chain[-depth:]))
+    return "; ".join(sorted(spots)[:limit]) + ("; …" if len(spots) > limit else "")
+
+
 def _overdue() -> None:
     """The orderly shutdown did not end within SHUTDOWN_LIMIT_S (a close that hangs on a
     busy machine): exit now rather than be SIGKILLed mid-write by the orchestrator.
@@ -349,7 +394,7 @@ def _overdue() -> None:
     log.error(
         "shutdown did not finish in time: exiting; events still claimed here are taken "
         "over when their leases end",
-        extra={"limit_s": SHUTDOWN_LIMIT_S},
+        extra={"limit_s": SHUTDOWN_LIMIT_S, "waiting_at": waiting_at()},
     )
     logging.shutdown()
     os._exit(EXIT_OVERDUE)

@@ -111,7 +111,7 @@ def _keys(path: Path, label: str, config: SourceConfig) -> tuple[Key, ...]:
 
 def _top_level(
     path: Path, data: Mapping[str, Any], env: Mapping[str, str]
-) -> tuple[list[Any], dict[str, Any]]:
+) -> tuple[list[Any], dict[str, object]]:
     """The ``[[sources]]`` tables, and the ``[retention]`` every source starts from."""
     unknown = sorted(set(data) - {"sources", "retention"})
     if unknown:
@@ -124,7 +124,7 @@ def _top_level(
     return raw_sources, default_retention
 
 
-def _with_retention(resolved: Any, own: object, default: Mapping[str, Any]) -> Any:
+def _with_retention(resolved: Any, own: object, default: Mapping[str, object]) -> Any:
     """The source's table with its ``retention`` laid over the file's ``[retention]``
     (anything but a table is left for the model to refuse)."""
     if not isinstance(resolved, dict):
@@ -136,13 +136,13 @@ def _with_retention(resolved: Any, own: object, default: Mapping[str, Any]) -> A
     return resolved
 
 
-def _default_retention(path: Path, table: object, env: Mapping[str, str]) -> dict[str, Any]:
+def _default_retention(path: Path, table: object, env: Mapping[str, str]) -> dict[str, object]:
     """The top-level ``[retention]`` table, checked on its own (its errors name it, not a
     source); every source starts from it."""
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: key 'retention': must be a table ([retention])")
     try:
-        resolved: dict[str, Any] = interpolate(table, env, ["retention"])
+        resolved: dict[str, object] = interpolate(table, env, ["retention"])
         RetentionConfig.model_validate(resolved)
     except KeyProblem as problem:
         raise ConfigError(f"{path}: key {key_path(problem.where)!r}: {problem.message}") from None

@@ -3,7 +3,7 @@
 A session is a signed cookie (itsdangerous) whose key is derived from the token
 it was opened with, so rotating a token logs out everyone who signed in with it.
 The cookie names the session by a random id that the database must still hold
-(``store.admin_sessions``): logging out deletes it there, so a copy of the cookie
+(``store.admin.sessions``): logging out deletes it there, so a copy of the cookie
 stops working too, in every process. The admin token opens a session that may act;
 the read token (``HOOKD_READ_TOKEN``) one that may only look. It holds a random CSRF
 token that every state-changing form must send back.
@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hookd.web.auth_limit import PER_CLIENT, WINDOW_S
-from store import admin_sessions
+from store.admin import sessions as admin_sessions
 
 # Where the UI is mounted: also the session cookie's path and where redirects may go.
 PREFIX = "/admin"
@@ -67,7 +67,7 @@ class Session:
     csrf: str
     # Opened with the admin token: its actions (replay, reconcile, enable) are allowed.
     can_act: bool = True
-    # The server-side session's id (store.admin_sessions); "" for one not stored.
+    # The server-side session's id (store.admin.sessions); "" for one not stored.
     session_id: str = ""
 
 

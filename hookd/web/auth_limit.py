@@ -5,7 +5,7 @@ Within ``WINDOW_S`` an address gets ``PER_CLIENT`` token checks that fail, and a
 addresses together ``OVERALL`` (so that one spread over many addresses is bounded
 too); after that every request that carries a token is answered 429 with
 ``Retry-After`` (the seconds until the window frees a slot) and its token is not
-looked at, right or wrong. The count is kept in the database (``store.auth_attempts``)
+looked at, right or wrong. The count is kept in the database (``store.admin.auth_attempts``)
 and taken atomically, so concurrent requests in any number of processes cannot
 overshoot it:
 
@@ -15,7 +15,7 @@ overshoot it:
   refused on a plain read if its address (or everyone) is at the limit, before its
   token is used. Then a wrong token reserves a slot the way a login does (no slot
   left: 429, not 401), and a right one is let in by a read that waits behind every
-  reservation asked for before it (``store.auth_attempts.admitted_rows``): whatever
+  reservation asked for before it (``store.admin.auth_attempts.admitted_rows``): whatever
   the token, a request's answer is decided at the same place in one order, so a burst
   of guesses learns the outcome of at most ``PER_CLIENT`` of them per address.
 """
@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, Response
 
 from hookd.auth import NO_RIGHTS, Right, Tokens, bearer, forbidden, unauthorized
 from hookd.ops.models import Error
-from store import auth_attempts
+from store.admin import auth_attempts
 
 log = logging.getLogger("hookd.auth")
 

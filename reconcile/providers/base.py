@@ -15,8 +15,8 @@ from hookd.providers.base import compact_json
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
 from reconcile.http import Api
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 from store.status import EventOrigin
 
 ConfigT = TypeVar("ConfigT", bound=ReconcileConfig)
@@ -37,7 +37,9 @@ class Item:
     key: str
     time: float
     ref: Any = None
-    obj: dict[str, Any] | None = field(default=None, repr=False)
+    # The listed object as the API answered it (JSON), for ``repair``: what it holds
+    # is the provider's, so an adapter narrows what it reads of it.
+    obj: Mapping[str, object] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,7 @@ class Registration:
     ``unread`` says why the check could not read it (the API unreachable, the token
     refused): recorded as such, neither as expected nor drift."""
 
-    registered: dict[str, Any] = field(default_factory=dict)
+    registered: dict[str, object] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     unchecked: str | None = None
     unread: str | None = None
@@ -194,7 +196,7 @@ class ListAdapter(ABC):
     name: how requests authenticate and are paced, whether a missing item can be
     sent again, and what the next run should start from."""
 
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         """``meta``: what the source's last successful run kept (``kept``); ``now``:
         when this run started, in unix seconds."""
         self.source = source
@@ -218,7 +220,7 @@ class ListAdapter(ABC):
         webhook again (``redeliver``) instead of storing it from the list (``repair``)."""
         return False
 
-    def kept(self) -> dict[str, Any]:
+    def kept(self) -> dict[str, str]:
         """What the next run of the source is given as ``meta``, merged over the last."""
         return {}
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TypedDict
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
@@ -45,10 +45,40 @@ from reconcile.providers.base import (
     settings_of,
     shown_url,
 )
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 LINK_NEXT = re.compile(r'<([^>]+)>\s*;\s*rel="next"')
+
+
+class Delivery(TypedDict, total=False):
+    """One delivery of ``GET /{hook}/deliveries``, the fields read of it."""
+
+    id: int
+    guid: str | None
+    delivered_at: str
+    status_code: int
+
+
+class HookConfig(TypedDict, total=False):
+    url: str
+    content_type: str
+
+
+class LastResponse(TypedDict, total=False):
+    code: int | None
+    status: str
+    message: str | None
+
+
+class Hook(TypedDict, total=False):
+    """A hook (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``), or an App's
+    ``{"config": …}``: the fields compared with the source's settings."""
+
+    active: bool
+    events: list[str]
+    config: HookConfig
+    last_response: LastResponse
 
 
 def _b64url(data: bytes) -> str:
@@ -77,7 +107,7 @@ def _epoch(iso: str) -> float:
 
 
 class GitHubAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = settings(source)
         assert rc.hook is not None
@@ -110,7 +140,7 @@ class GitHubAdapter(ListAdapter):
         seen: set[str] = set()
         while url is not None:
             response = await self.api.request("GET", url)
-            deliveries: list[dict[str, Any]] = response.json()
+            deliveries: list[Delivery] = response.json()
             items: list[Item] = []
             oldest = float("inf")
             for d in deliveries:
@@ -176,16 +206,14 @@ def sends_type(event: str, glob: str) -> bool:
     return fnmatchcase(event, glob) or glob_extends(glob, f"{event}.")
 
 
-def hook_registration(
-    source: Source, hook: Mapping[str, Any], *, app: bool = False
-) -> Registration:
+def hook_registration(source: Source, hook: Hook, *, app: bool = False) -> Registration:
     """A hook document (``GET /repos/{o}/{r}/hooks/{id}``, ``/orgs/{o}/hooks/{id}``, or an
     App's ``{"config": …}``) against the source's ``public_url`` and ``expect_events``
     (without it, the types its handlers and destinations take)."""
     rc = settings(source)
     config = hook.get("config") or {}
     url = config.get("url")
-    registered: dict[str, Any] = {"url": url}
+    registered: dict[str, object] = {"url": url}
     problems: list[str] = []
     if not app:
         active, events = hook.get("active"), list(hook.get("events") or [])

@@ -29,7 +29,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 from urllib.parse import quote
 
 from hookd.providers.gitlab import (
@@ -44,8 +44,8 @@ from hookd.providers.rfc3339 import epoch
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled, settings_of
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 # "The past 7 days from start date": GitLab counts from the start of the day seven
 # days ago; a window within seven days is always inside it.
@@ -54,6 +54,17 @@ PER_PAGE = 20
 # A page's resends must finish well within the run's lease (renewed per page).
 RESEND_BUDGET_S = 45.0
 OVERSIZE = {"oversize": True}
+
+
+class HookEvent(TypedDict, total=False):
+    """One logged event of ``GET …/hooks/:hook_id/events``, the fields read of it (its
+    ``request_data`` is the body GitLab sent, or ``OVERSIZE``)."""
+
+    id: int
+    created_at: str
+    request_headers: dict[str, str]
+    request_data: object
+    response_status: str | int
 
 
 def settings(source: Source) -> GitLabReconcile:
@@ -74,14 +85,14 @@ def lowered(headers: object) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in headers.items()}
 
 
-def logged_body(entry: Mapping[str, Any]) -> bytes:
+def logged_body(entry: Mapping[str, object]) -> bytes:
     """The request body as GitLab sends it (compact JSON, UTF-8 as it is), rebuilt
     from the logged ``request_data``."""
     data = entry.get("request_data")
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def dedupe_key(entry: Mapping[str, Any]) -> str:
+def dedupe_key(entry: HookEvent) -> str:
     """What the receiver keys the logged delivery on: its ``Idempotency-Key``, or
     (GitLab before 17.4) the SHA-256 of its body, which only matches while the log
     holds the body unchanged (GitLab redacts e-mail addresses in it)."""
@@ -92,7 +103,7 @@ def dedupe_key(entry: Mapping[str, Any]) -> str:
 
 
 class GitLabAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = settings(source)
         self._url = hook_events_url(source)
@@ -122,7 +133,7 @@ class GitLabAdapter(ListAdapter):
             response = await self.api.request(
                 "GET", self._url, params={"per_page": PER_PAGE, "page": page}
             )
-            logged: list[dict[str, Any]] = response.json()
+            logged: list[HookEvent] = response.json()
             items: list[Item] = []
             oldest = float("inf")
             for entry in logged:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from hookd.providers.base import text_or_none
 from hookd.providers.paddle import PaddleReconcile
@@ -30,8 +30,8 @@ from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, settings_of
-from store.audit import Acked
-from store.events import NewEvent
+from store.intake.events import NewEvent
+from store.reconcile.audit import Acked
 
 log = logging.getLogger("hookd.reconcile")
 
@@ -41,12 +41,47 @@ API_VERSION = "1"
 REPLAYABLE = frozenset({"delivered", "failed"})
 
 
+class Payload(TypedDict, total=False):
+    """A notification's ``payload``, the webhook body Paddle sent: the fields read of
+    it (it is kept whole, the body of the repaired event)."""
+
+    event_id: str
+    event_type: str
+    occurred_at: str
+
+
+class Notification(TypedDict, total=False):
+    """One notification of ``GET /notifications``, the fields read of it."""
+
+    id: str
+    occurred_at: str
+    delivered_at: str | None
+    status: str
+    origin: str
+    payload: Payload
+
+
+class _Pagination(TypedDict, total=False):
+    has_more: bool
+
+
+class _Meta(TypedDict, total=False):
+    pagination: _Pagination
+
+
+class NotificationList(TypedDict):
+    """``GET /notifications``: a page of notifications, and whether more follow."""
+
+    data: list[Notification]
+    meta: NotRequired[_Meta]
+
+
 def settings(source: Source) -> PaddleReconcile:
     return settings_of(source, PaddleReconcile)
 
 
 class PaddleAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = settings(source)
         assert rc.notification_setting_id is not None
@@ -68,7 +103,7 @@ class PaddleAdapter(ListAdapter):
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         start = max(since, self._oldest_allowed)
-        params: dict[str, Any] = {
+        params: dict[str, str | int] = {
             "notification_setting_id": self._setting,
             "from": utc_z(start),
             "order_by": "id[DESC]",
@@ -76,8 +111,10 @@ class PaddleAdapter(ListAdapter):
         }
         seen: set[str] = set()
         while True:
-            answer = (await self.api.request("GET", self._url, params=params)).json()
-            notifications: list[dict[str, Any]] = answer["data"]
+            answer: NotificationList = (
+                await self.api.request("GET", self._url, params=params)
+            ).json()
+            notifications = answer["data"]
             items: list[Item] = []
             newest = float("-inf")
             for n in notifications:
@@ -106,8 +143,9 @@ class PaddleAdapter(ListAdapter):
             params["after"] = notifications[-1]["id"]
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
-        notification = item.obj or {}
-        payload = notification.get("payload") or {}
+        # Listed, its payload is an object: it named the event's id.
+        found = (item.obj or {}).get("payload")
+        payload = found if isinstance(found, dict) else {}
         occurred = parse_rfc3339(payload.get("occurred_at"))
         return self.stored_json(
             item,

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 from hookd.errors import AuthFailure, ReconcileError
 from hookd.providers.slack import SlackReconcile, is_history_message, message_key
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, settings_of
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
@@ -23,12 +23,30 @@ AUTH_ERRORS = frozenset(
 PAGE_LIMIT = 15
 
 
+class _Cursor(TypedDict, total=False):
+    next_cursor: str
+
+
+class SlackAnswer(TypedDict, total=False):
+    """A Web API method's answer, the fields read of it: ``ok`` and ``error`` (every
+    method), ``team_id`` (``auth.test``), ``messages``, ``has_more`` and
+    ``response_metadata.next_cursor`` (``conversations.history``). A message is kept
+    whole: it becomes the repaired event."""
+
+    ok: bool
+    error: str
+    team_id: str
+    messages: list[dict[str, object]]
+    has_more: bool
+    response_metadata: _Cursor
+
+
 def settings(source: Source) -> SlackReconcile:
     return settings_of(source, SlackReconcile)
 
 
 class SlackAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         self._base = api_url(source.config)
         self._channels = settings(source).channels
@@ -43,11 +61,11 @@ class SlackAdapter(ListAdapter):
     def request_interval_s(cls, source: Source) -> float:
         return 60.0 / settings(source).requests_per_minute
 
-    def kept(self) -> dict[str, Any]:
+    def kept(self) -> dict[str, str]:
         return {"team_id": self.team_id} if self.team_id else {}
 
-    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = (
+    async def _call(self, method: str, params: Mapping[str, str | int]) -> SlackAnswer:
+        answer: SlackAnswer = (
             await self.api.request("POST", f"{self._base}/{method}", data=params)
         ).json()
         if not answer.get("ok"):
@@ -66,7 +84,7 @@ class SlackAdapter(ListAdapter):
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         team = await self.team()
         for channel in self._channels:
-            params: dict[str, Any] = {
+            params: dict[str, str | int] = {
                 "channel": channel,
                 "oldest": f"{since:.6f}",
                 "limit": PAGE_LIMIT,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from hookd.errors import ReconcileError
 from hookd.providers.base import text_or_none
@@ -24,7 +24,7 @@ from hookd.providers.square import SquareReconcile
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, settings_of
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 RETENTION_S = 28 * 86_400
 PAGE_LIMIT = 100
@@ -32,12 +32,55 @@ PAGE_LIMIT = 100
 SQUARE_VERSION = "2026-09-16"
 
 
+class _TimeRange(TypedDict):
+    start_at: str
+
+
+class _Filter(TypedDict):
+    created_at: _TimeRange
+    event_types: NotRequired[list[str]]
+    location_ids: NotRequired[list[str]]
+    merchant_ids: NotRequired[list[str]]
+
+
+class _Sort(TypedDict):
+    field: str
+    order: str
+
+
+class _Query(TypedDict):
+    filter: _Filter
+    sort: _Sort
+
+
+class SearchEvents(TypedDict):
+    """The body of ``POST /v2/events``: the query, and the cursor of the page before."""
+
+    limit: int
+    query: _Query
+    cursor: NotRequired[str]
+
+
+class _Error(TypedDict, total=False):
+    code: str
+    detail: str
+
+
+class SearchAnswer(TypedDict, total=False):
+    """Its answer: the events (each kept whole, the body of the repaired one), the
+    next page's cursor, or errors."""
+
+    events: list[dict[str, object]] | None
+    cursor: str
+    errors: list[_Error]
+
+
 def settings(source: Source) -> SquareReconcile:
     return settings_of(source, SquareReconcile)
 
 
 class SquareAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         self._url = f"{api_url(source.config)}/v2/events"
         self._oldest_allowed = now - RETENTION_S + 60
@@ -50,9 +93,9 @@ class SquareAdapter(ListAdapter):
             "Square-Version": SQUARE_VERSION,
         }
 
-    def _query(self, start: float) -> dict[str, Any]:
+    def _query(self, start: float) -> _Query:
         rc = self._rc
-        wanted: dict[str, Any] = {"created_at": {"start_at": utc_z(start)}}
+        wanted: _Filter = {"created_at": {"start_at": utc_z(start)}}
         if rc.event_types:
             wanted["event_types"] = list(rc.event_types)
         if rc.location_ids:
@@ -63,9 +106,9 @@ class SquareAdapter(ListAdapter):
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         start = max(since, self._oldest_allowed)
-        request: dict[str, Any] = {"limit": PAGE_LIMIT, "query": self._query(start)}
+        request: SearchEvents = {"limit": PAGE_LIMIT, "query": self._query(start)}
         while True:
-            answer = (await self.api.request("POST", self._url, json=request)).json()
+            answer: SearchAnswer = (await self.api.request("POST", self._url, json=request)).json()
             errors = answer.get("errors")
             if errors:
                 first = errors[0] if isinstance(errors[0], dict) else {}

@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypedDict
 
 from hookd.providers.base import string_or_none
 from hookd.providers.stripe import StripeReconcile
@@ -31,15 +31,48 @@ from reconcile.providers.base import (
     settings_of,
     shown_url,
 )
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 RETENTION_S = 30 * 86_400
 # Pages of 100 webhook endpoints looked through for the source's (Stripe allows 16).
 ENDPOINT_PAGES = 5
 
 
+class StripeEvent(TypedDict, total=False):
+    """An event object, the fields read of it; it is kept whole (all its fields), the
+    body of the repaired event."""
+
+    id: str
+    created: int
+    type: str
+
+
+class EventList(TypedDict, total=False):
+    """``GET /v1/events``: a page of events, and whether more follow."""
+
+    data: list[StripeEvent]
+    has_more: bool
+
+
+class WebhookEndpoint(TypedDict, total=False):
+    """A webhook endpoint object, the fields compared with the source's settings."""
+
+    id: str
+    url: str
+    status: str
+    enabled_events: list[str]
+    api_version: str | None
+
+
+class EndpointList(TypedDict, total=False):
+    """``GET /v1/webhook_endpoints``: a page of endpoints, and whether more follow."""
+
+    data: list[WebhookEndpoint]
+    has_more: bool
+
+
 class StripeAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         self._url = f"{api_url(source.config)}/v1/events"
         self._settings = settings_of(source, StripeReconcile)
@@ -52,13 +85,13 @@ class StripeAdapter(ListAdapter):
         return {"Authorization": f"Bearer {rc.token or ''}", "Stripe-Version": "2024-06-20"}
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
-        params: dict[str, Any] = {
+        params: dict[str, str | int] = {
             "limit": 100,
             "created[gte]": int(max(since, self._oldest_allowed)),
         }
         while True:
-            page = (await self.api.request("GET", self._url, params=params)).json()
-            data: list[dict[str, Any]] = page.get("data", [])
+            page: EventList = (await self.api.request("GET", self._url, params=params)).json()
+            data = page.get("data", [])
             yield [
                 Item(key=e["id"], time=float(e["created"]), obj=e)
                 for e in data
@@ -106,10 +139,10 @@ class StripeAdapter(ListAdapter):
                 unchecked="set the source's public_url or webhook_endpoint to say which "
                 "webhook endpoint is hookd's"
             )
-        params: dict[str, Any] = {"limit": 100}
+        params: dict[str, str | int] = {"limit": 100}
         for _ in range(ENDPOINT_PAGES):
-            page = (await self.api.request("GET", base, params=params)).json()
-            data: list[dict[str, Any]] = page.get("data", [])
+            page: EndpointList = (await self.api.request("GET", base, params=params)).json()
+            data = page.get("data", [])
             matching = [e for e in data if same_url(e.get("url"), expected)]
             if matching:
                 # An enabled one if there are several (one may be a disabled leftover).
@@ -124,7 +157,7 @@ class StripeAdapter(ListAdapter):
         )
 
 
-def endpoint_registration(source: Source, endpoint: Mapping[str, Any]) -> Registration:
+def endpoint_registration(source: Source, endpoint: WebhookEndpoint) -> Registration:
     """A webhook endpoint object (``GET /v1/webhook_endpoints/{id}``) against the
     source's ``public_url``, ``expect_events`` (without it, the types its handlers
     and destinations take) and ``expect_api_version``."""
@@ -132,7 +165,7 @@ def endpoint_registration(source: Source, endpoint: Mapping[str, Any]) -> Regist
     url, status = endpoint.get("url"), endpoint.get("status")
     events = list(endpoint.get("enabled_events") or [])
     version = endpoint.get("api_version")
-    registered = {
+    registered: dict[str, object] = {
         "id": endpoint.get("id"),
         "url": url,
         "status": status,

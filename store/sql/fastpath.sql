@@ -8,7 +8,7 @@
 -- them as they are, with no base64 to encode here and decode there. $2 is the
 -- statement's time, $4 the pause that stands for a whole source.
 -- A new row starts as pending with no attempt, or leased (processing, attempt 1) when
--- the batch is committed as claimed, as store.events.prepare writes it.
+-- the batch is committed as claimed, as store.intake.events.prepare writes it.
 --
 -- Keys are inserted in the batch's order (sorted by key in prepare): two
 -- batches sharing keys wait on each other instead of deadlocking. The statement

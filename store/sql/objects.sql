@@ -1,5 +1,5 @@
 -- Per-object ordering ([sources.order]) on PostgreSQL: the claim's statements.
--- {runnable}, {superseded} and {processing} are filled in by store.objects from the
+-- {runnable}, {superseded} and {processing} are filled in by store.delivery.objects from the
 -- status enums when the module loads; the rest are bind parameters.
 
 -- name: lock_pg

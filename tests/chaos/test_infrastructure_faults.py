@@ -19,10 +19,10 @@ import redis.exceptions
 from chaos import netfaults, pg_restart, redis_loss
 from chaos.proxy import FaultProxy
 from hookd.runtime import worker
+from hookd.runtime.sqlite_writer import inserter_for
 from hookd.settings import Settings
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.crypto import BodyCipher
-from store.fastpath import inserter_for
 from tests.support import services
 from tests.support.data import new_event, scalar
 

@@ -23,7 +23,7 @@ import pytest
 
 from chaos import harness
 from chaos.harness import HookdServer
-from store import fastpath
+from hookd.runtime import sqlite_writer
 from store.crypto import BodyCipher
 from tests.support.data import new_event, scalar
 
@@ -32,7 +32,7 @@ PLAIN = BodyCipher("")
 KILLS = 8
 
 
-def writer_pid(inserter: fastpath.SqliteProcessInserter) -> int:
+def writer_pid(inserter: sqlite_writer.SqliteProcessInserter) -> int:
     assert inserter._writer is not None
     return inserter._writer.proc.pid
 
@@ -73,11 +73,13 @@ def writers_under(root: int) -> list[int]:
                 return True
         return False
 
-    return [pid for pid, cmd in commands.items() if "store.sqlite_write" in cmd and descends(pid)]
+    return [
+        pid for pid, cmd in commands.items() if "store.intake.sqlite_write" in cmd and descends(pid)
+    ]
 
 
 async def test_a_killed_writer_fails_only_what_it_had_not_answered(sqlite_url: str) -> None:
-    inserter = fastpath.SqliteProcessInserter(sqlite_url.split("///", 1)[1], PLAIN)
+    inserter = sqlite_writer.SqliteProcessInserter(sqlite_url.split("///", 1)[1], PLAIN)
     try:
         [first] = await inserter.insert([new_event("before")])
         assert first.created
@@ -88,7 +90,7 @@ async def test_a_killed_writer_fails_only_what_it_had_not_answered(sqlite_url: s
         await asyncio.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
         results = await asyncio.gather(*calls, return_exceptions=True)
-        gone = [r for r in results if isinstance(r, fastpath.WriterGone)]
+        gone = [r for r in results if isinstance(r, sqlite_writer.WriterGone)]
         answered = [r for r in results if isinstance(r, list)]
         assert gone, "the kill found every batch answered"
         assert len(gone) + len(answered) == len(batches)
@@ -98,7 +100,7 @@ async def test_a_killed_writer_fails_only_what_it_had_not_answered(sqlite_url: s
         # The next insert starts another writer, and the provider's retry of each failed
         # batch stores what the dead writer had not committed, and nothing twice.
         for batch, result in zip(batches, results, strict=True):
-            if isinstance(result, fastpath.WriterGone):
+            if isinstance(result, sqlite_writer.WriterGone):
                 again = await inserter.insert(batch)
                 assert len(again) == len(batch)
         assert writer_pid(inserter) != pid
@@ -113,7 +115,7 @@ async def test_a_killed_writer_fails_only_what_it_had_not_answered(sqlite_url: s
 
 async def test_a_sqlite_error_fails_the_batch_and_the_writer_stays(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
-    inserter = fastpath.SqliteProcessInserter(str(path), PLAIN)
+    inserter = sqlite_writer.SqliteProcessInserter(str(path), PLAIN)
     try:
         # No schema: the error the thread would raise, raised here with the same class.
         with pytest.raises(sqlite3.OperationalError, match="no such table"):
@@ -128,7 +130,7 @@ async def test_a_sqlite_error_fails_the_batch_and_the_writer_stays(tmp_path: Pat
 
 
 async def test_close_answers_what_is_queued_then_ends_the_writer(sqlite_url: str) -> None:
-    inserter = fastpath.SqliteProcessInserter(sqlite_url.split("///", 1)[1], PLAIN)
+    inserter = sqlite_writer.SqliteProcessInserter(sqlite_url.split("///", 1)[1], PLAIN)
     await inserter.start()
     pid = writer_pid(inserter)
     calls = [asyncio.ensure_future(inserter.insert([new_event(f"k{i}")])) for i in range(50)]
@@ -146,13 +148,13 @@ def test_the_writer_ends_with_its_receiver_killed_9(sqlite_url: str, tmp_path: P
         textwrap.dedent(
             f"""
             import asyncio, time
-            from store import fastpath
+            from hookd.runtime import sqlite_writer
             from store.crypto import BodyCipher
             from tests.support.data import new_event
 
             async def main():
-                inserter = fastpath.SqliteProcessInserter({sqlite_url.split("///", 1)[1]!r},
-                                                          BodyCipher(""))
+                inserter = sqlite_writer.SqliteProcessInserter({sqlite_url.split("///", 1)[1]!r},
+                                                               BodyCipher(""))
                 await inserter.insert([new_event("a")])
                 print(inserter._writer.proc.pid, flush=True)
                 await asyncio.sleep(60)

@@ -27,8 +27,8 @@ from hookd.providers.signing import sample_event
 from hookd.providers.standard import standard_headers
 from hookd.sources import Sources, parse_sources
 from hookd.web import admin_pages, admin_session
-from store import reconcile as rstate
 from store.models import EVENTS
+from store.reconcile import runs as rstate
 from tests.support import admin as admin_ui
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS

@@ -18,10 +18,10 @@ from playwright.async_api import ConsoleMessage, Page, async_playwright, expect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.providers.signing import sample_event
-from store import audit
-from store import reconcile as rstate
 from store.ids import new_id
 from store.models import RECONCILE_RUNS, RECONCILE_STATE
+from store.reconcile import audit
+from store.reconcile import runs as rstate
 from tests.support import handlers
 from tests.support.constants import SECRETS, STANDARD_SECRET
 from tests.support.data import engine_of

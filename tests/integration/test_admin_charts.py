@@ -1,4 +1,4 @@
-"""The admin UI's per-source charts: what store.activity counts per minute (on SQLite
+"""The admin UI's per-source charts: what store.admin.activity counts per minute (on SQLite
 and PostgreSQL), that its ranges are index conditions, and the SVG it makes (no
 script, no inline style, every text escaped)."""
 
@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from hookd.sources import parse_sources
 from hookd.web import admin_charts
 from hookd.web.admin_charts import Chart, Line, render
-from store import activity
-from store import coverage as coverage_ledger
+from store.admin import activity
 from store.ids import id_floor
+from store.reconcile import coverage as coverage_ledger
 from tests.support.activity_data import event_row, insert_rows, insert_run
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS

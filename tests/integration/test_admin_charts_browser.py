@@ -24,7 +24,7 @@ import pytest
 from playwright.async_api import ConsoleMessage, async_playwright, expect
 
 from hookd.providers.signing import sample_event
-from store import coverage
+from store.reconcile import coverage
 from tests.integration.test_admin_browser import CHROMIUM_ARGS
 from tests.support.activity_data import event_row, insert_rows, insert_run
 from tests.support.constants import SECRETS

@@ -19,9 +19,9 @@ from prometheus_client import REGISTRY
 
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import claims
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS
 from tests.support import handlers
 from tests.support.admin import login
@@ -110,8 +110,13 @@ async def test_claims_and_lease_takeovers_are_counted(sources: Sources, pg_url: 
         takeovers_before = sample("hookd_lease_takeovers_total", source="github")
         (crashed,) = await stored(pg_url, ["crashed"])
         async with engine.begin() as conn:
-            claimed = await claims.claim_due(
-                conn, "dead-worker", 0.2, 10, datetime.now(UTC), shares=claims.alone(["github"], 10)
+            claimed = await claiming.claim_due(
+                conn,
+                "dead-worker",
+                0.2,
+                10,
+                datetime.now(UTC),
+                shares=claiming.alone(["github"], 10),
             )
         assert [r.id for r in claimed] == [crashed]
         await asyncio.sleep(0.3)  # its lease ends

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS
 from tests.support.cli import hookd
 from tests.support.data import engine_of, new_event

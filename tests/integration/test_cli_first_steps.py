@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from store import history
+from store.claims import history
 from store.crypto import BodyCipher
-from store.destinations import WHOLE_SOURCE, set_pause
-from store.events import insert_events
+from store.delivery.destinations import WHOLE_SOURCE, set_pause
+from store.intake.events import insert_events
 from store.models import EVENTS
 from tests.support.cli import hookd, last_line
 from tests.support.data import engine_of, new_event

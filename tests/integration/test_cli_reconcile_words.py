@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from store import coverage as ledger
-from store import reconcile as rstate
-from store.destinations import WHOLE_SOURCE, set_pause
+from store.delivery.destinations import WHOLE_SOURCE, set_pause
+from store.reconcile import coverage as ledger
+from store.reconcile import runs as rstate
 from store.status import CoverageOutcome
 from tests.support.cli import hookd, last_line
 from tests.support.constants import SECRETS, SOURCES_TOML

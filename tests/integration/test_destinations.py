@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.events import EventOps
 from hookd.web import openapi
-from store.destinations import PARKED_FROM
-from store.events import NewEvent
+from store.delivery.destinations import PARKED_FROM
+from store.intake.events import NewEvent
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app

@@ -40,7 +40,7 @@ from processing.destinations import Router
 from processing.limits import LocalLimits
 from processing.processor import Processor
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.intake.events import NewEvent, insert_events
 from store.models import DESTINATION_BREAKERS, EVENT_HISTORY, EVENTS, HANDLER_RUNS
 from tests.support.destinations import Destination, app, whsec
 from tests.support.http import serve_app

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.intake.events import NewEvent, insert_events
 from tests.support.cli import hookd_async
 from tests.support.constants import STRIPE_SECRET
 from tests.support.data import engine_of, scalar

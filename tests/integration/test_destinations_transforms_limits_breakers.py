@@ -33,8 +33,8 @@ from hookd.event import Event, idempotency_key
 from hookd.ops.destinations import DestinationOps
 from hookd.sources import Sources
 from processing.limits import RedisLimits
-from store import destinations as state
-from store.destinations import WHOLE_SOURCE
+from store.delivery import destinations as state
+from store.delivery.destinations import WHOLE_SOURCE
 from store.models import DESTINATION_BREAKERS, EVENTS, HANDLER_RUNS
 from tests.integration.test_destinations import live_takes
 from tests.integration.test_destinations_processes import config, env_for, hookd

@@ -18,7 +18,7 @@ from hookd.settings import Settings
 from hookd.sources import Sources
 from ingest import metrics
 from ingest.direct import DirectCycle
-from store.events import Lease, NewEvent, Stored
+from store.intake.events import Lease, NewEvent, Stored
 from tests.support import rawhttp
 from tests.support.asgi import running_app, serving
 from tests.support.constants import SECRETS

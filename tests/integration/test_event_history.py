@@ -25,11 +25,12 @@ from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
-from store import history, partition_catalog
+from store.claims import history
+from store.claims.history import Requester
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
-from store.history import Requester
+from store.intake.events import NewEvent, insert_events
 from store.models import EVENT_HISTORY, EVENTS
+from store.retention import partition_catalog
 from tests.support.cli import hookd
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.data import engine_of, new_event, scalar

@@ -12,9 +12,10 @@ import sqlalchemy as sa
 from cryptography.fernet import Fernet
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import fastpath, sqlite_write
+from hookd.runtime import sqlite_writer
 from store.crypto import BodyCipher
-from store.events import get_event, insert_events
+from store.intake import fastpath, sqlite_write
+from store.intake.events import get_event, insert_events
 from store.models import EVENTS
 from tests.support.data import engine_of, new_event
 
@@ -34,10 +35,10 @@ def db_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 
 def inserter(url: str, cipher: BodyCipher = PLAIN) -> fastpath.Inserter:
-    made = fastpath.inserter_for(
+    made = sqlite_writer.inserter_for(
         url, cipher, committers=4, timeout_s=5, sqlite_process=SQLITE_PROCESS
     )
-    expected = fastpath.SqliteProcessInserter if SQLITE_PROCESS else type(made)
+    expected = sqlite_writer.SqliteProcessInserter if SQLITE_PROCESS else type(made)
     assert isinstance(made, expected)
     return made
 

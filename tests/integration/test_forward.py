@@ -21,8 +21,8 @@ from starlette.routing import Route
 
 from hookd.event import idempotency_key
 from hookd.providers import PROVIDERS
-from store import destinations as state
-from store.events import NewEvent
+from store.delivery import destinations as state
+from store.intake.events import NewEvent
 from store.models import EVENTS
 from tests.support.destinations import Destination, whsec
 from tests.support.http import serve_app

@@ -25,16 +25,18 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.event import Event
+from hookd.runtime import sqlite_writer
 from ingest.batcher import GroupCommitter
 from processing import handoff as handoff_module
 from processing.attempt import RetryPolicy
 from processing.handoff import HandoffClient, HandoffServer, decode, encode, handoff_path
 from processing.processor import Processor
 from processing.wakeups import InProcessConsumer
-from store import claims, fastpath, sqlite_write
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.destinations import WHOLE_SOURCE, set_pause
-from store.events import Lease, prepare
+from store.delivery.destinations import WHOLE_SOURCE, set_pause
+from store.intake import sqlite_write
+from store.intake.events import Lease, prepare
 from store.models import EVENTS
 from store.rows import EventRow
 from tests.support.in_process import STRIPE_SOURCE, count_status, mixed, parse
@@ -69,13 +71,13 @@ def processor(engine: AsyncEngine, seen: Seen, *, lease_s: float = 30.0, **kw: A
 
 
 class Claims:
-    """Rows every claim of the processors returned (``claims.claim_due`` and
-    ``claims.claim_expired``), by event id."""
+    """Rows every claim of the processors returned (``claiming.claim_due`` and
+    ``claiming.claim_expired``), by event id."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.due: list[str] = []
         self.expired: list[str] = []
-        due, expired = claims.claim_due, claims.claim_expired
+        due, expired = claiming.claim_due, claiming.claim_expired
 
         async def claim_due(*a: Any, **kw: Any) -> list[EventRow]:
             rows = await due(*a, **kw)
@@ -87,8 +89,8 @@ class Claims:
             self.expired += [r.id for r in rows]
             return rows
 
-        monkeypatch.setattr(claims, "claim_due", claim_due)
-        monkeypatch.setattr(claims, "claim_expired", claim_expired)
+        monkeypatch.setattr(claiming, "claim_due", claim_due)
+        monkeypatch.setattr(claiming, "claim_expired", claim_expired)
 
 
 async def connected(client: HandoffClient) -> None:
@@ -128,7 +130,7 @@ async def test_new_events_are_committed_leased_and_run_from_the_handed_rows_with
     async def on_commit(ids: Sequence[str]) -> None:
         woken.extend(ids)
 
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=True
     )
     committer = GroupCommitter(inserter, on_commit=on_commit, handoff=client)
@@ -198,7 +200,7 @@ async def test_a_full_processor_gets_nothing_more_and_the_rest_is_committed_pend
         woken.extend(ids)
         consumer.wake()
 
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=False
     )
     committer = GroupCommitter(inserter, on_commit=on_commit, handoff=client)
@@ -245,7 +247,7 @@ async def test_rows_handed_to_a_processor_that_died_are_taken_over_when_their_le
     await server.start()
     client = HandoffClient([socket_path])
     await client.start()
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, BodyCipher(""), committers=1, timeout_s=10, sqlite_process=False
     )
     committer = GroupCommitter(inserter, handoff=client)
@@ -318,7 +320,7 @@ async def test_a_paused_source_is_never_handed_over_its_events_stay_pending(
             conn, "other", WHOLE_SOURCE, paused=True, by="test", reason=None, now=datetime.now(UTC)
         )
     cipher = BodyCipher("")
-    inserter = fastpath.inserter_for(
+    inserter = sqlite_writer.inserter_for(
         db_url, cipher, committers=1, timeout_s=10, sqlite_process=True
     )
     await inserter.start()

@@ -17,7 +17,7 @@ from hookd.providers.github import github_headers
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from store import db, migrate
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from tests.support import services
 from tests.support.data import engine_of, new_event
 

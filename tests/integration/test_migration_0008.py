@@ -14,8 +14,9 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from store import db, migrate, partition_catalog, partition_create
+from store import db, migrate
 from store.ids import id_time_ms, new_id
+from store.retention import partition_catalog, partition_create
 from tests.integration.test_migration_0007 import dump, fill, rows_at_0006
 from tests.support import services
 from tests.support.data import engine_of

@@ -27,8 +27,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from hookd.sources import Sources
 from hookd.web import openapi
 from hookd.web.api import ApiFallback
-from store import reconcile as rstate
 from store.models import ADMIN_LOGIN_FAILURES
+from store.reconcile import runs as rstate
 from tests.support.asgi import running_app
 from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator

@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import BadRequest, Conflict
 from hookd.ops import EventOps, OperationFilter, OperationOps, OperationRequest
 from hookd.sources import Sources, parse_sources
-from store import claims
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS, HANDLER_RUNS, OPERATIONS
 from store.status import OperationAction
 from tests.support.constants import SOURCES_TOML
@@ -272,7 +272,7 @@ secret = "whsec_dGVzdC1zZWNyZXQtZm9yLWJpbGxpbmctZGVzdA=="
     )
     async with engine.begin() as conn:
         now = datetime.now(UTC)
-        await claims.record_handlers(
+        await claiming.record_handlers(
             conn, [(i, h) for i in ids for h in ("myapp:on_event", "billing")], now
         )
     ops = operations_for(engine, nothing, sources=sources)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from hookd.sources import Sources
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import OPERATIONS
 from tests.integration.test_openapi_schemas import Answers
 from tests.support.admin import CSRF_RE

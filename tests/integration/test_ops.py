@@ -15,10 +15,10 @@ from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import EventOps, EventQuery, RunOps, RunQuery, SourceOps
 from hookd.sources import Sources, parse_sources
 from reconcile.poller import Reconciler
-from store import reconcile as rstate
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS
+from store.reconcile import runs as rstate
 from tests.support.constants import SECRETS
 from tests.support.data import new_event
 

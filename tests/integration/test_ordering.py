@@ -29,9 +29,10 @@ from hookd.sources import Sources, parse_sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
 from reconcile.objects import ObjectFetcher
-from store import claims, destinations, objects
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import NewEvent, get_event, get_tombstone, insert_events
+from store.delivery import destinations, objects
+from store.intake.events import NewEvent, get_event, get_tombstone, insert_events
 from store.models import EVENTS
 from tests.support.constants import STRIPE_SECRET
 from tests.support.data import engine_of
@@ -295,7 +296,7 @@ async def test_the_plain_claim_leaves_events_of_objects_to_the_object_claim(
     now = datetime.now(UTC)
     async with engine.begin() as conn:
         assert (
-            await claims.claim_due(conn, "w1", 30, 10, now, shares=claims.alone(["stripe"], 10))
+            await claiming.claim_due(conn, "w1", 30, 10, now, shares=claiming.alone(["stripe"], 10))
             == []
         )
         got = await objects.claim(conn, "w1", 30, 10, now, supersede={"stripe"})
@@ -335,7 +336,7 @@ async def test_two_claims_at_once_never_hand_out_two_events_of_one_object(
                 three = await objects.claim(second, "w2", 300, 10, later, supersede={"stripe"})
                 assert three.rows == []
         async with engine.begin() as conn:  # as the processor settles it
-            assert await claims.mark_processed(conn, [ids[2]], "w1", datetime.now(UTC))
+            assert await claiming.mark_processed(conn, [ids[2]], "w1", datetime.now(UTC))
             await objects.record_processed(conn, one.rows, datetime.now(UTC))
         async with engine.begin() as conn:  # v1 is older than v2, processed: superseded
             four = await objects.claim(conn, "w2", 300, 10, later, supersede={"stripe"})
@@ -355,7 +356,7 @@ async def test_a_stale_event_the_supersede_step_did_not_see_is_not_handed_out(
         async with engine.begin() as conn:
             got = await objects.claim(conn, "w1", 300, 10, now, supersede={"stripe"})
             assert [r.id for r in got.rows] == [newest]
-            assert await claims.mark_processed(conn, [newest], "w1", now)
+            assert await claiming.mark_processed(conn, [newest], "w1", now)
             await objects.record_processed(conn, got.rows, now)
         [stale] = await store(engine, [update(ordered, 2, "cus_a", 1_700_000_011)])
         unseen = sa.text(

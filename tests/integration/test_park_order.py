@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store import destinations as state
-from store.destinations import PARKED_FROM, Blocker
+from store.delivery import destinations as state
+from store.delivery.destinations import PARKED_FROM, Blocker
 from store.models import EVENTS
 from store.status import EventStatus
 from tests.support.in_process import mixed, store

@@ -16,10 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import claims, partition_catalog, partition_compact, partition_create, partition_drop
-from store import prune as store_prune
-from store.events import NewEvent, insert_events
+from store.claims import claiming
+from store.intake.events import NewEvent, insert_events
 from store.models import EVENTS
+from store.retention import partition_catalog, partition_compact, partition_create, partition_drop
+from store.retention import prune as store_prune
 from tests.support.cli import hookd_with_config as hookd
 from tests.support.data import engine_of, scalar
 from tests.support.partitions import (
@@ -36,7 +37,7 @@ from tests.support.partitions import (
 )
 
 # A claim as a lone claimer makes it: events of github, up to 10.
-GITHUB = claims.alone(["github"], 10)
+GITHUB = claiming.alone(["github"], 10)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 DAY = timedelta(days=1)
@@ -181,9 +182,9 @@ async def test_a_day_past_keep_events_days_is_rebuilt_with_only_its_dead_and_unf
     assert await scalar(pg_url, "SELECT count(*) FROM events") == len(staying)
     # The retrying event is claimed from the rebuilt day as before.
     async with engine_of(pg_url) as engine, engine.begin() as conn:
-        claimed = await claims.claim_due(conn, "w", 30, 10, now + DAY, shares=GITHUB)
+        claimed = await claiming.claim_due(conn, "w", 30, 10, now + DAY, shares=GITHUB)
         assert [r.id for r in claimed] == waiting
-        assert await claims.mark_processed(conn, waiting, "w", now) == set(waiting)
+        assert await claiming.mark_processed(conn, waiting, "w", now) == set(waiting)
 
     # Nothing changed since: the next prune leaves the day alone, until the dead are
     # past keep_dead_days and it goes whole.
@@ -237,15 +238,15 @@ async def test_rows_changed_while_a_day_is_compacted_are_carried_over_and_none_i
         assert copied is not None
         assert set(copied) == {*dead, *pending}
         async with engine.begin() as conn:
-            assert await claims.replay(conn, [processed[0], dead[0]], now) == [
+            assert await claiming.replay(conn, [processed[0], dead[0]], now) == [
                 processed[0],
                 dead[0],
             ]
-            taken = await claims.claim_due(conn, "w", 30, 10, now, shares=GITHUB)
+            taken = await claiming.claim_due(conn, "w", 30, 10, now, shares=GITHUB)
             assert {r.id for r in taken} == {*pending, processed[0], dead[0]}
-            await claims.release(conn, [processed[0], dead[0], pending[1]], "w", now)
-            assert await claims.mark_processed(conn, [pending[0]], "w", now) == {pending[0]}
-            await claims.record_handlers(conn, [(dead[1], "a")], now)
+            await claiming.release(conn, [processed[0], dead[0], pending[1]], "w", now)
+            assert await claiming.mark_processed(conn, [pending[0]], "w", now) == {pending[0]}
+            await claiming.record_handlers(conn, [(dead[1], "a")], now)
             stay = [processed[0], dead[0], dead[1], dead[2], pending[1]]
             expected = await snapshot(conn, stay)
         leftover = await dropper.swap(part, staging, horizons, copied)

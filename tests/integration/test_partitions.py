@@ -1,4 +1,4 @@
-"""PostgreSQL: ``events`` partitioned by day (``store.partitions``): made ahead, a
+"""PostgreSQL: ``events`` partitioned by day (``store.retention.partitions``): made ahead, a
 default that never refuses an insert, rows moved out of it, past days dropped whole
 once every row in them may go, and the dedupe promise kept while that happens."""
 
@@ -21,18 +21,14 @@ from hookd.event import Event
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
 from processing.processor import Processor
-from store import (
-    claims,
-    migrate,
-    partition_catalog,
-    partition_create,
-    partition_drop,
-    stats,
-)
-from store import prune as store_prune
-from store.events import NewEvent, get_event, get_tombstone, insert_events
+from store import migrate
+from store.admin import stats
+from store.claims import claiming
 from store.ids import new_id
+from store.intake.events import NewEvent, get_event, get_tombstone, insert_events
 from store.models import EVENTS
+from store.retention import partition_catalog, partition_create, partition_drop
+from store.retention import prune as store_prune
 from tests.support.asgi import running_app
 from tests.support.cli import hookd_with_config as hookd
 from tests.support.data import engine_of, scalar
@@ -321,7 +317,7 @@ async def test_a_stopped_drop_is_finished_and_a_replay_during_one_keeps_the_day(
         # Replayed between the marking of its keys and the detach: the day stays.
         assert await dropper.mark(day_name(d40))
         async with engine.begin() as conn:
-            assert await claims.replay(conn, [replayed[0]], now) == [replayed[0]]
+            assert await claiming.replay(conn, [replayed[0]], now) == [replayed[0]]
         assert await dropper.detach(parts[day_name(d40)]) is None
         assert await homes(pg_url, replayed) == dict.fromkeys(replayed, day_name(d40))
 

@@ -22,12 +22,14 @@ from hookd.event import Event
 from hookd.sources import parse_sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
-from store import analyze, claims, db, partition_catalog
-from store import reconcile as rstate
+from store import db
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import insert_events, mark_pruned, prepare
-from store.fastpath import PG_EXISTING, PG_INSERT, _pg_payload
-from store.sqlite_write import WHOLE_SOURCE
+from store.intake.events import insert_events, mark_pruned, prepare
+from store.intake.fastpath import PG_EXISTING, PG_INSERT, _pg_payload
+from store.intake.sqlite_write import WHOLE_SOURCE
+from store.reconcile import runs as rstate
+from store.retention import analyze, partition_catalog
 from tests.support.data import new_event
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -194,10 +196,15 @@ async def test_hot_statements_use_indexes_without_statistics(filled: str) -> Non
         assert await processor.run_once() == 128
         await processor.drain()
         async with engine.begin() as conn:
-            held = await claims.claim_due(
-                conn, "w2", 60, 16, now + timedelta(minutes=5), shares=claims.alone(["github"], 16)
+            held = await claiming.claim_due(
+                conn,
+                "w2",
+                60,
+                16,
+                now + timedelta(minutes=5),
+                shares=claiming.alone(["github"], 16),
             )
-            await claims.release(conn, [r.id for r in held], "w2", now)
+            await claiming.release(conn, [r.id for r in held], "w2", now)
             # Reconciliation: keys checked, a page stored (half of it already there).
             await rstate.existing_keys(conn, "github", [f"bulk-{i}" for i in range(1, 500)])
             await insert_events(

@@ -18,16 +18,16 @@ from hookd.sources import Sources
 from processing.attempt import RetryPolicy
 from processing.processor import Processor
 from processing.running import UNDECRYPTABLE
-from store import claims
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENTS
 from tests.support.data import new_event
 from tests.support.logcapture import Records, captured
 from tests.support.waiting import wait_for
 
 # A claim as a lone claimer makes it: events of github, up to 10.
-GITHUB = claims.alone(["github"], 10)
+GITHUB = claiming.alone(["github"], 10)
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(base_s=0.01, cap_s=0.05)
@@ -157,7 +157,7 @@ async def test_always_failing_handler_goes_dead_then_replay_after_fix_processes(
 
     broken = False
     async with engine.begin() as conn:
-        assert await claims.replay(conn, [event_id], datetime.now(UTC)) == [event_id]
+        assert await claiming.replay(conn, [event_id], datetime.now(UTC)) == [event_id]
     replayed = await row(engine, event_id)
     assert (replayed.status, replayed.attempts, replayed.origin) == ("pending", 0, "webhook")
     assert await run_until_done(proc, [event_id], engine) == {event_id: "processed"}
@@ -216,15 +216,17 @@ async def test_expired_lease_is_taken_over_and_old_owner_is_fenced(
     [event_id] = await store(engine, 1)
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        first = await claims.claim_due(conn, "crashed-worker", 0.5, 10, now, shares=GITHUB)
+        first = await claiming.claim_due(conn, "crashed-worker", 0.5, 10, now, shares=GITHUB)
     assert [r.id for r in first] == [event_id]
     async with engine.begin() as conn:
-        assert await claims.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=0.1)) == []
-        second = await claims.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=1))
+        assert (
+            await claiming.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=0.1)) == []
+        )
+        second = await claiming.claim_expired(conn, "other", 60, 10, now + timedelta(seconds=1))
     assert [(r.id, r.attempts) for r in second] == [(event_id, 2)]
     async with engine.begin() as conn:
-        stale = await claims.mark_processed(conn, [event_id], "crashed-worker", now)
-        fresh = await claims.mark_processed(conn, [event_id], "other", now)
+        stale = await claiming.mark_processed(conn, [event_id], "crashed-worker", now)
+        fresh = await claiming.mark_processed(conn, [event_id], "other", now)
     assert (stale, fresh) == (set(), {event_id})
 
 
@@ -236,10 +238,10 @@ async def test_a_takeover_spares_the_events_whose_outcome_its_claimer_writes_nex
     ids = await store(engine, 2)
     now = datetime.now(UTC)
     async with engine.begin() as conn:
-        await claims.claim_due(conn, "me", 0.5, 10, now, shares=GITHUB)
+        await claiming.claim_due(conn, "me", 0.5, 10, now, shares=GITHUB)
     later = now + timedelta(seconds=1)
     async with engine.begin() as conn:
-        taken = await claims.claim_expired(conn, "me", 60, 10, later, spare=[ids[0]])
+        taken = await claiming.claim_expired(conn, "me", 60, 10, later, spare=[ids[0]])
     assert [r.id for r in taken] == [ids[1]]
 
 
@@ -337,7 +339,7 @@ async def test_body_no_configured_key_opens_goes_dead_at_once_and_replays_with_t
 
     # The key back in the set, then a replay: processed, on the same row.
     async with engine.begin() as conn:
-        assert await claims.replay(conn, [event_id], datetime.now(UTC)) == [event_id]
+        assert await claiming.replay(conn, [event_id], datetime.now(UTC)) == [event_id]
     fixed = with_keys(f"{key_b},{key_a}")
     assert await run_until_done(fixed, [event_id], engine) == {event_id: "processed"}
     assert seen == [b'{"n": 1}']

@@ -28,7 +28,7 @@ from processing.destinations import Router
 from processing.limits import LocalLimits
 from processing.processor import Processor
 from store.crypto import BodyCipher
-from store.events import insert_events
+from store.intake.events import insert_events
 from store.models import EVENT_HISTORY, EVENTS
 from tests.support.data import new_event
 from tests.support.destinations import whsec

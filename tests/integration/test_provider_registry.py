@@ -27,9 +27,9 @@ from reconcile.poller import Reconciler
 from reconcile.providers import adapter_class
 from reconcile.providers.base import ListAdapter
 from store import db
-from store import reconcile as rstate
 from store.crypto import BodyCipher
 from store.models import EVENTS
+from store.reconcile import runs as rstate
 from tests.support import fifth_provider
 from tests.support.asgi import running_app
 from tests.support.fifth_provider import FifthAdapter, FifthEmulator, FifthReconcile

@@ -25,13 +25,12 @@ from hookd.metrics import db as dbmetrics
 from hookd.ops import EventOps, prune_sources
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources, parse_sources
-from store import claims, db, prune_lease
-from store import events as store_events
-from store import prune as store_prune
-from store import reconcile as rstate
+from store import db
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import insert_events
 from store.ids import new_id, new_ids
+from store.intake import events as store_events
+from store.intake.events import insert_events
 from store.models import (
     EVENT_KEYS,
     EVENTS,
@@ -40,6 +39,9 @@ from store.models import (
     PRUNE_TOTALS,
     RECONCILE_RUNS,
 )
+from store.reconcile import runs as rstate
+from store.retention import lease as prune_lease
+from store.retention import prune as store_prune
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.cli import hookd_with_config as hookd
@@ -272,7 +274,7 @@ async def _add(
         if status != "pending":
             await conn.execute(sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status=status))
         if status == "processed":
-            await claims.record_handlers(conn, [(i, "h") for i in ids], now)
+            await claiming.record_handlers(conn, [(i, "h") for i in ids], now)
 
 
 async def snapshot(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -500,7 +502,7 @@ async def test_sqlite_file_stops_growing_at_steady_state(tmp_path: Path, sources
             await conn.execute(
                 sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status="processed")
             )
-            await claims.record_handlers(conn, [(i, "h") for i in ids], datetime.now(UTC))
+            await claiming.record_handlers(conn, [(i, "h") for i in ids], datetime.now(UTC))
         grown.append(file_size(path))
         done = await prune_at(url, sources, 401, only="github")
         assert (done.counts["github"].event, done.counts["github"].key) == (300, 300)

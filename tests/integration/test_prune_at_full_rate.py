@@ -22,10 +22,12 @@ from hookd.errors import NotFound
 from hookd.ops import EventOps
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import analyze, claims, partition_catalog, partition_create, partition_drop, prune_steps
-from store import prune as store_prune
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import get_tombstone, insert_events
+from store.intake.events import get_tombstone, insert_events
+from store.retention import analyze, partition_catalog, partition_create, partition_drop
+from store.retention import prune as store_prune
+from store.retention import steps as prune_steps
 from store.status import EventStatus
 from tests.support.data import engine_of, new_event, scalar
 from tests.support.partitions import day_name, homes, noon, plain_tx, store_at
@@ -288,7 +290,7 @@ async def dead_with_ledger(url: str, moment: datetime, keys: list[str]) -> list[
     """Dead events received at ``moment``, handler "a" of each already succeeded."""
     ids = await store_at(url, moment, keys, status="dead")
     async with engine_of(url) as engine, engine.begin() as conn:
-        await claims.record_handlers(conn, [(i, "a") for i in ids], moment)
+        await claiming.record_handlers(conn, [(i, "a") for i in ids], moment)
     return ids
 
 
@@ -346,7 +348,7 @@ async def test_a_replay_first_keeps_its_event_key_and_ledger_and_the_day(pg_url:
             engine, now=now, tx=lambda: plain_tx(engine), stopping=lambda: False, batch=10
         )
         async with engine.begin() as conn:
-            assert await claims.replay(conn, [dead[0]], now) == [dead[0]]
+            assert await claiming.replay(conn, [dead[0]], now) == [dead[0]]
             marking = asyncio.create_task(dropper.mark(day_name(day)))
             await asyncio.sleep(0.5)
             assert not marking.done(), "the marking did not wait for the replay"
@@ -380,7 +382,7 @@ async def test_row_by_row_a_replay_waiting_for_the_delete_is_refused_as_pruned(
         pruner.tx = held.tx  # type: ignore[method-assign]
         # The replay holds d-2 first: the prune passes it by.
         async with engine.begin() as conn:
-            assert await claims.replay(conn, [dead[2]], now) == [dead[2]]
+            assert await claiming.replay(conn, [dead[2]], now) == [dead[2]]
             deleting = asyncio.create_task(pruner.events("github", EventStatus.DEAD, later))
             await asyncio.wait_for(held.holding.wait(), 10)
             # The prune's batch holds d-0 and d-1 now: a replay of d-0 waits for it.
@@ -406,7 +408,7 @@ async def test_a_replay_of_a_pruned_event_is_not_found_on_both_databases(
         async with engine.begin() as conn:
             stored = await insert_events(conn, [new_event("gone"), new_event("kept")], PLAIN)
             await conn.execute(sa.text("UPDATE events SET status = 'dead'"))
-            await claims.record_handlers(conn, [(s.event_id, "a") for s in stored], now_())
+            await claiming.record_handlers(conn, [(s.event_id, "a") for s in stored], now_())
         ids = [s.event_id for s in stored]
         ops = EventOps(engine, wake=nothing)
         replayed = await ops.replay(ids[1])

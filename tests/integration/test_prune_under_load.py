@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from hookd.ops import prune_sources
 from hookd.sources import parse_sources
-from store import partition_compact, partition_create
-from store.prune import Pruned
+from store.retention import partition_compact, partition_create
+from store.retention.prune import Pruned
 from tests.support import handlers
 from tests.support.asgi import running_app
 from tests.support.data import engine_of, scalar

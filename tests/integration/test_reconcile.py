@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from hookd.sources import parse_sources
-from store import reconcile as rstate
 from store.ids import new_id
+from store.reconcile import runs as rstate
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of, scalar

@@ -9,7 +9,7 @@ them; the models declare none), at partial-index predicates (ix_events_runnable'
 WHERE), nor at table storage parameters (0005's autovacuum settings on
 PostgreSQL), so those are not covered by it.
 
-On PostgreSQL ``events`` is partitioned (0008, ``store.partitions``): its partitions
+On PostgreSQL ``events`` is partitioned (0008, ``store.retention.partitions``): its partitions
 are tables the models do not declare, and each carries a clone of every index of
 ``events`` and of the foreign key of ``handler_runs``. Autogenerate compares
 ``events`` itself (columns, primary key, indexes, the foreign key) and is kept away
@@ -169,7 +169,7 @@ def test_postgres_events_partitions_match_the_model(fresh_pg_url: str) -> None:
     """What autogenerate is kept from: the partitions of events, one by one."""
     from datetime import UTC, datetime
 
-    from store import partition_catalog, partition_create
+    from store.retention import partition_catalog, partition_create
 
     migrate.upgrade(fresh_pg_url)
     layout = partition_layout(fresh_pg_url)

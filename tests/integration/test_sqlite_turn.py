@@ -25,8 +25,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import db, fastpath, sqlite_write
+from hookd.runtime import sqlite_writer
+from store import db
 from store.crypto import BodyCipher
+from store.intake import sqlite_write
 from store.models import EVENTS
 from tests.support.data import engine_of, new_event
 
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.anyio
 # Takes the turn, says so, and keeps it until its stdin closes (or it is killed).
 HOLDER = """
 import fcntl, sys
-from store import sqlite_write
+from store.intake import sqlite_write
 fd = sqlite_write.open_turn(sys.argv[1])
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
@@ -194,7 +196,7 @@ async def test_a_cancelled_wait_does_not_keep_the_turn(turn_db: TurnDb) -> None:
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
 async def test_the_receivers_insert_waits_for_the_turn(sqlite_url: str, process: bool) -> None:
     path = db_path(sqlite_url)
-    ins = fastpath.inserter_for(
+    ins = sqlite_writer.inserter_for(
         sqlite_url, BodyCipher(""), committers=1, timeout_s=30, sqlite_process=process
     )
     await ins.start()
@@ -234,7 +236,7 @@ async def test_a_turn_file_that_cannot_be_opened_fails_the_batch_as_sqlite_would
     receiver answers 503 (nothing acknowledged); once it can be opened, inserts go on."""
     path = db_path(sqlite_url)
     os.mkdir(sqlite_write.turn_path(path))
-    ins = fastpath.inserter_for(
+    ins = sqlite_writer.inserter_for(
         sqlite_url, BodyCipher(""), committers=1, timeout_s=30, sqlite_process=process
     )
     await ins.start()

@@ -10,17 +10,17 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.ops.resources import event_of, run_of
-from store import claims
-from store import reconcile as rstate
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import get_event, insert_events, list_events
+from store.intake.events import get_event, insert_events, list_events
 from store.models import EVENTS, RECONCILE_RUNS, RECONCILE_STATE
+from store.reconcile import runs as rstate
 from store.rows import EventRow, RunRow, RunTotalsRow, SourceStateRow
 from store.status import EventOrigin, EventStatus, RunStatus, RunTrigger
 from tests.support.data import engine_of, new_event
 
 # A claim as a lone claimer makes it: events of github, up to 10.
-GITHUB = claims.alone(["github"], 10)
+GITHUB = claiming.alone(["github"], 10)
 
 pytestmark = pytest.mark.anyio
 PLAIN = BodyCipher("")
@@ -47,7 +47,7 @@ async def test_event_rows_hold_every_column_as_stored(db_url: str) -> None:
 
         now = datetime.now(UTC)
         async with engine.begin() as conn:
-            (claimed,) = await claims.claim_due(conn, "w", 60, 10, now, shares=GITHUB)
+            (claimed,) = await claiming.claim_due(conn, "w", 60, 10, now, shares=GITHUB)
         assert type(claimed) is EventRow
         assert claimed.id == stored.event_id and claimed.body == full.body
         assert claimed.status == EventStatus.PROCESSING and claimed.attempts == 1
@@ -102,7 +102,7 @@ async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) 
     """The ledger's and the history's batch inserts hand the driver their parameters as
     they are (on SQLite): the stored values, timestamps to the character (whole seconds,
     another zone), are those SQLAlchemy's own insert of the same rows stores."""
-    from store import history
+    from store.claims import history
     from store.models import EVENT_HISTORY, HANDLER_RUNS
 
     at = datetime(2026, 12, 1, 23, 2, 9, tzinfo=UTC)  # no microseconds
@@ -110,7 +110,7 @@ async def test_the_driver_level_writes_store_what_sqlalchemy_would(db_url: str) 
     async with engine_of(db_url) as engine:
         async with engine.begin() as conn:
             mine, theirs = await insert_events(conn, [new_event("a"), new_event("b")], PLAIN)
-            await claims.record_handlers(conn, [(mine.event_id, "h")], finished)
+            await claiming.record_handlers(conn, [(mine.event_id, "h")], finished)
             await conn.execute(
                 sa.insert(HANDLER_RUNS),
                 {"event_id": theirs.event_id, "handler": "h", "finished_at": finished},
@@ -155,7 +155,7 @@ async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: st
             events = [new_event(k) for k in ("mine", "theirs", "other")]
             stored = await insert_events(conn, events, PLAIN)
             ids = [s.event_id for s in stored]
-            claimed = await claims.claim_due(
+            claimed = await claiming.claim_due(
                 conn, "w", 60, 10, now + timedelta(hours=1), shares=GITHUB
             )
             assert {r.id for r in claimed} == set(ids)
@@ -168,7 +168,7 @@ async def test_mark_processed_sets_the_same_columns_on_both_databases(db_url: st
             await conn.execute(
                 sa.update(EVENTS).where(EVENTS.c.id == ids[2]).values(lease_owner="someone")
             )
-            done = await claims.mark_processed(conn, [ids[0], ids[2]], "w", now)
+            done = await claiming.mark_processed(conn, [ids[0], ids[2]], "w", now)
             # What it must set, written out, on the second event.
             await conn.execute(
                 sa.update(EVENTS)

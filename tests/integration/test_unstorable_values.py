@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from hookd.providers.signing import sample_event
+from hookd.runtime.sqlite_writer import inserter_for
 from ingest.batcher import GroupCommitter, StoreUnavailable
 from store.crypto import BodyCipher
-from store.fastpath import inserter_for
 from store.values import MAX_TYPE_CHARS, Unstorable, safe_text, storable
 from tests.support import handlers
 from tests.support.constants import SECRETS

@@ -10,8 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store.crypto import BodyCipher
-from store.events import key_row, prepare
 from store.ids import new_id
+from store.intake.events import key_row, prepare
 from store.models import EVENT_KEYS, EVENTS, RECONCILE_RUNS
 from store.status import EventStatus
 from tests.support.data import new_event

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store import db
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 
 @contextlib.asynccontextmanager

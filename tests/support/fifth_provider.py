@@ -43,7 +43,7 @@ from hookd.providers.signatures import hmac_sha256_hex, match_hmac, parse_hex_di
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, reconciled
-from store.events import NewEvent
+from store.intake.events import NewEvent
 
 NAME = "fifth"
 SIGNATURE_HEADER = "x-fifth-signature"
@@ -124,7 +124,7 @@ REQUEST_INTERVAL_S = 0.01
 
 
 class FifthAdapter(ListAdapter):
-    def __init__(self, source: Source, api: Api, meta: Mapping[str, Any], now: float) -> None:
+    def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         rc = source.config.reconcile
         assert isinstance(rc, FifthReconcile)
@@ -143,7 +143,7 @@ class FifthAdapter(ListAdapter):
     def request_interval_s(cls, source: Source) -> float:
         return REQUEST_INTERVAL_S
 
-    def kept(self) -> dict[str, Any]:
+    def kept(self) -> dict[str, str]:
         return {"runs": str(self._runs + 1)}
 
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:

@@ -25,7 +25,7 @@ from processing.handlers import load_handlers
 from processing.limits import Limits, LocalLimits
 from processing.processor import Processor
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
+from store.intake.events import NewEvent, insert_events
 from store.models import EVENTS
 from tests.support.waiting import wait_for
 

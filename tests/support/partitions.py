@@ -15,13 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.ops import policies as retention_policies
 from hookd.sources import Sources
-from store import claims, partition_catalog, partition_create
-from store import events as store_events
-from store import prune as store_prune
+from store.claims import claiming
 from store.crypto import BodyCipher
-from store.events import NewEvent, insert_events
 from store.ids import new_ids
+from store.intake import events as store_events
+from store.intake.events import NewEvent, insert_events
 from store.models import EVENTS
+from store.retention import partition_catalog, partition_create
+from store.retention import prune as store_prune
 from tests.support.data import engine_of, scalar
 
 PLAIN = BodyCipher("")
@@ -60,7 +61,7 @@ async def store_at(
                         sa.update(EVENTS).where(EVENTS.c.id.in_(ids)).values(status=status)
                     )
                 if status == "processed":
-                    await claims.record_handlers(
+                    await claiming.record_handlers(
                         conn, [(i, h) for i in ids for h in ("a", "b")], moment
                     )
     return ids

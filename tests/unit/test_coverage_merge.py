@@ -9,7 +9,7 @@ from typing import Any
 
 from hookd.ops.resources import coverage_of
 from reconcile.coverage import Situation, merge, unchecked
-from store.coverage import CoverageRow
+from store.reconcile.coverage import CoverageRow
 
 DAY = 86_400.0
 NOW = 1_800_000_000.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store import history
+from store.claims import history
 from store.models import EVENT_HISTORY
 
 

@@ -38,7 +38,7 @@ def test_a_malformed_file_is_refused_with_where(text: str, says: str) -> None:
 def test_every_query_is_loaded_by_its_module_and_used(path: Path) -> None:
     named = queries.load(path.stem)
     assert named
-    users = [p for p in STORE.glob("*.py") if f'queries.load("{path.stem}")' in p.read_text()]
+    users = [p for p in STORE.rglob("*.py") if f'queries.load("{path.stem}")' in p.read_text()]
     assert users, f"no module of store/ loads {path.name}"
     code = "\n".join(p.read_text() for p in users)
     for name in named:

@@ -14,7 +14,7 @@ import pytest
 
 from hookd.ordering import MAX_KEY_CHARS, OrderConfig, object_version
 from hookd.sources import parse_sources
-from store.events import NewEvent
+from store.intake.events import NewEvent
 from tests.support.sources_file import error_of
 
 P = Path("hookd.toml")

@@ -11,7 +11,7 @@ from hookd.errors import ConfigError
 from hookd.ops import parse_as_of, policies
 from hookd.providers import PROVIDERS
 from hookd.sources import RetentionConfig, keys_needed, parse_sources
-from store.prune import Policy
+from store.retention.prune import Policy
 
 PATH = Path("hookd.toml")
 

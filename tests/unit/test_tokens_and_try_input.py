@@ -14,7 +14,7 @@ from hookd.cli.parser import build_parser
 from hookd.cli.trial import check_args, parse_since
 from hookd.errors import ConfigError
 from hookd.web.admin_session import COOKIE, Sessions
-from store.watch import like_pattern
+from store.admin.watch import like_pattern
 
 TOKENS = Tokens(admin="a-token", read="r-token", metrics="m-token")
 NOW = datetime(2027, 1, 31, 12, 0, tzinfo=UTC)

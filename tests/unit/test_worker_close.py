@@ -50,3 +50,50 @@ async def test_a_cancellation_of_the_closing_task_still_goes_on() -> None:
     with pytest.raises(asyncio.CancelledError):
         await closing
     assert arq.pool.closed
+
+
+async def swallows(left: list[int]) -> None:
+    """A loop like arq's ``Worker.main`` whose next ``left[0]`` cancellations are caught
+    below it: it polls on as if nothing happened."""
+    while True:
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            if left[0] == 0:
+                raise
+            left[0] -= 1
+
+
+@pytest.mark.anyio
+async def test_a_loop_that_loses_a_cancellation_is_cancelled_again() -> None:
+    left = [2]
+    task = asyncio.get_running_loop().create_task(swallows(left))
+    await asyncio.sleep(0.05)  # in its loop, as arq's main is when the signal comes
+    assert await worker.cancelled(task, within_s=5.0)
+    assert task.cancelled()
+    assert left == [0]
+
+
+@pytest.mark.anyio
+async def test_a_loop_that_never_stops_is_left_after_the_limit() -> None:
+    left = [10**6]
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(swallows(left))
+    await asyncio.sleep(0.05)
+    began = loop.time()
+    assert not await worker.cancelled(task, within_s=0.6)
+    assert 0.6 <= loop.time() - began < 1.5
+    assert not task.done()
+    assert left[0] < 10**6 - 1  # cancelled again and again meanwhile
+    left[0] = 0  # the test's own clean-up
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.anyio
+async def test_a_task_that_stops_at_once_is_cancelled_once() -> None:
+    task = asyncio.get_running_loop().create_task(asyncio.sleep(10))
+    await asyncio.sleep(0)
+    assert await worker.cancelled(task, within_s=5.0)
+    assert task.cancelled()

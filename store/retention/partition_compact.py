@@ -1,5 +1,5 @@
 """PostgreSQL: a past day of ``events`` rebuilt with only the rows that stay
-(``store.partitions`` describes the whole): whether that is worth it
+(``store.retention.partitions`` describes the whole): whether that is worth it
 (``compactable``), and ``Compactor``, which copies the rows that stay into a new
 table, swaps it in under a short lock and drops the old one.
 """
@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.events import mark_pruned
-from store.partition_catalog import (
+from store.intake.events import mark_pruned
+from store.retention.partition_catalog import (
     COMPACTING,
     DROPPING,
     NOT_FINAL,
@@ -31,8 +31,8 @@ from store.partition_catalog import (
     statuses_in,
     storage_clause,
 )
-from store.partition_drop import CLOCK_SKEW, Dropper, Horizon
-from store.partition_sql import (
+from store.retention.partition_drop import CLOCK_SKEW, Dropper, Horizon
+from store.retention.partition_sql import (
     by_ids,
     copy_rows,
     forget,

@@ -1,4 +1,4 @@
-"""The prune lease: one prune at a time, everywhere (``store.prune``).
+"""The prune lease: one prune at a time, everywhere (``store.retention.prune``).
 
 A row of ``maintenance_state`` (task ``prune``) says who prunes and until when:
 ``acquire`` takes it if nobody holds it (or it expired), every batch renews it

@@ -1,4 +1,4 @@
-"""PostgreSQL: the statements partition maintenance is made of (``store.partitions``
+"""PostgreSQL: the statements partition maintenance is made of (``store.retention.partitions``
 describes the whole): the locks a detach takes, the rows that refer to a partition's
 events deleted, set aside and put back, rows copied by id, tombstones unmarked, and
 the totals of what went.
@@ -7,14 +7,13 @@ the totals of what went.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.models import PRUNE_TOTALS
-from store.partition_catalog import PARENT, Reference, columns_of
+from store.retention.partition_catalog import PARENT, Reference, columns_of
 
 # How long a partition's DDL waits for the lock it needs before giving up until the
 # next run: everything queued behind it waits as long.
@@ -58,7 +57,7 @@ async def forget(
     below = "<=" if through else "<"
     for ref in refs:
         sql = f"DELETE FROM {ref.table} WHERE {ref.column} >= :lo AND {ref.column} {below} :hi"  # noqa: S608 - names from the catalog
-        params: dict[str, Any] = {"lo": lo, "hi": hi}
+        params: dict[str, str | list[str]] = {"lo": lo, "hi": hi}
         if keep:
             sql += f" AND {ref.column} <> ALL(CAST(:keep AS text[]))"
             params["keep"] = list(keep)
@@ -84,7 +83,7 @@ async def set_aside(
         if lo is not None and hi is not None:
             col = ref.column
             rows = f"SELECT {columns} FROM {ref.table} WHERE {col} >= :lo AND {col} < :hi"  # noqa: S608 - names from the catalog
-            params: dict[str, Any] = {"lo": lo, "hi": hi}
+            params: dict[str, str | list[str]] = {"lo": lo, "hi": hi}
         else:
             rows = (
                 "SELECT r.* FROM unnest(CAST(:ids AS text[])) AS k(id) CROSS JOIN LATERAL "  # noqa: S608 - names from the catalog

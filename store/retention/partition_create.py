@@ -1,4 +1,4 @@
-"""PostgreSQL: the partitions of ``events`` made ahead (``store.partitions`` describes
+"""PostgreSQL: the partitions of ``events`` made ahead (``store.retention.partitions`` describes
 the whole): yesterday's, today's and ``AHEAD_DAYS`` more, each created apart and then
 attached, the rows a missing day left in the default partition moved into it.
 """
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import dialect
-from store.partition_catalog import (
+from store.retention.partition_catalog import (
     COLUMNS,
     PARENT,
     Partition,
@@ -25,7 +25,7 @@ from store.partition_catalog import (
     references,
     storage_clause,
 )
-from store.partition_sql import (
+from store.retention.partition_sql import (
     forget,
     is_lock_timeout,
     put_back,

@@ -4,7 +4,7 @@ N``, several receivers) agrees on them.
 A session is known by the SHA-256 of the random id its signed cookie carries: a
 read of this table opens no session. Logging out deletes the row. Every statement
 is a primary-key or index lookup. Refused logins (and wrong bearer tokens) are
-counted by ``store.auth_attempts``.
+counted by ``store.admin.auth_attempts``.
 """
 
 from __future__ import annotations

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect
 from store.models import ACK_VIOLATIONS, RECONCILE_RUNS, RECONCILE_STATE
+from store.rows import RegistrationRecord
 
 # disabled_by of the automatic stop after authentication failures.
 AUTO_DISABLED_BY = "hookd auth-failures"
@@ -104,7 +105,7 @@ async def record_registration(
     *,
     ok: bool,
     problems: Sequence[str],
-    registered: dict[str, Any],
+    registered: dict[str, object],
     now: datetime,
     run_id: str | None = None,
     unread: str | None = None,
@@ -117,7 +118,7 @@ async def record_registration(
     ``registration_ok`` is NULL and ``registration_problems`` holds that one reason (a
     run with neither made no check)."""
     if unread is not None:
-        state: dict[str, Any] = {
+        state: RegistrationRecord = {
             "ok": None,
             "state": REGISTRATION_UNREAD,
             "reason": unread,

@@ -1,4 +1,4 @@
-"""PostgreSQL: a past day of ``events`` dropped whole (``store.partitions`` describes
+"""PostgreSQL: a past day of ``events`` dropped whole (``store.retention.partitions`` describes
 the whole): why a partition cannot go yet (``blocker``), and ``Dropper``, which marks
 its keys and deletes its ledger in batches, detaches it under a short lock and drops
 it, counted.
@@ -17,8 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store.events import mark_pruned
-from store.partition_catalog import (
+from store.intake.events import mark_pruned
+from store.retention.partition_catalog import (
     DROPPING,
     NOT_FINAL,
     PARENT,
@@ -32,7 +32,7 @@ from store.partition_catalog import (
     sources_in,
     unfinished,
 )
-from store.partition_sql import add_total, forget, hold_events, is_lock_timeout
+from store.retention.partition_sql import add_total, forget, hold_events, is_lock_timeout
 from store.status import EventStatus
 
 log = logging.getLogger("hookd.partitions")
@@ -160,7 +160,7 @@ class Dropper:
                 # statuses read are those the batch commits with: a row a replay made
                 # pending first keeps its key and its ledger, and its day stays
                 # (``detach``). A replay after this batch finds the tombstone and
-                # refuses (``store.claims.being_pruned``).
+                # refuses (``store.claims.claiming.being_pruned``).
                 rows = await self.batch_after(conn, table, after, lock=attached)
                 if not rows:
                     return True

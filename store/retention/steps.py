@@ -1,11 +1,11 @@
-"""The steps of a prune, per source and table, each in batches (``store.prune``).
+"""The steps of a prune, per source and table, each in batches (``store.retention.prune``).
 
 ``Pruner`` removes, a batch a transaction (each renewing the prune lease, then a
 pause ``PAUSE_RATIO`` times as long as it took): processed, superseded and dead
 events past their retention (``events``), bodies past ``keep_body_days``
 (``bodies``), tombstones past ``keep_keys_days`` (``keys``) and finished reconcile
 runs (``runs``). The conditions below say which rows each step takes; a dry run
-counts them (``store.prune``).
+counts them (``store.retention.prune``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import dialect, queries
 from store.dialect import one_of
-from store.events import mark_pruned
 from store.ids import id_floor
+from store.intake.events import mark_pruned
 from store.models import (
     EVENT_HISTORY,
     EVENT_KEYS,
@@ -35,7 +35,7 @@ from store.models import (
     RECONCILE_RUNS,
     RECONCILE_STATE,
 )
-from store.prune_lease import TASK, LeaseLost, renew, wall_clock
+from store.retention.lease import TASK, LeaseLost, renew, wall_clock
 from store.status import DONE_RUN_STATUSES, EventStatus
 
 SQL = queries.load("prune")
@@ -54,7 +54,7 @@ PAUSE_MAX_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Cutoffs:
-    """One source's retention as moments (``store.prune.cutoffs``): rows received
+    """One source's retention as moments (``store.retention.prune.cutoffs``): rows received
     before them may go."""
 
     events: datetime

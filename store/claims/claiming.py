@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect, queries
-from store.destinations import paused_sources
-from store.history import UNKNOWN, Requester, record_replays
+from store.claims.history import UNKNOWN, Requester, record_replays
+from store.delivery.destinations import paused_sources
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
 from store.rows import EVENT_COLUMNS, EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
@@ -70,7 +70,8 @@ async def claim_due(
                 EVENTS.c.source == share.source,
                 EVENTS.c.status.in_(RUNNABLE_STATUSES),
                 EVENTS.c.next_attempt_at <= now,
-                # Events of an object are store.objects.claim's (not in ix_events_runnable).
+                # Events of an object are store.delivery.objects.claim's (not in
+                # ix_events_runnable).
                 EVENTS.c.object_key.is_(None),
                 _not_paused(),
             )
@@ -408,7 +409,7 @@ async def replay(
     of every replayed event: of a processed event, only it runs again.
 
     The origin stays the first one, and what the replay resets is kept: each event
-    the update made pending gets a replay marker in its history (``store.history``:
+    the update made pending gets a replay marker in its history (``store.claims.history``:
     ``by``, the status it found, the attempts it reset), in this transaction. The
     ids returned are those: one claimed since it was read is not among them.
     """

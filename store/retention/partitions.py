@@ -8,7 +8,7 @@ primary key (a partitioned table's unique keys must contain the partition key, a
 this one is nothing else), the foreign key of ``handler_runs`` keeps pointing at it,
 and a lookup by id reads one partition.
 
-Every insert path mints the id when it stores the row (``store.events.prepare``),
+Every insert path mints the id when it stores the row (``store.intake.events.prepare``),
 after the time it records as ``received_at`` (the receiver's request time, a
 reconciliation page's repair time): so every row of a day's partition was received
 before that day's end, which is what lets a whole partition be judged by its range.
@@ -25,13 +25,13 @@ fails; it stays empty as long as partitions exist ahead (``ensure``).
   default partition is locked). Rows that a missing day left in the default partition
   (a clock ahead, a week without any hookd process running) are moved into the new
   partition in the same transaction.
-- ``drop_expired`` (from ``store.prune``, under the prune lease) drops a past day's
+- ``drop_expired`` (from ``store.retention.prune``, under the prune lease) drops a past day's
   partition once every row in it is past its source's retention for its status and
   none is pending, retrying or processing: first every key is marked in
   ``event_keys`` (``final_status``, ``pruned_at``) and the ledger rows deleted, in
-  batches (``store.prune.MARK_BATCH``), each locking its rows: a replay waits for
+  batches (``store.retention.prune.MARK_BATCH``), each locking its rows: a replay waits for
   the batch and then refuses the event, its key a tombstone and its ledger gone
-  (``store.claims.being_pruned``); one that locked the event first makes it pending,
+  (``store.claims.claiming.being_pruned``); one that locked the event first makes it pending,
   and the batch leaves its key and ledger alone. Then, in one short transaction that holds
   ``events`` exclusively (``lock_timeout`` bounded), the rows are checked again, the
   last ledger rows deleted and the partition detached (and renamed
@@ -65,14 +65,14 @@ detached (the foreign key refuses a detach otherwise), by id range: such a table
 needs an index that starts with its referring column.
 
 Rows of sources whose retention is shorter than a partition's age are pruned row by
-row (``store.prune``), as on SQLite; a partition holding rows of a source that has no
-policy (no longer configured, or not chosen with ``--source``) is left alone.
+row (``store.retention.prune``), as on SQLite; a partition holding rows of a source
+that has no policy (no longer configured, or not chosen with ``--source``) is left alone.
 
-The parts, each a module beside this one: ``store.partition_catalog`` (names, bounds,
-what the catalog says: the partitions, what refers to ``events``, what a partition
-holds), ``store.partition_sql`` (the statements: locks, references deleted, set aside
-and put back, rows copied, totals), ``store.partition_create`` (``ensure``),
-``store.partition_drop`` (``blocker``, ``Dropper``) and ``store.partition_compact``
+The parts, each a module beside this one in ``store.retention``: ``partition_catalog``
+(names, bounds, what the catalog says: the partitions, what refers to ``events``, what
+a partition holds), ``partition_sql`` (the statements: locks, references deleted, set
+aside and put back, rows copied, totals), ``partition_create`` (``ensure``),
+``partition_drop`` (``blocker``, ``Dropper``) and ``partition_compact``
 (``compactable``, ``Compactor``); this module runs a prune's round of them
 (``drop_expired``, ``would_drop``).
 
@@ -91,7 +91,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store.partition_catalog import (
+from store.retention.partition_catalog import (
     DROPPING,
     Partition,
     Tx,
@@ -100,8 +100,8 @@ from store.partition_catalog import (
     quoted,
     stale_staging,
 )
-from store.partition_compact import Compactor, compactable
-from store.partition_drop import CLOCK_SKEW, Dropper, Horizon, blocker, candidates
+from store.retention.partition_compact import Compactor, compactable
+from store.retention.partition_drop import CLOCK_SKEW, Dropper, Horizon, blocker, candidates
 
 log = logging.getLogger("hookd.partitions")
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect
+from store.admin.watch import like_pattern
 from store.ids import id_floor
 from store.models import EVENTS, OPERATIONS
 from store.status import (
@@ -27,7 +28,6 @@ from store.status import (
     EventStatus,
     OperationStatus,
 )
-from store.watch import like_pattern
 
 
 class OperationRow(NamedTuple):
@@ -37,7 +37,7 @@ class OperationRow(NamedTuple):
     request_id: str
     action: str  # an OperationAction's value
     trigger: str
-    filter: dict[str, Any]
+    filter: dict[str, str]  # as hookd.ops.operations.OperationFilter.as_json writes it
     dry_run: bool
     status: str  # an OperationStatus's value
     total: int
@@ -64,7 +64,7 @@ class NewOperation(TypedDict):
     request_id: str
     action: str
     trigger: str
-    filter: dict[str, Any]
+    filter: dict[str, str]
     dry_run: bool
     status: str
     total: int
@@ -137,18 +137,11 @@ def _insert(conn: AsyncConnection) -> postgresql.Insert | sqlite.Insert:
 async def insert(conn: AsyncConnection, new: NewOperation, *, finished: bool = False) -> bool:
     """Record a new operation; False when its request id has one already (the unique
     constraint ``uq_operations_request_id`` decides, not a read before)."""
-    values: dict[str, Any] = {
-        **new,
-        "done_count": 0,
-        "changed_count": 0,
-        "skipped_count": 0,
-        "updated_at": new["created_at"],
-    }
-    if finished:
-        values |= {"started_at": new["created_at"], "finished_at": new["created_at"]}
+    created = new["created_at"]
+    ended = {"started_at": created, "finished_at": created} if finished else {}
     result = await conn.execute(
         _insert(conn)
-        .values(values)
+        .values(**new, done_count=0, changed_count=0, skipped_count=0, updated_at=created, **ended)
         .on_conflict_do_nothing(index_elements=["request_id"])
         .returning(OPERATIONS.c.id)
     )

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect
 from store.models import EVENT_KEYS, RECONCILE_RUN_TOTALS, RECONCILE_RUNS, RECONCILE_STATE
-from store.rows import RUN_COLUMNS, SOURCE_STATE_COLUMNS, RunRow, RunTotalsRow, SourceStateRow
+from store.rows import (
+    RUN_COLUMNS,
+    SOURCE_STATE_COLUMNS,
+    RegistrationRecord,
+    RunRow,
+    RunTotalsRow,
+    SourceStateRow,
+)
 from store.status import UNFINISHED_RUN_STATUSES, RunStatus
 
 
@@ -34,7 +41,7 @@ class StateChange(TypedDict, total=False):
     disabled_by: str | None
     registration_ok: bool | None
     registration_checked_at: datetime | None
-    registration: dict[str, Any] | None
+    registration: RegistrationRecord | None
 
 
 class _RunProgress(TypedDict, total=False):

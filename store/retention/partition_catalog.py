@@ -1,5 +1,5 @@
 """PostgreSQL: the names of ``events``' partitions and what the catalog says of them
-(``store.partitions`` describes the whole).
+(``store.retention.partitions`` describes the whole).
 
 A day's partition is ``events_pYYYYMMDD`` over the id range of that UTC day
 (``bounds``); ``events_default`` takes any id no partition covers. This module reads

@@ -2,7 +2,7 @@
 and each object's latest known state (``source_objects``).
 
 An event stamped with an object (``events.object_key``, at ingest: ``hookd.ordering``)
-is never claimed by ``store.claims.claim_due`` (whose index holds none); ``claim``
+is never claimed by ``store.claims.claiming.claim_due`` (whose index holds none); ``claim``
 here hands out, among the due events of each object, only the one of lowest
 version (then lowest id), and only while no event of that object is being
 processed. So one object's handlers run one at a time, in version order, whichever
@@ -30,13 +30,13 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect, queries
-from store.destinations import paused_sources
+from store.delivery.destinations import paused_sources
 from store.models import EVENTS, SOURCE_OBJECTS
 from store.rows import EVENT_COLUMNS, SOURCE_OBJECT_COLUMNS, EventRow, SourceObjectRow
 from store.status import RUNNABLE_STATUSES, EventStatus, sql_in
@@ -227,7 +227,7 @@ async def _claim_sqlite(
                 EVENTS.c.source.in_(list(supersede)),
                 EVENTS.c.object_version < version,
             )
-            .values(_superseded(now))
+            .values(**_superseded(now))
             .returning(EVENTS.c.id, EVENTS.c.source, EVENTS.c.attempts)
         )
         out.superseded = [Superseded._make(r) for r in result]
@@ -237,7 +237,18 @@ async def _claim_sqlite(
     return out
 
 
-def _superseded(now: datetime) -> dict[str, Any]:
+class _Superseded(TypedDict):
+    """The columns an event superseded by a newer one of its object is given."""
+
+    status: EventStatus
+    processed_at: datetime
+    updated_at: datetime
+    last_error: None
+    last_error_handler: None
+    last_error_type: None
+
+
+def _superseded(now: datetime) -> _Superseded:
     return {
         "status": EventStatus.SUPERSEDED,
         "processed_at": now,

@@ -30,15 +30,15 @@ minted when it was stored is the index that finds the old rows (``(source, id)``
 so a row goes once both are older than the cutoff. Not ``processed_at``: a dead row
 has none, and a key's horizon runs from delivery, not from processing.
 
-On PostgreSQL, whose ``events`` is partitioned by day (``store.partitions``), a
+On PostgreSQL, whose ``events`` is partitioned by day (``store.retention.partitions``), a
 prune first makes the partitions ahead that are missing and drops every past day
 whose rows may all go (their keys marked and ledger deleted as in step 1, then the
 partition detached and dropped), and rebuilds a past day whose processed rows may go
 but whose dead or unfinished ones stay with only those (compacted); the steps above
 then take what is left, row by row.
-It ends by analyzing the tables whose statistics went stale (``store.analyze``).
+It ends by analyzing the tables whose statistics went stale (``store.retention.analyze``).
 
-The steps are ``store.prune_steps``; the lease, ``store.prune_lease``.
+The steps are ``store.retention.steps``; the lease, ``store.retention.lease``.
 
 Each batch adds what it removed to ``prune_totals`` in its own transaction (the
 counter ``hookd_pruned_total``). One process prunes at a time: ``prune`` takes the
@@ -59,11 +59,13 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from store import analyze, db, dialect, partition_catalog, partition_create, partition_drop
-from store import partitions as parts
+from store import db, dialect
+from store.intake.sqlite_write import SQLITE_PRAGMAS
 from store.models import EVENT_KEYS, EVENTS, RECONCILE_RUNS, RECONCILE_STATE
-from store.prune_lease import LEASE_S, RELEASE_S, LeaseLost, acquire, release, wall_clock
-from store.prune_steps import (
+from store.retention import analyze, partition_catalog, partition_create, partition_drop
+from store.retention import partitions as parts
+from store.retention.lease import LEASE_S, RELEASE_S, LeaseLost, acquire, release, wall_clock
+from store.retention.steps import (
     PAUSE_RATIO,
     Cutoffs,
     Pruner,
@@ -72,14 +74,13 @@ from store.prune_steps import (
     keys_of,
     runs_of,
 )
-from store.sqlite_write import SQLITE_PRAGMAS
 from store.status import EventStatus
 
 log = logging.getLogger("hookd.prune")
 
 BATCH = 500
 # A day's partition marks its keys and deletes its ledger rows in batches of this
-# many events (``store.partitions``): one locking read of the batch, one ``UPDATE …
+# many events (``store.retention.partitions``): one locking read of the batch, one ``UPDATE …
 # FROM unnest`` of its keys and one ``DELETE`` of its id range in the ledger, each a
 # walk of a primary key. At 100 events a second that is about 1,700 batches a day
 # instead of 17,000 at ``BATCH``, and 40% less time in all (a transaction, the

@@ -26,7 +26,7 @@ def _page(
     before_id: str | None,
     limit: int,
 ) -> sa.Select[tuple[object, ...]]:
-    """Newest first, keyset-paged on the id, like ``store.events.list_events``."""
+    """Newest first, keyset-paged on the id, like ``store.intake.events.list_events``."""
     if source is not None:
         query = query.where(EVENTS.c.source == source)
     if before_id is not None:

@@ -1,8 +1,8 @@
 """The SQLite insert of the receiver's hot path, synchronous, on stdlib and orjson only.
 
-``store.fastpath.SqliteInserter`` runs it on a thread of the receiver's process;
-``store.sqlite_writer`` runs it in a process of its own, which imports this module and
-nothing heavier (it starts in a few tens of milliseconds). In one ``BEGIN IMMEDIATE``
+``store.intake.fastpath.SqliteInserter`` runs it on a thread of the receiver's process;
+``hookd.runtime.sqlite_writer`` runs it in a process of its own, which imports this
+module and nothing heavier (it starts in a few tens of milliseconds). In one ``BEGIN IMMEDIATE``
 transaction: a multi-row ``INSERT INTO event_keys … RETURNING``, the ``events`` rows of
 the new keys, and the lookup of the others, with the same pragmas as the engine (WAL,
 ``synchronous=FULL``).
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import orjson
 
 if TYPE_CHECKING:
-    from store.events import NewRow
+    from store.intake.events import NewRow
 
 # Every SQLite connection hookd opens (the engine's, this writer's, prune's) sets these.
 SQLITE_PRAGMAS = (
@@ -69,7 +69,7 @@ SQLITE_ROWS = 32_766 // len(COLUMNS)
 SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
 
 
-# store.destinations.WHOLE_SOURCE: a pause's destination when the whole source is paused
+# store.delivery.destinations.WHOLE_SOURCE: a pause's destination when the whole source is paused
 # (this module imports nothing of hookd's, to start fast).
 WHOLE_SOURCE = ""
 
@@ -296,13 +296,13 @@ class SqliteWriter:
                 self._conn = None
 
 
-# The writer process (``python -m store.sqlite_write PATH``, started by
-# ``store.fastpath.SqliteProcessInserter``) reads requests on stdin and answers each on
-# stdout, in order, after its commit. A frame is a 4-byte big-endian length, then a
-# pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe"; the answer
-# ``("ok", (created, unleased), existing)`` (``Written``) or ``("error", sqlite3
-# exception name, message)``. Both
-# ends are this package, over a pipe no one else holds.
+# The writer process (``python -m store.intake.sqlite_write PATH``, started by
+# ``hookd.runtime.sqlite_writer.SqliteProcessInserter``) reads requests on stdin and
+# answers each on stdout, in order, after its commit. A frame is a 4-byte big-endian
+# length, then a pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe";
+# the answer ``("ok", (created, unleased), existing)`` (``Written``) or ``("error",
+# sqlite3 exception name, message)``. Both ends are hookd's own, over a pipe no one
+# else holds.
 FRAME = struct.Struct("!I")
 INSERT = "insert"
 PROBE = "probe"
@@ -356,7 +356,7 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if len(argv) != 2:
-        print("usage: python -m store.sqlite_write PATH (started by hookd)", file=sys.stderr)
+        print("usage: python -m store.intake.sqlite_write PATH (started by hookd)", file=sys.stderr)
         return 2
     answers = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames goes to the pipe

@@ -1,7 +1,7 @@
 """Event queries. Storing a batch inserts its keys into ``event_keys`` with
 ``INSERT … ON CONFLICT DO NOTHING RETURNING``: that table's primary key, the one
 arbiter, decides what is new, and only the new keys get their ``events`` row, in
-the same transaction. The receiver's hot path does the same in ``store.fastpath``.
+the same transaction. The receiver's hot path does the same in ``store.intake.fastpath``.
 
 Why a redelivery racing a prune can never make a second row: a key is inserted
 only where ``event_keys`` has none, and prune never deletes a key together with its
@@ -45,7 +45,7 @@ class NewEvent:
     verified_with: str
     headers: dict[str, str]
     body: bytes
-    # [sources.order] (``store.objects.stamped``): the object the event is about, its
+    # [sources.order] (``store.delivery.objects.stamped``): the object the event is about, its
     # version there and the SHA-256 of the body; None on a source without ordering.
     object_key: str | None = None
     object_version: float | None = None

@@ -2,12 +2,12 @@
 
 Each processing attempt and each replay adds one row to ``event_history``, in the
 transaction that records the attempt's outcome (``processing.processor``) or makes
-the replay (``store.claims.replay``): a crash loses both or neither, so the history
+the replay (``store.claims.claiming.replay``): a crash loses both or neither, so the history
 never says more or less than the event's row. The rows of a batch of attempts go in
 one statement. They are read back oldest first (by ``id``, which follows the order of
 the commits for one event) and go with their event (``ON DELETE CASCADE``; on
 PostgreSQL a dropped day partition's rows are deleted with its ledger rows, see
-``store.partitions``).
+``store.retention.partitions``).
 
 What a row holds is short and never a payload: the error is the one-line summary
 stored as the event's ``last_error``, cut to ``ERROR_CHARS``.
@@ -15,11 +15,11 @@ stored as the event's ``last_error``, cut to ``ERROR_CHARS``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -87,7 +87,26 @@ def one_line(text: str | None, limit: int = ERROR_CHARS) -> str | None:
     return safe_text(" ".join(text.split()), limit)
 
 
-def _attempt_row(a: Attempt) -> dict[str, Any]:
+class _AttemptRow(TypedDict):
+    """An attempt as a row of ``event_history``."""
+
+    event_id: str
+    kind: str
+    at: datetime
+    finished_at: datetime | None
+    attempt: int
+    worker: str | None
+    handler: str | None
+    outcome: str
+    error: str | None
+    error_type: str | None
+    duration_s: float | None
+    status_before: None
+    requested_via: None
+    requested_by: None
+
+
+def _attempt_row(a: Attempt) -> _AttemptRow:
     return {
         "event_id": a.event_id,
         "kind": HistoryKind.ATTEMPT.value,
@@ -150,7 +169,8 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) ->
         "t": "error_type",
         "d": "duration_s",
     }
-    params: dict[str, Any] = {k: [r[c] for r in rows] for k, c in columns.items()}
+    by_name: Sequence[Mapping[str, object]] = rows
+    params = {k: [r[c] for r in by_name] for k, c in columns.items()}
     await conn.execute(ATTEMPTS_PG, {"kind": HistoryKind.ATTEMPT.value, **params})
 
 

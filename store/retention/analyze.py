@@ -4,8 +4,8 @@ PostgreSQL plans from statistics that only ``ANALYZE`` (autovacuum's, usually)
 gathers. A table that grew a hundredfold since its last ``ANALYZE`` (or that never
 had one: autovacuum off, or far behind) is planned from guesses, and a guess can
 turn a lookup of a batch into a scan of the whole table. hookd's hot queries are
-written so that no guess makes them scan (``store.claims``, ``store.events``,
-``store.fastpath``); this keeps the statistics fresh for everything else (the API's
+written so that no guess makes them scan (``store.claims.claiming``, ``store.intake.events``,
+``store.intake.fastpath``); this keeps the statistics fresh for everything else (the API's
 lists, the metrics, prune's picks).
 
 ``analyze_stale`` runs ``ANALYZE`` on each of ``events``' partitions (the whole

@@ -5,7 +5,6 @@ for is read and filled in, and the source's state looked up."""
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -13,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import BadRequest
 from hookd.ops import models
+from hookd.ops.queries import unix_time
 from hookd.ops.resources import coverage_of
 from hookd.ops.sources import SourceOps
 from reconcile import coverage
@@ -35,17 +35,9 @@ def parse_time(field: str, raw: str, now: datetime) -> datetime:
             return now - timedelta(seconds=int(ago.group(1)) * _UNIT_S[ago.group(2)])
         except OverflowError:
             raise BadRequest(field, f"{field} {raw!r} is too long ago") from None
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds) or seconds < 0:
-            raise BadRequest(field, f"{field} {raw!r} is not a time")
-        try:
-            return datetime.fromtimestamp(seconds, UTC)
-        except (OverflowError, OSError, ValueError):
-            raise BadRequest(field, f"{field} {raw!r} is out of range") from None
+    moment = unix_time(field, text, f"{field} {raw!r}")
+    if moment is not None:
+        return moment
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import BadRequest, NotFound
 from hookd.ops import models
 from hookd.ops.events import Wake
+from hookd.ops.queries import configured
 from hookd.ops.resources import breaker_of, pause_of
 from hookd.routing import DestinationConfig
 from hookd.sources import Source, Sources
@@ -67,14 +68,8 @@ class DestinationOps:
         self.sources = sources
         self._wake = wake
 
-    def _source(self, name: str) -> Source:
-        source = self.sources.get(name)
-        if source is None:
-            raise NotFound("source")
-        return source
-
     def _destination(self, source_name: str, name: str) -> tuple[Source, DestinationConfig]:
-        source = self._source(source_name)
+        source = configured(self.sources, source_name)
         for config in destination_configs(source):
             if config.name == name:
                 return source, config
@@ -90,7 +85,7 @@ class DestinationOps:
 
     async def list(self, source: str | None = None) -> list[models.Destination]:
         """Every destination (of ``source``), in the sources file's order."""
-        chosen = [self._source(source)] if source is not None else list(self.sources)
+        chosen = [configured(self.sources, source)] if source is not None else list(self.sources)
         targets = [(s.name, c.name) for s in chosen for c in destination_configs(s)]
         async with self.engine.connect() as conn:
             pauses = await state.all_pauses(conn)
@@ -147,11 +142,11 @@ class DestinationOps:
     async def pause_source(self, name: str, *, by: str, reason: str | None = None) -> bool:
         """Stop claiming the source's events (they are still stored and acknowledged);
         whether this changed anything (a paused source stays paused as it was)."""
-        source = self._source(name)
+        source = configured(self.sources, name)
         return await self._switch(source.name, WHOLE_SOURCE, paused=True, by=by, reason=reason)
 
     async def resume_source(self, name: str, *, by: str) -> bool:
-        source = self._source(name)
+        source = configured(self.sources, name)
         return await self._switch(source.name, WHOLE_SOURCE, paused=False, by=by, reason=None)
 
     async def pause(self, source: str, name: str, *, by: str, reason: str | None = None) -> bool:

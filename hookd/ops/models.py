@@ -26,9 +26,19 @@ from store.status import (
     RunTrigger,
 )
 
-ULID = "^[0-9A-HJKMNP-TV-Z]{26}$"
+# 26 characters of Crockford's base32: a ULID, as every id hookd makes is.
+ULID_CHARS = "[0-9A-HJKMNP-TV-Z]{26}"
+ULID = f"^{ULID_CHARS}$"
 
 Ulid = Annotated[str, StringConstraints(pattern=ULID)]
+
+
+def resource_name(collection: str) -> StringConstraints:
+    """``<collection>/<ULID>``: the ``name`` of a resource shaped like a long-running
+    operation (``events/…``, ``operations/…``)."""
+    return StringConstraints(pattern=f"^{collection}/{ULID_CHARS}$")
+
+
 Count = Annotated[int, Field(ge=0)]
 # A sum of seconds: 0 (a whole number) when there is nothing to add up, kept as it is.
 Seconds = Annotated[
@@ -79,7 +89,7 @@ class EventError(Resource):
 class Event(Resource):
     """One stored event, shaped like a long-running operation."""
 
-    name: Annotated[str, StringConstraints(pattern="^events/[0-9A-HJKMNP-TV-Z]{26}$")]
+    name: Annotated[str, resource_name("events")]
     id: Ulid
     source: str
     provider: ProviderName
@@ -184,7 +194,7 @@ class WatchPage(Resource):
 class ReconcileRun(Resource):
     """One reconciliation run against a provider's API."""
 
-    name: Annotated[str, StringConstraints(pattern="^reconcile-runs/[0-9A-HJKMNP-TV-Z]{26}$")]
+    name: Annotated[str, resource_name("reconcile-runs")]
     id: Ulid
     source: str
     status: RunStatus
@@ -430,7 +440,7 @@ class OperationError(Resource):
 class Operation(Resource):
     """A bulk operation, shaped like a long-running operation: poll it until `done`."""
 
-    name: Annotated[str, StringConstraints(pattern="^operations/[0-9A-HJKMNP-TV-Z]{26}$")]
+    name: Annotated[str, resource_name("operations")]
     id: Ulid
     request_id: str
     action: OperationAction

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.errors import Conflict, NotFound
 from hookd.ops import models
+from hookd.ops.queries import configured
 from hookd.ops.resources import object_of
 from hookd.ordering import MAX_KEY_CHARS
 from hookd.sources import Sources
@@ -25,9 +26,7 @@ class ObjectOps:
         """The object; ``NotFound`` for an
         unknown source or an object of which no event is stored and none was processed,
         ``Conflict`` for a source without ``[sources.order]``."""
-        source = self.sources.get(name)
-        if source is None:
-            raise NotFound("source")
+        source = configured(self.sources, name)
         if source.config.order is None:
             raise Conflict("not_configured", "this source has no [sources.order] table")
         if not key or len(key) > MAX_KEY_CHARS or "\x00" in key:

@@ -11,12 +11,12 @@ source comes back.
 from __future__ import annotations
 
 import asyncio
-import math
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hookd.errors import BadRequest, NotFound
+from hookd.errors import BadRequest
+from hookd.ops.queries import configured, unix_time
 from hookd.sources import Sources
 from store.retention.prune import Policy, Pruned, prune
 
@@ -26,10 +26,7 @@ def policies(sources: Sources, only: str | None = None) -> dict[str, Policy]:
     source is configured), in the sources file's order."""
     chosen = list(sources)
     if only is not None:
-        source = sources.get(only)
-        if source is None:
-            raise NotFound("source")
-        chosen = [source]
+        chosen = [configured(sources, only)]
     return {
         s.name: Policy(
             keep_body_days=s.config.retention.keep_body_days,
@@ -43,17 +40,9 @@ def policies(sources: Sources, only: str | None = None) -> dict[str, Policy]:
 
 def parse_as_of(text: str) -> datetime:
     """``--as-of``: unix seconds, or an ISO 8601 time (UTC when it names no offset)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds) or seconds < 0:
-            raise BadRequest("as_of", f"{text!r} is not a time")
-        try:
-            return datetime.fromtimestamp(seconds, UTC)
-        except (OverflowError, OSError, ValueError):
-            raise BadRequest("as_of", f"{text!r} is out of range") from None
+    moment = unix_time("as_of", text, repr(text))
+    if moment is not None:
+        return moment
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:

@@ -7,11 +7,14 @@ own parameters and words some refusals its own way (by ``BadRequest.field``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from hookd.errors import BadRequest
+from hookd.errors import BadRequest, NotFound
+from hookd.sources import Source, Sources
 from store.ids import is_id
 from store.models import ORIGINS, STATUSES
 
@@ -30,6 +33,30 @@ def parse_limit(raw: str) -> int:
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
     return limit
+
+
+def configured(sources: Sources, name: str) -> Source:
+    """The configured source ``name``, or ``NotFound``."""
+    source = sources.get(name)
+    if source is None:
+        raise NotFound("source")
+    return source
+
+
+def unix_time(field: str, text: str, shown: str) -> datetime | None:
+    """``text`` as unix seconds, or None when it is no number; a number that is no time
+    (negative, not finite) or out of range is ``BadRequest`` naming ``field``, the value
+    shown as ``shown``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise BadRequest(field, f"{shown} is not a time")
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise BadRequest(field, f"{shown} is out of range") from None
 
 
 def has_nul(*values: str | None) -> bool:

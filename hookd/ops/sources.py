@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.errors import BadRequest, Conflict
 from hookd.ops import models
 from hookd.ops.destinations import DestinationOps
+from hookd.ops.queries import configured
 from hookd.ops.resources import pause_of, source_reconcile
 from hookd.sources import Source, Sources
 from reconcile import audit as reconcile_audit
@@ -79,10 +80,7 @@ class SourceOps:
         self.sources = sources
 
     def source(self, name: str) -> Source:
-        source = self.sources.get(name)
-        if source is None:
-            raise NotFound("source")
-        return source
+        return configured(self.sources, name)
 
     def reconcilable(self, name: str) -> Source:
         """A configured source with a ``[sources.reconcile]`` table."""

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
@@ -28,7 +28,13 @@ if TYPE_CHECKING:
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
 
+# A JSON object (a sender's body, an answer hookd sends): a value is whatever JSON holds
+# there, so where it is read it is narrowed (``isinstance``), never trusted to have a shape.
+JsonObject = dict[str, object]
+
 MAX_DEDUPE_KEY_CHARS = 255
+# The request headers every event keeps: how its body is encoded and who sent it.
+SENDER_HEADERS = ("content-type", "user-agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,11 @@ class SignedHeaders:
     tolerance_s: int = 0
 
 
+def compact_json(value: object) -> bytes:
+    """``value`` as JSON without spaces, the way most senders write a body."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """An answer a provider's request gets instead of hookd's own JSON: a handshake
@@ -84,7 +95,7 @@ class Reply:
 
     @classmethod
     def json(cls, value: object, status: int = 200) -> Reply:
-        return cls(json.dumps(value, separators=(",", ":")).encode(), status=status)
+        return cls(compact_json(value), status=status)
 
     @classmethod
     def text(cls, value: str) -> Reply:
@@ -164,6 +175,29 @@ class Configurable:
     bind: Callable[[Any], Provider]
 
 
+class Scheme(Protocol):
+    """How a sender proves a request is its own: what its secret is, what its headers
+    say (checked before the body is read; ``now`` keeps the clock's fraction) and
+    whether the body matches them. The shapes in ``hookd.providers.signatures`` are
+    schemes; ``Handwritten`` holds one of a sender's own."""
+
+    def parse_secret(self, raw: str) -> Key: ...
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders: ...
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Handwritten:
+    """A scheme written as its own three functions, for a sender no shape fits (the
+    signature in the body, the URL a sender posts to, a choice of schemes)."""
+
+    parse_secret: Callable[[str], Key]
+    check_headers: Callable[[HeaderMap, float, int], SignedHeaders]
+    verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
+
+
 @dataclass(frozen=True, slots=True)
 class Provider:
     """Everything hookd knows of one provider, declared in its module and registered
@@ -171,10 +205,8 @@ class Provider:
 
     # What ``provider = "..."`` in the sources file says.
     name: str
-    parse_secret: Callable[[str], Key]
-    # (headers, now: the clock's fractional seconds since the epoch, tolerance_s)
-    check_headers: Callable[[HeaderMap, float, int], SignedHeaders]
-    verify: Callable[[SignedHeaders, bytes, Sequence[Key]], Verified]
+    # How its requests are verified, and what its secret is.
+    scheme: Scheme
     envelope: Callable[[HeaderMap, bytes, Verified], Envelope]
     # For ``hookd send-test`` and the tests: the n-th sample event, signed.
     sample_event: SampleEvent
@@ -201,6 +233,15 @@ class Provider:
     # retention of that API. A source's key must be kept at least this long
     # (``keep_keys_days``), or a late redelivery would be stored as a new event.
     redelivery_horizon_days: float = 3.0
+
+    def parse_secret(self, raw: str) -> Key:
+        return self.scheme.parse_secret(raw)
+
+    def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
+        return self.scheme.check_headers(headers, now, tolerance_s)
+
+    def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
+        return self.scheme.verify(signed, body, keys)
 
     def verify_request(
         self, headers: HeaderMap, body: bytes, keys: Sequence[Key], now: float, tolerance_s: int
@@ -229,7 +270,7 @@ def optional_header(headers: HeaderMap, name: str) -> str | None:
     return values[-1]
 
 
-def loads_utf8(body: bytes) -> Any:
+def loads_utf8(body: bytes) -> object:
     """``body`` decoded as UTF-8 JSON, or ``ValueError`` (nesting too deep included)."""
     try:
         return json.loads(body.decode("utf-8"))
@@ -237,7 +278,7 @@ def loads_utf8(body: bytes) -> Any:
         raise ValueError("too deeply nested") from None
 
 
-def parse_json_array(body: bytes, max_items: int | None = None) -> list[dict[str, Any]]:
+def parse_json_array(body: bytes, max_items: int | None = None) -> list[JsonObject]:
     """A delivery of several events: a non-empty JSON array of at most ``max_items``
     objects, or ``malformed_payload``."""
     try:
@@ -253,7 +294,7 @@ def parse_json_array(body: bytes, max_items: int | None = None) -> list[dict[str
     return value
 
 
-def parse_json_object(raw: bytes | str) -> dict[str, Any]:
+def parse_json_object(raw: bytes | str) -> JsonObject:
     """A JSON object from UTF-8 bytes, or ``malformed_payload``.
 
     orjson parses (a third of the standard parser's time, on the receiver's hot path).
@@ -275,7 +316,7 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     return value
 
 
-def object_at(payload: Mapping[str, Any], field: str) -> dict[str, Any]:
+def object_at(payload: Mapping[str, object], field: str) -> JsonObject:
     """``payload[field]`` when it is a JSON object, or ``malformed_payload``."""
     value = payload.get(field)
     if not isinstance(value, dict):
@@ -327,6 +368,11 @@ def media_type(headers: HeaderMap) -> str:
     return raw.split(";", 1)[0].strip().lower()
 
 
+def string_or_none(value: object) -> str | None:
+    """A string read from a payload as it is (empty or not), or None."""
+    return value if isinstance(value, str) else None
+
+
 def text_or_none(value: object) -> str | None:
     """A non-empty string read from a payload, or None."""
     return value if isinstance(value, str) and value else None
@@ -335,3 +381,35 @@ def text_or_none(value: object) -> str | None:
 def with_action(kind: str | None, action: object) -> str | None:
     """``issues.opened``: a kind and its action when it has one, the kind alone otherwise."""
     return f"{kind}.{action}" if kind and isinstance(action, str) and action else kind
+
+
+@dataclass(frozen=True, slots=True)
+class JsonEnvelope:
+    """The envelope of a sender whose body is one JSON object that names its event: the
+    dedupe key, type and time are fields of it, or of the object at ``inside``.
+
+    ``key`` is the key's field and how a refusal names it; a key that does not start
+    with ``key_prefix`` is ``malformed_payload``. ``type`` and ``time`` are a field and
+    what reads it (an odd value is left out, not refused). ``kept``: the request
+    headers the event keeps."""
+
+    key: tuple[str, str]
+    type: tuple[str, Callable[[object], str | None]]
+    time: tuple[str, Callable[[object], datetime | None]]
+    inside: str | None = None
+    key_prefix: str = ""
+    kept: tuple[str, ...] = SENDER_HEADERS
+
+    def __call__(self, headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+        payload = parse_json_object(body)
+        fields = payload if self.inside is None else object_at(payload, self.inside)
+        field, name = self.key
+        key = checked_key(fields.get(field), name)
+        if not key.startswith(self.key_prefix):
+            raise PayloadError("malformed_payload", f"{name} does not start with {self.key_prefix}")
+        return Envelope(
+            dedupe_key=key,
+            type=self.type[1](fields.get(self.type[0])),
+            occurred_at=self.time[1](fields.get(self.time[0])),
+            headers=select_headers(headers, self.kept),
+        )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -42,9 +41,6 @@ KEPT_HEADERS = (
     "user-agent",
 )
 SAMPLE_HOOK_UUID = "{1b8c5e73-4d0a-4a55-9a4f-2f6c0c9d2e11}"
-
-
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha256=")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -88,7 +84,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "uuid": "{4e5f6a7b-8c9d-4e0f-a1b2-c3d4e5f6a7b8}",
         "account_id": "557058:hookd-send-test",
     }
-    payload: dict[str, Any] = {
+    payload = {
         "actor": actor,
         "repository": repository,
         "push": {
@@ -119,9 +115,12 @@ PROVIDER = Provider(
     name=NAME,
     # Bitbucket resends a failed request at most twice, right away.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a Bitbucket webhook secret must not be empty"),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        prefix="sha256=",
+        parse_secret=hmac_secret("a Bitbucket webhook secret must not be empty"),
+    ),
     envelope=envelope,
     sample_event=sample_event,
 )

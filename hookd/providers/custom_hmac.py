@@ -27,6 +27,7 @@ from pydantic import field_validator
 
 from hookd.providers.base import (
     Configurable,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -35,10 +36,10 @@ from hookd.providers.base import (
     one_header,
 )
 from hookd.providers.generic import (
+    HeaderName,
     SourceSettings,
     challenge_for,
     envelope_for,
-    header_name,
     sample_for,
 )
 from hookd.providers.signatures import (
@@ -61,24 +62,14 @@ Signed = Literal["body", "timestamp_body", "method_url_body_timestamp"]
 class HmacSettings(SourceSettings):
     """``[sources.verify]`` of an ``hmac`` source."""
 
-    header: str
+    header: HeaderName
     prefix: str = ""
     algorithm: Algorithm = "sha256"
     encoding: Literal["hex", "base64"] = "hex"
     signed: Signed = "body"
     separator: str = "."
-    timestamp_header: str | None = None
+    timestamp_header: HeaderName | None = None
     public_url: str | None = None
-
-    @field_validator("header")
-    @classmethod
-    def _header(cls, value: str) -> str:
-        return header_name(value)
-
-    @field_validator("timestamp_header")
-    @classmethod
-    def _timestamp_header(cls, value: str | None) -> str | None:
-        return None if value is None else header_name(value)
 
     @field_validator("public_url")
     @classmethod
@@ -141,9 +132,7 @@ def bind(settings: HmacSettings) -> Provider:
     kept = () if settings.timestamp_header is None else (settings.timestamp_header,)
     return Provider(
         name=NAME,
-        parse_secret=plain_secret,
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(plain_secret, check_headers, verify),
         envelope=envelope_for(settings, kept),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

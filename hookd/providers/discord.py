@@ -26,11 +26,9 @@ A duplicate gets the same answer as the first delivery.
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
@@ -42,17 +40,22 @@ from hookd.providers.base import (
     Ed25519Key,
     Envelope,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     Reply,
-    SignedHeaders,
     Verified,
     checked_key,
-    one_header,
+    compact_json,
     parse_json_object,
     select_headers,
 )
-from hookd.providers.signatures import HEX_DIGITS, match_ed25519, parse_hex_digest, parse_timestamp
+from hookd.providers.signatures import (
+    HEX_DIGITS,
+    TimestampedSignature,
+    match_ed25519,
+    parse_hex_digest,
+)
 
 SIGNATURE_HEADER = "x-signature-ed25519"
 TIMESTAMP_HEADER = "x-signature-timestamp"
@@ -66,7 +69,7 @@ MAX_SNOWFLAKE_DIGITS = 20
 
 PING = 1
 # Interaction type -> (stored type, the deferred answer Discord documents for it).
-INTERACTIONS: dict[int, tuple[str, dict[str, Any]]] = {
+INTERACTIONS: dict[int, tuple[str, JsonObject]] = {
     2: ("interaction.application_command", {"type": 5}),
     3: ("interaction.message_component", {"type": 6}),
     4: ("interaction.application_command_autocomplete", {"type": 8, "data": {"choices": []}}),
@@ -92,24 +95,12 @@ def parse_secret(raw: str) -> Key:
     return Ed25519Key(Ed25519PublicKey.from_public_bytes(public))
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    # Lower case only, as Discord sends it: upper case decodes to the same bytes.
-    signature = parse_hex_digest(one_header(headers, SIGNATURE_HEADER), SIGNATURE_BYTES)
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    return SignedHeaders(timestamp=ts, prefix=raw_ts.encode(), signatures=(("ed25519", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_ed25519(SCHEME, signed, body, keys, "ed25519")
-
-
 def snowflake_time(snowflake: str) -> datetime:
     """When a snowflake id was made: its top 42 bits are milliseconds since 2015."""
     return datetime.fromtimestamp(((int(snowflake) >> 22) + DISCORD_EPOCH_MS) / 1000, UTC)
 
 
-def _kind(payload: dict[str, Any]) -> int:
+def _kind(payload: JsonObject) -> int:
     kind = payload.get("type")
     if isinstance(kind, bool) or not isinstance(kind, int):
         raise PayloadError("malformed_payload", "type is not an integer")
@@ -126,7 +117,7 @@ def _event_time(raw: object) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def _webhook_event(payload: dict[str, Any], body: bytes, kept: dict[str, str]) -> Envelope:
+def _webhook_event(payload: JsonObject, body: bytes, kept: dict[str, str]) -> Envelope:
     kind = _kind(payload)
     if kind == EVENT_PING:
         return Envelope("", "webhook.ping", None, kept, reply=NO_CONTENT)
@@ -210,7 +201,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "data": {"id": "1100000000000000004", "name": "hookd-test", "type": 1},
         "locale": "en-US",
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return discord_headers(secret, body, now), body
 
 
@@ -219,9 +210,16 @@ PROVIDER = Provider(
     name="discord",
     # Discord retries for up to 10 minutes.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "ed25519",
+        # Lower case only, as Discord sends it: upper case decodes to the same bytes.
+        decode=partial(parse_hex_digest, size=SIGNATURE_BYTES),
+        match=match_ed25519,
+        parse_secret=parse_secret,
+    ),
     envelope=envelope,
     sample_event=sample_event,
     # The application's public key verifies; a sample needs an ed25519 seed.

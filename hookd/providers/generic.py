@@ -26,25 +26,27 @@ cannot carry markup.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, field_validator
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
+    SENDER_HEADERS,
     Challenge,
     Envelope,
     HeaderMap,
     HmacKey,
+    JsonObject,
     Key,
     QueryMap,
     Reply,
     Verified,
     checked_key,
+    compact_json,
     optional_header,
     parse_json_object,
     select_headers,
@@ -72,6 +74,11 @@ def json_path(value: str) -> str:
     return value
 
 
+# A settings key naming a header (kept in lower case) or a place in the JSON body.
+HeaderName = Annotated[str, AfterValidator(header_name)]
+JsonPath = Annotated[str, AfterValidator(json_path)]
+
+
 class SourceSettings(BaseModel):
     """``[sources.verify]`` keys every configurable provider takes."""
 
@@ -79,8 +86,8 @@ class SourceSettings(BaseModel):
 
     # "header:<Name>", "json:<dotted.path>" or "body_sha256".
     dedupe: str
-    type_header: str | None = None
-    type_json: str | None = None
+    type_header: HeaderName | None = None
+    type_json: JsonPath | None = None
     # A registration handshake the source answers (see the module's notes).
     handshake: Handshake | None = None
 
@@ -96,16 +103,6 @@ class SourceSettings(BaseModel):
             return f"json:{json_path(arg)}"
         raise ValueError('must be "header:<Name>", "json:<dotted.path>" or "body_sha256"')
 
-    @field_validator("type_header")
-    @classmethod
-    def _type_header(cls, value: str | None) -> str | None:
-        return None if value is None else header_name(value)
-
-    @field_validator("type_json")
-    @classmethod
-    def _type_json(cls, value: str | None) -> str | None:
-        return None if value is None else json_path(value)
-
     def incomplete(self) -> tuple[str, str] | None:
         """(key, problem) of what the types alone cannot say, checked after them."""
         if self.type_header is not None and self.type_json is not None:
@@ -113,7 +110,7 @@ class SourceSettings(BaseModel):
         return None
 
 
-def _at(payload: Mapping[str, Any], path: str) -> object:
+def _at(payload: Mapping[str, object], path: str) -> object:
     value: object = payload
     for part in path.split("."):
         if not isinstance(value, dict):
@@ -135,14 +132,14 @@ def envelope_for(
     settings: SourceSettings, kept: tuple[str, ...]
 ) -> Callable[[HeaderMap, bytes, Verified], Envelope]:
     kind, _, arg = settings.dedupe.partition(":")
-    names = tuple(dict.fromkeys((*kept, "content-type", "user-agent")))
+    names = tuple(dict.fromkeys((*kept, *SENDER_HEADERS)))
     if kind == "header":
         names += (arg,)
     if settings.type_header is not None:
         names += (settings.type_header,)
 
     def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-        payload: dict[str, Any] | None = None
+        payload: JsonObject | None = None
         if kind == "json" or settings.type_json is not None:
             payload = parse_json_object(body)
         if kind == "header":
@@ -226,7 +223,7 @@ def challenge_for(settings: SourceSettings) -> Challenge | None:
     return None if settings.handshake is None else HANDSHAKES[settings.handshake]
 
 
-def _put(payload: dict[str, Any], path: str, value: str) -> None:
+def _put(payload: JsonObject, path: str, value: str) -> None:
     *parents, last = path.split(".")
     node = payload
     for part in parents:
@@ -241,7 +238,7 @@ def sample_for(settings: SourceSettings, seq: int, now: int) -> tuple[dict[str, 
     """An unsigned sample event: (headers, body) with its id and type where the
     settings look for them; the provider's signer adds its own headers."""
     event_id = f"evt_{uuid.uuid4().hex}"
-    payload: dict[str, Any] = {"id": event_id, "type": SAMPLE_TYPE, "created": now, "n": seq}
+    payload: JsonObject = {"id": event_id, "type": SAMPLE_TYPE, "created": now, "n": seq}
     headers = {"Content-Type": "application/json"}
     if settings.type_json is not None:
         _put(payload, settings.type_json, SAMPLE_TYPE)
@@ -252,4 +249,4 @@ def sample_for(settings: SourceSettings, seq: int, now: int) -> tuple[dict[str, 
         _put(payload, arg, event_id)
     elif kind == "header":
         headers[arg] = event_id
-    return headers, json.dumps(payload, separators=(",", ":")).encode()
+    return headers, compact_json(payload)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import parse_qs
 
 from pydantic import field_validator
@@ -29,8 +29,8 @@ from hookd.providers.base import (
     select_headers,
     with_action,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
-from hookd.providers.signatures import HmacHeader, hmac_sha256_hex, plain_secret
+from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling
+from hookd.providers.signatures import HmacHeader, hmac_sha256_hex
 
 SIGNATURE_HEADER = "x-hub-signature-256"
 # The request headers an event keeps, whether it came by webhook or was fetched
@@ -44,9 +44,6 @@ KEPT_HEADERS = (
     "content-type",
     "user-agent",
 )
-
-
-SIGNATURE = HmacHeader("github-sha256", SIGNATURE_HEADER, prefix="sha256=")
 
 
 def event_type(event: str | None, action: object) -> str | None:
@@ -89,7 +86,7 @@ def github_headers(secret: str, body: bytes, event: str, delivery: str) -> dict[
 
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-    payload: dict[str, Any] = {
+    payload = {
         "zen": "Keep it logically awesome.",
         "hook_id": 123,
         "action": "opened",
@@ -115,13 +112,8 @@ class GitHubReconcile(ReconcileConfig):
     repair: Literal["fetch", "redeliver"] = "fetch"
     # The registration check (each run, `hookd sources check`): the events the hook
     # must send (a hook sending "*" sends them all); off with check_registration.
-    expect_events: tuple[str, ...] = ()
+    expect_events: EventNames = ()
     check_registration: bool = True
-
-    @field_validator("expect_events")
-    @classmethod
-    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return event_names(value)
 
     @field_validator("hook")
     @classmethod
@@ -148,9 +140,7 @@ PROVIDER = Provider(
     name="github",
     # GitHub does not retry; its deliveries can be listed and redelivered for 3 days.
     redelivery_horizon_days=3,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=HmacHeader("github-sha256", SIGNATURE_HEADER, prefix="sha256="),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body),

@@ -21,8 +21,9 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, StrictInt, StrictStr, field_validator
 
@@ -61,9 +62,6 @@ SAMPLE_INSTANCE = "https://gitlab.example.com"
 SAMPLE_VERSION = "17.4.0"
 
 
-TOKEN = SharedToken(SCHEME, TOKEN_HEADER)
-
-
 def event_type(header: str | None, payload: object) -> str | None:
     """``merge_request.open``: the payload's ``object_kind`` (``event_name`` for system
     hooks) and ``object_attributes.action`` when it has one; ``X-Gitlab-Event``
@@ -78,7 +76,7 @@ def event_type(header: str | None, payload: object) -> str | None:
     return with_action(kind, attributes.get("action") if isinstance(attributes, dict) else None)
 
 
-def occurred_at(payload: dict[str, Any]) -> datetime | None:
+def occurred_at(payload: Mapping[str, object]) -> datetime | None:
     """When the object last changed, for the events whose payload says so."""
     attributes = payload.get("object_attributes")
     if not isinstance(attributes, dict):
@@ -127,7 +125,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "path_with_namespace": "mike/diaspora",
         "default_branch": "main",
     }
-    payload: dict[str, Any] = {
+    payload = {
         "object_kind": "push",
         "event_name": "push",
         "before": "95790bf891e76fee5e1747ab589903a6a1f80f22",
@@ -195,9 +193,9 @@ PROVIDER = Provider(
     name=NAME,
     # GitLab lists and resends a hook's events of the last 7 days.
     redelivery_horizon_days=7,
-    parse_secret=hmac_secret("a GitLab secret token must not be empty"),
-    check_headers=TOKEN.check_headers,
-    verify=TOKEN.verify,
+    scheme=SharedToken(
+        SCHEME, TOKEN_HEADER, parse_secret=hmac_secret("a GitLab secret token must not be empty")
+    ),
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

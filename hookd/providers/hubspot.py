@@ -25,18 +25,20 @@ import re
 import secrets
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     bounded_type,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     one_header,
     parse_json_array,
@@ -122,16 +124,14 @@ def bind(public_url: str) -> Provider:
         name=NAME,
         # HubSpot retries up to 10 times over 24 hours.
         redelivery_horizon_days=1,
-        parse_secret=hmac_secret("a HubSpot client secret is empty"),
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(hmac_secret("a HubSpot client secret is empty"), check_headers, verify),
         envelope=envelope,
         sample_event=partial(sample_for, public_url),
         with_public_url=bind,
     )
 
 
-def batch_key(events: Sequence[dict[str, Any]]) -> str:
+def batch_key(events: Sequence[JsonObject]) -> str:
     """``batch:<sha256>`` of the events without their ``attemptNumber``, sorted."""
     try:
         canonical = sorted(
@@ -196,7 +196,7 @@ def sample_for(url: str, secret: str, seq: int, now: int) -> tuple[dict[str, str
             "sourceId": "userId:1234567",
         }
     ]
-    body = json.dumps(events, separators=(",", ":")).encode()
+    body = compact_json(events)
     headers = {
         "X-HubSpot-Signature-v3": hubspot_signature(secret, signed_uri(url), body, millis),
         "X-HubSpot-Request-Timestamp": str(millis),

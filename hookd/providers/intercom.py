@@ -9,10 +9,8 @@ answered with 200 and not stored: it is about the subscription, not an event.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -23,6 +21,7 @@ from hookd.providers.base import (
     Reply,
     Verified,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     parse_json_object,
     select_headers,
@@ -35,9 +34,6 @@ SCHEME = "intercom-sha1"
 SIGNATURE_HEADER = "x-hub-signature"
 KEPT_HEADERS = ("content-type", "user-agent")
 PING_TOPIC = "ping"
-
-
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, prefix="sha1=", algorithm="sha1")
 
 
 def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
@@ -67,7 +63,7 @@ def intercom_headers(secret: str, body: bytes) -> dict[str, str]:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     conversation = str(100000000 + seq)
-    payload: dict[str, Any] = {
+    payload = {
         "type": "notification_event",
         "app_id": "a86dr8yl",
         "data": {
@@ -97,7 +93,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         "created_at": now,
         "self": None,
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return intercom_headers(secret, body), body
 
 
@@ -113,13 +109,17 @@ PROVIDER = Provider(
     name=NAME,
     # Intercom keeps retrying a failing subscription until it suspends it after 7 days.
     redelivery_horizon_days=7,
-    parse_secret=hmac_secret(
-        shape=PRINTABLE_WORD,
-        unlike="an Intercom client secret (the app's Basic Info page) is printable ASCII "
-        "without spaces",
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        prefix="sha1=",
+        algorithm="sha1",
+        parse_secret=hmac_secret(
+            shape=PRINTABLE_WORD,
+            unlike="an Intercom client secret (the app's Basic Info page) is printable ASCII "
+            "without spaces",
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
     challenge=challenge,

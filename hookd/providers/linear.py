@@ -19,12 +19,13 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
@@ -92,7 +93,7 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return Verified(verified.scheme, verified.key_index, ts_ms // MS_PER_S)
 
 
-def event_type(payload: dict[str, Any], header: str | None) -> str | None:
+def event_type(payload: JsonObject, header: str | None) -> str | None:
     """``Issue.create``: the payload's ``type`` and ``action``; ``Linear-Event`` (the
     entity type alone) when the payload names no type."""
     kind = payload.get("type")
@@ -130,7 +131,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     created = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
     created = created.replace("+00:00", "Z")
     issue_id = str(uuid.uuid4())
-    payload: dict[str, Any] = {
+    payload = {
         "action": "create",
         "actor": {"id": str(uuid.uuid4()), "name": "Hookd Tester", "type": "user"},
         "createdAt": created,
@@ -158,9 +159,9 @@ PROVIDER = Provider(
     name=NAME,
     # Linear does not document its retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=hmac_secret("a Linear webhook signing secret must not be empty"),
-    check_headers=check_headers,
-    verify=verify,
+    scheme=Handwritten(
+        hmac_secret("a Linear webhook signing secret must not be empty"), check_headers, verify
+    ),
     envelope=envelope,
     sample_event=sample_event,
 )

@@ -19,26 +19,23 @@ event, the same in every retry and in its events API.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Sequence
-from typing import Any
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
-    Envelope,
+    Handwritten,
     HeaderMap,
+    JsonEnvelope,
+    JsonObject,
     Key,
     Provider,
     SignedHeaders,
     Verified,
     bounded_type,
-    checked_key,
+    compact_json,
     epoch_to_datetime,
     loads_utf8,
-    object_at,
-    parse_json_object,
-    select_headers,
 )
 from hookd.providers.signatures import (
     hmac_secret,
@@ -49,7 +46,6 @@ from hookd.providers.signatures import (
 )
 
 NAME = "mailgun"
-KEPT_HEADERS = ("content-type", "user-agent")
 # Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
 MAX_TOKEN_CHARS = 512
 SIGNATURE_FIELDS = ("signature", "parent-signature")
@@ -62,9 +58,9 @@ def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHea
     )
 
 
-def signature_block(body: bytes) -> dict[str, Any]:
+def signature_block(body: bytes) -> JsonObject:
     try:
-        payload: Any = loads_utf8(body)
+        payload = loads_utf8(body)
     except ValueError:
         raise SignatureError("missing_signature") from None
     if not isinstance(payload, dict) or "signature" not in payload:
@@ -100,7 +96,7 @@ def token_text(value: object) -> str:
     return value
 
 
-def signatures_in(block: dict[str, Any]) -> list[bytes]:
+def signatures_in(block: JsonObject) -> list[bytes]:
     """The block's ``signature`` and ``parent-signature`` (a subaccount's event), each a
     hex digest; neither is ``missing_signature``."""
     candidates: list[bytes] = []
@@ -126,16 +122,6 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return Verified("mailgun-sha256", index, ts)
 
 
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    data = object_at(parse_json_object(body), "event-data")
-    return Envelope(
-        dedupe_key=checked_key(data.get("id"), "event-data.id"),
-        type=bounded_type(data.get("event")),
-        occurred_at=epoch_to_datetime(data.get("timestamp")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
-
-
 def mailgun_signature(secret: str, timestamp: str, token: str) -> dict[str, str]:
     """The ``signature`` block Mailgun puts in a body at ``timestamp``, with ``token``."""
     digest = hmac_sha256_hex(secret.encode("utf-8"), (timestamp + token).encode("ascii"))
@@ -145,7 +131,7 @@ def mailgun_signature(secret: str, timestamp: str, token: str) -> dict[str, str]
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     """A ``delivered`` event, signed as Mailgun signs it."""
     recipient = f"send-test-{seq}@example.com"
-    payload: dict[str, Any] = {
+    payload = {
         "signature": mailgun_signature(secret, str(now), secrets.token_hex(25)),
         "event-data": {
             "id": secrets.token_urlsafe(16),
@@ -169,7 +155,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             "user-variables": {},
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return {"Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0"}, body
 
 
@@ -177,10 +163,15 @@ PROVIDER = Provider(
     name=NAME,
     # Mailgun retries for 8 hours.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a Mailgun webhook signing key is empty"),
-    check_headers=check_headers,
-    verify=verify,
-    envelope=envelope,
+    scheme=Handwritten(
+        hmac_secret("a Mailgun webhook signing key is empty"), check_headers, verify
+    ),
+    envelope=JsonEnvelope(
+        key=("id", "event-data.id"),
+        type=("event", bounded_type),
+        time=("timestamp", epoch_to_datetime),
+        inside="event-data",
+    ),
     sample_event=sample_event,
     # "If Mailgun receives a 200 (Success) code it will determine the webhook POST is
     # successful"; any other code but 406 is retried for 8 hours.

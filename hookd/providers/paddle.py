@@ -15,22 +15,16 @@ notifications (``GET /notifications``), whose entries carry the same ``event_id`
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
-from hookd.errors import PayloadError
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
-    parse_json_object,
-    select_headers,
+    compact_json,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -40,7 +34,6 @@ from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 NAME = "paddle"
 SCHEME = "paddle-h1"
 SIGNATURE_HEADER = "paddle-signature"
-KEPT_HEADERS = ("content-type", "user-agent")
 # ``pdl_ntfset_<destination id>_<key>``; Paddle's library tests also carry the older
 # ``pdl_ntf_`` form. The key part is base64 text.
 SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
@@ -48,22 +41,6 @@ SECRET_RE = re.compile(r"pdl_ntf(?:set)?_[0-9a-z]+_[A-Za-z0-9+/=_-]+", re.ASCII)
 ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 # A notification setting's ID: its prefix, then 26 lower-case letters and digits.
 SETTING_ID = re.compile(r"ntfset_[a-z\d]{26}")
-
-
-SIGNATURE = HmacEntries(SCHEME, SIGNATURE_HEADER, ";", "h1", timestamp="ts", signed_prefix="{ts}:")
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    event_id = checked_key(payload.get("event_id"), "event_id")
-    if not event_id.startswith("evt_"):
-        raise PayloadError("malformed_payload", "event_id does not start with evt_")
-    return Envelope(
-        dedupe_key=event_id,
-        type=text_or_none(payload.get("event_type")),
-        occurred_at=parse_rfc3339(payload.get("occurred_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def paddle_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
@@ -88,7 +65,7 @@ def paddle_id(prefix: str) -> str:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     when = utc_z(now)
-    payload: dict[str, Any] = {
+    payload = {
         "event_id": paddle_id("evt"),
         "event_type": "transaction.completed",
         "occurred_at": when,
@@ -107,7 +84,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             "billed_at": when,
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return paddle_headers(secret, body, now), body
 
 
@@ -136,14 +113,25 @@ PROVIDER = Provider(
     name=NAME,
     # Paddle keeps (lists, replays) notifications and events for 90 days.
     redelivery_horizon_days=90,
-    parse_secret=hmac_secret(
-        shape=SECRET_RE,
-        unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
-        "(the notification destination's endpoint_secret_key)",
+    scheme=HmacEntries(
+        SCHEME,
+        SIGNATURE_HEADER,
+        ";",
+        "h1",
+        timestamp="ts",
+        signed_prefix="{ts}:",
+        parse_secret=hmac_secret(
+            shape=SECRET_RE,
+            unlike="a Paddle endpoint secret key looks like pdl_ntfset_<id>_<key> "
+            "(the notification destination's endpoint_secret_key)",
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
-    envelope=envelope,
+    envelope=JsonEnvelope(
+        key=("event_id", "event_id"),
+        type=("event_type", text_or_none),
+        time=("occurred_at", parse_rfc3339),
+        key_prefix="evt_",
+    ),
     sample_event=sample_event,
     reconcile=Reconciling(
         settings=PaddleReconcile,

@@ -13,21 +13,14 @@ kept with the event but is not signed). Each payload holds exactly one event.
 
 from __future__ import annotations
 
-import json
 import secrets
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
     bounded_type,
-    checked_key,
-    object_at,
-    parse_json_object,
-    select_headers,
+    compact_json,
 )
 from hookd.providers.rfc3339 import parse_isoformat
 from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
@@ -35,20 +28,6 @@ from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 NAME = "pagerduty"
 SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
-
-
-# An entry without "=" or of another version is passed over, as PagerDuty says.
-SIGNATURE = HmacEntries("pagerduty-v1", SIGNATURE_HEADER, ",", "v1", strict=False)
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    event = object_at(parse_json_object(body), "event")
-    return Envelope(
-        dedupe_key=checked_key(event.get("id"), "event.id"),
-        type=bounded_type(event.get("event_type")),
-        occurred_at=parse_isoformat(event.get("occurred_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
 
 
 def pagerduty_headers(secret: str, body: bytes) -> dict[str, str]:
@@ -66,7 +45,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     """An ``incident.triggered`` event, signed as PagerDuty signs it."""
     occurred = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
     incident = f"Q{seq:06d}"
-    payload: dict[str, Any] = {
+    payload = {
         "event": {
             "id": "01" + secrets.token_hex(12).upper(),
             "event_type": "incident.triggered",
@@ -91,7 +70,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             },
         }
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return pagerduty_headers(secret, body), body
 
 
@@ -99,9 +78,21 @@ PROVIDER = Provider(
     name=NAME,
     # PagerDuty retries up to 5 attempts over about 20 minutes.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
-    envelope=envelope,
+    # An entry without "=" or of another version is passed over, as PagerDuty says.
+    scheme=HmacEntries(
+        "pagerduty-v1",
+        SIGNATURE_HEADER,
+        ",",
+        "v1",
+        strict=False,
+        parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
+    ),
+    envelope=JsonEnvelope(
+        key=("id", "event.id"),
+        type=("event_type", bounded_type),
+        time=("occurred_at", parse_isoformat),
+        inside="event",
+        kept=KEPT_HEADERS,
+    ),
     sample_event=sample_event,
 )

@@ -17,9 +17,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self, TypeVar
+from typing import Annotated, Any, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 # The keys that shape the schedule: listed after the provider's own (README, errors).
@@ -143,6 +150,22 @@ def event_names(value: tuple[str, ...]) -> tuple[str, ...]:
         if not EVENT_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not an event name (lower case, digits, _ and .)")
     return value
+
+
+# ``expect_events``: the events a registration must send, each name checked.
+EventNames = Annotated[tuple[str, ...], AfterValidator(event_names)]
+
+
+def matching(pattern: str, refusal: str) -> AfterValidator:
+    """A check of an optional text key: unset, or all of it matches ``pattern``; else
+    ``refusal``."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(pattern, value):
+            raise ValueError(refusal)
+        return value
+
+    return AfterValidator(check)
 
 
 def key_order(models: Sequence[type[ReconcileConfig]]) -> list[str]:

@@ -25,11 +25,9 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -43,18 +41,22 @@ from hookd.providers.base import (
     EcdsaP256Key,
     Envelope,
     HeaderMap,
+    JsonObject,
     Key,
     Provider,
-    SignedHeaders,
     Verified,
     bounded_type,
     checked_key,
+    compact_json,
     epoch_to_datetime,
-    one_header,
     parse_json_array,
     select_headers,
 )
-from hookd.providers.signatures import b64decode_strict, matching_public_key, parse_timestamp
+from hookd.providers.signatures import (
+    TimestampedSignature,
+    b64decode_strict,
+    match_ecdsa,
+)
 
 SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
 TIMESTAMP_HEADER = "x-twilio-email-event-webhook-timestamp"
@@ -108,27 +110,7 @@ def _signature(raw: str) -> bytes:
     return der
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    signature = _signature(one_header(headers, SIGNATURE_HEADER))
-    ts = parse_timestamp(raw_ts, now, tolerance_s)
-    # SendGrid signs the header's text followed by the raw body.
-    return SignedHeaders(timestamp=ts, prefix=raw_ts.encode(), signatures=(("ecdsa", signature),))
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    message = signed.prefix + body
-    algorithm = ec.ECDSA(hashes.SHA256())
-
-    def check(key: EcdsaP256Key, signature: bytes) -> None:
-        key.public_key.verify(signature, message, algorithm)
-
-    signatures = [signature for _, signature in signed.signatures]
-    index = matching_public_key(keys, EcdsaP256Key, signatures, check)
-    return Verified(SCHEME, index, signed.timestamp)
-
-
-def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
+def batch_key(events: list[JsonObject], body: bytes) -> str:
     """The SHA-256 of the batch's sorted distinct ``sg_event_id`` values, or of its body
     when an event has none."""
     ids: set[str] = set()
@@ -141,7 +123,7 @@ def batch_key(events: list[dict[str, Any]], body: bytes) -> str:
     return "events:" + hashlib.sha256(joined).hexdigest()
 
 
-def batch_type(events: list[dict[str, Any]]) -> str:
+def batch_type(events: list[JsonObject]) -> str:
     """The events' ``event`` when they all agree, else ``batch``."""
     kinds = {event.get("event") for event in events}
     if len(kinds) == 1:
@@ -151,7 +133,7 @@ def batch_type(events: list[dict[str, Any]]) -> str:
     return BATCH_TYPE
 
 
-def earliest(events: list[dict[str, Any]]) -> datetime | None:
+def earliest(events: list[JsonObject]) -> datetime | None:
     """When the batch's oldest event happened (its ``timestamp``, seconds)."""
     times = [t for t in (epoch_to_datetime(event.get("timestamp")) for event in events) if t]
     return min(times, default=None)
@@ -213,7 +195,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         }
         for event in ("processed", "delivered")
     ]
-    body = json.dumps(events, separators=(",", ":")).encode()
+    body = compact_json(events)
     return sendgrid_headers(secret, body, now), body
 
 
@@ -222,9 +204,16 @@ PROVIDER = Provider(
     name="sendgrid",
     # SendGrid retries for up to 24 hours after the event.
     redelivery_horizon_days=1,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    # SendGrid signs the timestamp header's text followed by the raw body.
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "ecdsa",
+        decode=_signature,
+        match=match_ecdsa,
+        parse_secret=parse_secret,
+    ),
     envelope=envelope,
     sample_event=sample_event,
     # The configured verification key is public: a sample needs the P-256 private key.

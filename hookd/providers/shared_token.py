@@ -16,13 +16,13 @@ from pydantic import field_validator
 from hookd.providers.base import Configurable, Provider
 from hookd.providers.generic import (
     Handshake,
+    HeaderName,
     SourceSettings,
     challenge_for,
     envelope_for,
-    header_name,
     sample_for,
 )
-from hookd.providers.signatures import SharedToken, plain_secret
+from hookd.providers.signatures import SharedToken
 
 NAME = "token"
 
@@ -30,12 +30,7 @@ NAME = "token"
 class TokenSettings(SourceSettings):
     """``[sources.verify]`` of a ``token`` source."""
 
-    header: str
-
-    @field_validator("header")
-    @classmethod
-    def _header(cls, value: str) -> str:
-        return header_name(value)
+    header: HeaderName
 
     @field_validator("handshake")
     @classmethod
@@ -50,17 +45,13 @@ class TokenSettings(SourceSettings):
 def bind(settings: TokenSettings) -> Provider:
     """The ``token`` provider as one source's settings make it."""
 
-    token = SharedToken(NAME, settings.header)
-
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         headers, body = sample_for(settings, seq, now)
         return {**headers, settings.header: secret}, body
 
     return Provider(
         name=NAME,
-        parse_secret=plain_secret,
-        check_headers=token.check_headers,
-        verify=token.verify,
+        scheme=SharedToken(NAME, settings.header),
         envelope=envelope_for(settings, ()),
         sample_event=sample_event,
         configurable=CONFIGURABLE,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.providers.base import (
     Envelope,
@@ -54,9 +53,6 @@ SAMPLE_API_VERSION = "2025-07"
 SAMPLE_SHOP = "hookd-test.myshopify.com"
 
 
-SIGNATURE = HmacHeader(SCHEME, SIGNATURE_HEADER, encoding="base64")
-
-
 def dedupe_key(headers: HeaderMap) -> str:
     """``{topic}:{X-Shopify-Event-Id}``, or the webhook id when there is no event id."""
     topic = checked_key(optional_header(headers, TOPIC_HEADER), "X-Shopify-Topic")
@@ -84,7 +80,7 @@ def shopify_hmac(secret: str, body: bytes) -> str:
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     created = datetime.fromtimestamp(now, UTC).isoformat()
     order_id = 820_982_911_946_154_508 + seq
-    payload: dict[str, Any] = {
+    payload = {
         "id": order_id,
         "admin_graphql_api_id": f"gid://shopify/Order/{order_id}",
         "name": f"#{1000 + seq}",
@@ -118,11 +114,14 @@ PROVIDER = Provider(
     name=NAME,
     # Shopify retries 8 times over 4 hours.
     redelivery_horizon_days=1,
-    parse_secret=hmac_secret(
-        "a Shopify client secret (the app's API secret key) must not be empty"
+    scheme=HmacHeader(
+        SCHEME,
+        SIGNATURE_HEADER,
+        encoding="base64",
+        parse_secret=hmac_secret(
+            "a Shopify client secret (the app's API secret key) must not be empty"
+        ),
     ),
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
     envelope=envelope,
     sample_event=sample_event,
 )

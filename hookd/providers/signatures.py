@@ -1,11 +1,13 @@
 """The signature toolkit: the shapes providers sign with, written once.
 
 A provider module says only what is its own (header names, what is signed, its scheme's
-name) and takes the rest from here. Four shapes are whole schemes, declared in a line
-(their ``check_headers`` and ``verify`` are the provider's): ``HmacHeader`` (one header,
-``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries`` (``t=…,v1=…,v1=…``),
-``TimestampedHmac`` (a timestamp header and a ``v0=<hex>`` one) and ``SharedToken`` (a
-secret sent as it is). Their parts serve a scheme of its own:
+name, its secret's refusal) and takes the rest from here. Four shapes are whole schemes
+(``hookd.providers.base.Scheme``), declared where the provider is: ``HmacHeader`` (one
+header, ``[prefix]<hex or base64 HMAC of the body>``), ``HmacEntries``
+(``t=…,v1=…,v1=…``), ``TimestampedSignature`` (a timestamp header and a signature
+header over the timestamp and the body: its timestamp reader, signature decoder and
+matcher are its fields) and ``SharedToken`` (a secret sent as it is). Their parts serve
+a scheme of its own (``hookd.providers.base.Handwritten``):
 
 - timestamps: ``parse_timestamp`` (whole seconds in a header) and ``check_window`` (any
   signed time against ``now ± tolerance_s``);
@@ -16,7 +18,7 @@ secret sent as it is). Their parts serve a scheme of its own:
   a valid one beside it);
 - matching, in constant time against every secret and candidate: ``matching_key`` (an
   HMAC of a message given as its parts), ``match_hmac`` (``prefix + body``, SHA-256),
-  ``matching_public_key`` and ``match_ed25519``;
+  ``matching_public_key``, ``match_ed25519`` and ``match_ecdsa`` (P-256, SHA-256);
 - secrets: ``hmac_secret`` (a ``parse_secret`` for a secret used as text, with the
   provider's refusal), ``plain_secret`` (any non-empty text);
 - signing, for samples and ``hookd send-test`` only: ``hmac_digest``,
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
@@ -215,6 +219,22 @@ def match_ed25519(
     return Verified(scheme, index, signed.timestamp)
 
 
+def match_ecdsa(
+    scheme: str, signed: SignedHeaders, body: bytes, keys: Sequence[Key], version: str
+) -> Verified:
+    """Verify any ``version`` signature of ``prefix + body`` against any ECDSA P-256
+    key (SHA-256)."""
+    message = signed.prefix + body
+    algorithm = ec.ECDSA(hashes.SHA256())
+
+    def check(key: EcdsaP256Key, signature: bytes) -> None:
+        key.public_key.verify(signature, message, algorithm)
+
+    signatures = [signature for ver, signature in signed.signatures if ver == version]
+    index = matching_public_key(keys, EcdsaP256Key, signatures, check)
+    return Verified(scheme, index, signed.timestamp)
+
+
 def hmac_secret(
     empty: str = "secret is empty", *, shape: re.Pattern[str] | None = None, unlike: str = ""
 ) -> Callable[[str], HmacKey]:
@@ -307,6 +327,7 @@ class HmacHeader:
     algorithm: Literal["sha1", "sha256", "sha512"] = "sha256"
     # Signed ahead of the body (Square: the notification URL).
     signed_prefix: bytes = b""
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw = after_prefix(one_header(headers, self.header), self.prefix)
@@ -336,6 +357,7 @@ class HmacEntries:
     timestamp: str | None = None
     signed_prefix: str = ""
     strict: bool = True
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         entries = named_entries(
@@ -352,28 +374,45 @@ class HmacEntries:
         return match_hmac(self.scheme, signed, body, keys, self.version)
 
 
+# (scheme, signed, body, keys, version) -> how the request verified: the ``version``
+# signatures of ``signed.prefix + body`` matched against the keys of their kind
+# (``match_hmac``, ``match_ed25519``), or ``bad_signature``.
+Match = Callable[[str, SignedHeaders, bytes, Sequence[Key], str], Verified]
+
+
 @dataclass(frozen=True, slots=True)
-class TimestampedHmac:
-    """A timestamp header (whole seconds) and a signature header holding ``prefix`` and
-    the lower-case hex HMAC-SHA256 of ``signed_prefix + body``, ``signed_prefix``
-    formatted with the checked timestamp (``{ts}``) or its text as received (``{raw}``):
-    Slack's and Zoom's ``v0=`` over ``v0:{timestamp}:{body}``."""
+class TimestampedSignature:
+    """A timestamp header and a signature header holding ``prefix`` and a signature of
+    ``signed_prefix + body``, ``signed_prefix`` formatted with the checked timestamp
+    (``{ts}``) or its text as received (``{raw}``, as most sign it): Slack's and Zoom's
+    ``v0=<hex HMAC-SHA256>`` over ``v0:{timestamp}:{body}``, Zendesk's base64 HMAC over
+    its ISO time and the body, Discord's ed25519 over the timestamp and the body.
+
+    ``read_timestamp`` checks the timestamp's text against the window (whole seconds by
+    default), ``decode`` the signature's (lower-case hex SHA-256 by default) and
+    ``match`` the signature against the keys (HMAC-SHA256 by default); ``version``
+    names the signature among ``SignedHeaders.signatures``."""
 
     scheme: str
     header: str
     timestamp_header: str
-    prefix: str
-    signed_prefix: str
+    version: str
+    prefix: str = ""
+    signed_prefix: str = "{raw}"
+    read_timestamp: Callable[[str, float, int], int] = parse_timestamp
+    decode: Callable[[str], bytes] = parse_hex_digest
+    match: Match = match_hmac
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         raw_ts = one_header(headers, self.timestamp_header)
-        signature = parse_hex_digest(after_prefix(one_header(headers, self.header), self.prefix))
-        ts = parse_timestamp(raw_ts, now, tolerance_s)
+        signature = self.decode(after_prefix(one_header(headers, self.header), self.prefix))
+        ts = self.read_timestamp(raw_ts, now, tolerance_s)
         signed = self.signed_prefix.format(ts=ts, raw=raw_ts).encode()
-        return SignedHeaders(ts, signed, ((self.prefix, signature),))
+        return SignedHeaders(ts, signed, ((self.version, signature),))
 
     def verify(self, signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-        return match_hmac(self.scheme, signed, body, keys, self.prefix)
+        return self.match(self.scheme, signed, body, keys, self.version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +423,7 @@ class SharedToken:
 
     scheme: str
     header: str
+    parse_secret: Callable[[str], Key] = plain_secret
 
     def check_headers(self, headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
         presented = one_header(headers, self.header).encode("utf-8", "surrogatepass")

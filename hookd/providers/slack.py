@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 from pydantic import Field
@@ -20,6 +20,7 @@ from hookd.providers.base import (
     BodySigner,
     Envelope,
     HeaderMap,
+    JsonObject,
     Provider,
     Reply,
     Verified,
@@ -30,7 +31,7 @@ from hookd.providers.base import (
     select_headers,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
-from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
+from hookd.providers.signatures import TimestampedSignature, hmac_sha256_hex
 
 SIGNATURE_HEADER = "x-slack-signature"
 TIMESTAMP_HEADER = "x-slack-request-timestamp"
@@ -73,15 +74,12 @@ HISTORY_SUBTYPES = frozenset(
 )
 
 
-SIGNATURE = TimestampedHmac("slack-v0", SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{ts}:")
-
-
 def message_key(team: str, channel: str, ts: str) -> str:
     """The dedupe key of a channel message, shared with reconciliation."""
     return f"msg:{team}:{channel}:{ts}"
 
 
-def is_history_message(event: dict[str, Any]) -> bool:
+def is_history_message(event: Mapping[str, object]) -> bool:
     if event.get("type") != "message":
         return False
     subtype = event.get("subtype")
@@ -123,7 +121,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     )
 
 
-def _callback_key(payload: dict[str, Any], event: dict[str, Any]) -> str:
+def _callback_key(payload: JsonObject, event: JsonObject) -> str:
     """A channel message's key (``message_key``), any other callback's ``event_id``."""
     if is_history_message(event):
         team_id = payload.get("team_id") or event.get("team")
@@ -170,7 +168,7 @@ def slack_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     unique = uuid.uuid4()
-    payload: dict[str, Any] = {
+    payload = {
         "type": "event_callback",
         "team_id": "T0HOOKD",
         "api_app_id": "A0HOOKD",
@@ -218,9 +216,14 @@ PROVIDER = Provider(
     # Slack retries three times within minutes; conversations.history reaches as far back
     # as the source's lookback_s, which the retention check adds.
     redelivery_horizon_days=1,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
+    scheme=TimestampedSignature(
+        "slack-v0",
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "v0=",
+        prefix="v0=",
+        signed_prefix="v0:{ts}:",
+    ),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("event", "type")),

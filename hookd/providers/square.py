@@ -12,21 +12,16 @@ header is not accepted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import uuid
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
 from hookd.providers.base import (
-    Envelope,
-    HeaderMap,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
-    parse_json_object,
-    select_headers,
+    compact_json,
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
@@ -51,16 +46,6 @@ SQUARE_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 EXAMPLE_URL = "https://hookd.example/hooks/square"
 
 
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    return Envelope(
-        dedupe_key=checked_key(payload.get("event_id"), "event_id"),
-        type=text_or_none(payload.get("type")),
-        occurred_at=parse_rfc3339(payload.get("created_at")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
-
-
 def square_signature(secret: str, url: str, body: bytes) -> str:
     """The header value Square sends with ``body`` posted to ``url``."""
     return hmac_b64(secret.encode("utf-8"), url.encode("utf-8"), body)
@@ -68,14 +53,11 @@ def square_signature(secret: str, url: str, body: bytes) -> str:
 
 def bind(url: str) -> Provider:
     """The Square provider for a source whose notification URL is ``url``."""
-    signature = HmacHeader(
-        SCHEME, SIGNATURE_HEADER, encoding="base64", signed_prefix=url.encode("utf-8")
-    )
 
     def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
         payment_id = uuid.uuid4().hex[:22].upper()
         when = utc_z(now)
-        payload: dict[str, Any] = {
+        payload = {
             "merchant_id": "MLEFBHHSJGVHD",
             "type": "payment.updated",
             "event_id": str(uuid.uuid4()),
@@ -98,7 +80,7 @@ def bind(url: str) -> Provider:
                 },
             },
         }
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = compact_json(payload)
         headers = {
             "x-square-hmacsha256-signature": square_signature(secret, url, body),
             "square-environment": "Sandbox",
@@ -110,14 +92,23 @@ def bind(url: str) -> Provider:
 
     return Provider(
         name=NAME,
-        parse_secret=hmac_secret(
-            shape=PRINTABLE_WORD,
-            unlike="a Square signature key is the subscription's Signature Key: printable "
-            "ASCII without spaces",
+        scheme=HmacHeader(
+            SCHEME,
+            SIGNATURE_HEADER,
+            encoding="base64",
+            signed_prefix=url.encode("utf-8"),
+            parse_secret=hmac_secret(
+                shape=PRINTABLE_WORD,
+                unlike="a Square signature key is the subscription's Signature Key: printable "
+                "ASCII without spaces",
+            ),
         ),
-        check_headers=signature.check_headers,
-        verify=signature.verify,
-        envelope=envelope,
+        envelope=JsonEnvelope(
+            key=("event_id", "event_id"),
+            type=("type", text_or_none),
+            time=("created_at", parse_rfc3339),
+            kept=KEPT_HEADERS,
+        ),
         sample_event=sample_event,
     )
 

@@ -32,6 +32,7 @@ from hookd.providers.base import (
     BodySigner,
     Ed25519Key,
     Envelope,
+    Handwritten,
     HeaderMap,
     HmacKey,
     Key,
@@ -207,9 +208,7 @@ PROVIDER = Provider(
     name="standard",
     # Svix's retry schedule ends about 27.6 hours after the first attempt.
     redelivery_horizon_days=2,
-    parse_secret=parse_secret,
-    check_headers=check_headers,
-    verify=verify,
+    scheme=Handwritten(parse_secret, check_headers, verify),
     envelope=envelope,
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),

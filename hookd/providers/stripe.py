@@ -7,30 +7,21 @@ Unlike Stripe's SDK, a timestamp too far in the future is refused as well.
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from typing import Any
+from typing import Annotated
 
-from pydantic import field_validator
-
-from hookd.errors import PayloadError
 from hookd.providers.base import (
     BodySigner,
-    Envelope,
-    HeaderMap,
     HmacKey,
+    JsonEnvelope,
     Provider,
-    Verified,
-    checked_key,
     epoch_to_datetime,
-    parse_json_object,
-    select_headers,
+    string_or_none,
 )
-from hookd.providers.reconciling import ReconcileConfig, Reconciling, event_names
+from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling, matching
 from hookd.providers.signatures import HmacEntries, hmac_sha256_hex
 
 SIGNATURE_HEADER = "stripe-signature"
-KEPT_HEADERS = ("content-type", "user-agent")
 
 
 def parse_secret(raw: str) -> HmacKey:
@@ -40,27 +31,6 @@ def parse_secret(raw: str) -> HmacKey:
     return HmacKey(raw.encode("utf-8"))
 
 
-# Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
-# that is no digest at all, as HmacEntries does.
-SIGNATURE = HmacEntries(
-    "stripe-v1", SIGNATURE_HEADER, ",", "v1", timestamp="t", signed_prefix="{ts}."
-)
-
-
-def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
-    payload = parse_json_object(body)
-    event_id = checked_key(payload.get("id"), "event id")
-    if not event_id.startswith("evt_"):
-        raise PayloadError("malformed_payload", "event id does not start with evt_")
-    kind = payload.get("type")
-    return Envelope(
-        dedupe_key=event_id,
-        type=kind if isinstance(kind, str) else None,
-        occurred_at=epoch_to_datetime(payload.get("created")),
-        headers=select_headers(headers, KEPT_HEADERS),
-    )
-
-
 def stripe_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
     """The headers Stripe sends with ``body`` at ``now``, signed with ``secret``."""
     signature = hmac_sha256_hex(secret.encode(), f"{now}.".encode() + body)
@@ -68,7 +38,7 @@ def stripe_headers(secret: str, body: bytes, now: int) -> dict[str, str]:
 
 
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
-    payload: dict[str, Any] = {
+    payload = {
         "id": f"evt_test_{uuid.uuid4().hex[:24]}",
         "object": "event",
         "type": "payment_intent.succeeded",
@@ -89,41 +59,40 @@ class StripeReconcile(ReconcileConfig):
     check (each run, `hookd sources check`) compares the webhook endpoint with."""
 
     # The endpoint ("we_…"); without it, the one whose url is the source's public_url.
-    webhook_endpoint: str | None = None
+    webhook_endpoint: Annotated[
+        str | None, matching(r"we_[A-Za-z0-9]{1,64}", 'must be a webhook endpoint ID ("we_…")')
+    ] = None
     # Event types the endpoint must send (one enabled for "*" sends them all).
-    expect_events: tuple[str, ...] = ()
+    expect_events: EventNames = ()
     # The API version the endpoint must render events in ("2024-06-20").
-    expect_api_version: str | None = None
+    expect_api_version: Annotated[
+        str | None,
+        matching(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?", 'must be a Stripe API version ("2024-06-20")'),
+    ] = None
     check_registration: bool = True
-
-    @field_validator("webhook_endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"we_[A-Za-z0-9]{1,64}", value):
-            raise ValueError('must be a webhook endpoint ID ("we_…")')
-        return value
-
-    @field_validator("expect_events")
-    @classmethod
-    def _events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return event_names(value)
-
-    @field_validator("expect_api_version")
-    @classmethod
-    def _version(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(\.[a-z]+)?", value):
-            raise ValueError('must be a Stripe API version ("2024-06-20")')
-        return value
 
 
 PROVIDER = Provider(
     name="stripe",
     # Stripe retries for up to 3 days; its events API lists events for 30 days.
     redelivery_horizon_days=30,
-    parse_secret=parse_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=SIGNATURE.verify,
-    envelope=envelope,
+    # Stripe's Python SDK compares each v1 entry with the expected hex, passing over one
+    # that is no digest at all, as HmacEntries does.
+    scheme=HmacEntries(
+        "stripe-v1",
+        SIGNATURE_HEADER,
+        ",",
+        "v1",
+        timestamp="t",
+        signed_prefix="{ts}.",
+        parse_secret=parse_secret,
+    ),
+    envelope=JsonEnvelope(
+        key=("id", "event id"),
+        type=("type", string_or_none),
+        time=("created", epoch_to_datetime),
+        key_prefix="evt_",
+    ),
     sample_event=sample_event,
     body_signer=BodySigner(sign_body, type_path=("type",)),
     # A token is all Stripe's events API needs; its own keys are the registration check's.

@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import partial
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -193,9 +193,11 @@ def bind(public_url: str) -> Provider:
         name=NAME,
         # Twilio retries a failed request within seconds (connection overrides).
         redelivery_horizon_days=1,
-        parse_secret=hmac_secret("a Twilio auth token (or webhook shared key secret) is empty"),
-        check_headers=check_headers,
-        verify=verify,
+        scheme=Handwritten(
+            hmac_secret("a Twilio auth token (or webhook shared key secret) is empty"),
+            check_headers,
+            verify,
+        ),
         envelope=envelope,
         sample_event=partial(sample_for, public_url),
         with_public_url=bind,
@@ -248,7 +250,7 @@ def _json_envelope(body: bytes, kept: dict[str, str]) -> Envelope:
     """A JSON body (Event Streams sinks send arrays of CloudEvents): keyed by the body's
     digest, the same ``bodySHA256`` Twilio signed."""
     try:
-        value: Any = loads_utf8(body)
+        value = loads_utf8(body)
     except ValueError:
         raise PayloadError("malformed_payload", "body is not a UTF-8 JSON document") from None
     items = value if isinstance(value, list) else [value]

@@ -16,29 +16,30 @@ shares (the invocations API lists attempts under it).
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
-    Key,
+    JsonObject,
     Provider,
-    SignedHeaders,
     Verified,
     checked_key,
+    compact_json,
     loads_utf8,
-    one_header,
     optional_header,
     select_headers,
 )
 from hookd.providers.rfc3339 import parse_rfc3339, parse_utc_timestamp
-from hookd.providers.signatures import hmac_b64, hmac_secret, match_hmac, parse_b64_digest
+from hookd.providers.signatures import (
+    TimestampedSignature,
+    hmac_b64,
+    hmac_secret,
+    parse_b64_digest,
+)
 
 NAME = "zendesk"
 SCHEME = "zendesk-sha256"
@@ -58,23 +59,9 @@ EVENT_TYPE_PREFIX = "zen:event-type:"
 SECRET_RE = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}", re.ASCII)
 
 
-def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
-    raw_ts = one_header(headers, TIMESTAMP_HEADER)
-    digest = parse_b64_digest(one_header(headers, SIGNATURE_HEADER))
-    ts = parse_utc_timestamp(raw_ts, now, tolerance_s)
-    # The timestamp is signed as the text it arrived as.
-    return SignedHeaders(
-        timestamp=ts, prefix=raw_ts.encode("ascii"), signatures=(("sha256", digest),)
-    )
-
-
-def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
-    return match_hmac(SCHEME, signed, body, keys, "sha256")
-
-
-def zendesk_event(body: bytes) -> dict[str, Any] | None:
-    """The body as a Zendesk event (``type`` ``zen:event-type:…`` and an ``id``), or
-    None for any other payload (a trigger's own JSON, XML, a form)."""
+def zendesk_event(body: bytes) -> tuple[str, JsonObject] | None:
+    """The body as a Zendesk event: its ``type`` (``zen:event-type:…``) and the event,
+    which has an ``id``; None for any other payload (a trigger's own JSON, XML, a form)."""
     try:
         payload = loads_utf8(body)
     except ValueError:
@@ -83,7 +70,7 @@ def zendesk_event(body: bytes) -> dict[str, Any] | None:
         return None
     kind = payload.get("type")
     if isinstance(kind, str) and kind.startswith(EVENT_TYPE_PREFIX) and "id" in payload:
-        return payload
+        return kind, payload
     return None
 
 
@@ -91,10 +78,11 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
     kept = select_headers(headers, KEPT_HEADERS)
     event = zendesk_event(body)
     if event is not None:
+        kind, fields = event
         return Envelope(
-            dedupe_key=checked_key(event.get("id"), "event id"),
-            type=event["type"],
-            occurred_at=parse_rfc3339(event.get("time")),
+            dedupe_key=checked_key(fields.get("id"), "event id"),
+            type=kind,
+            occurred_at=parse_rfc3339(fields.get("time")),
             headers=kept,
         )
     invocation = optional_header(headers, INVOCATION_HEADER)
@@ -138,7 +126,7 @@ def zendesk_headers(
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     when = iso_z(now)
     user_id = str(6596848315900 + seq)
-    payload: dict[str, Any] = {
+    payload = {
         "type": "zen:event-type:user.active_changed",
         "account_id": 12514403,
         "id": str(uuid.uuid4()),
@@ -157,7 +145,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
         },
         "event": {"current": False, "previous": True},
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     invocation = str(uuid.uuid4().int % 10**10)
     headers = zendesk_headers(
         secret, body, now, webhook_id="01F1KRFQ6BG29CNWFR60NK5FNY", invocation_id=invocation
@@ -169,13 +157,20 @@ PROVIDER = Provider(
     name=NAME,
     # Zendesk does not document a retry window: hookd's default.
     redelivery_horizon_days=3,
-    parse_secret=hmac_secret(
-        shape=SECRET_RE,
-        unlike="a Zendesk signing secret is the base64 text the webhook shows "
-        "(at least 16 characters, no spaces)",
+    # The timestamp is signed as the text it arrived as.
+    scheme=TimestampedSignature(
+        SCHEME,
+        SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
+        "sha256",
+        read_timestamp=parse_utc_timestamp,
+        decode=parse_b64_digest,
+        parse_secret=hmac_secret(
+            shape=SECRET_RE,
+            unlike="a Zendesk signing secret is the base64 text the webhook shows "
+            "(at least 16 characters, no spaces)",
+        ),
     ),
-    check_headers=check_headers,
-    verify=verify,
     envelope=envelope,
     sample_event=sample_event,
 )

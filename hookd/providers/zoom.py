@@ -22,24 +22,26 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     HmacKey,
+    JsonObject,
     Key,
     Provider,
     Reply,
     SignedHeaders,
     Verified,
     checked_key,
+    compact_json,
     epoch_to_datetime,
     parse_json_object,
     select_headers,
 )
-from hookd.providers.signatures import TimestampedHmac, hmac_sha256_hex, plain_secret
+from hookd.providers.signatures import TimestampedSignature, hmac_sha256_hex, plain_secret
 
 SIGNATURE_HEADER = "x-zm-signature"
 TIMESTAMP_HEADER = "x-zm-request-timestamp"
@@ -58,10 +60,12 @@ class ZoomVerified(Verified):
 
 
 # The timestamp is signed as the text it arrived as.
-SIGNATURE = TimestampedHmac(SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", "v0:{raw}:")
+SIGNATURE = TimestampedSignature(
+    SCHEME, SIGNATURE_HEADER, TIMESTAMP_HEADER, "v0=", prefix="v0=", signed_prefix="v0:{raw}:"
+)
 
 
-def _plain_token(payload: dict[str, Any]) -> str:
+def _plain_token(payload: JsonObject) -> str:
     inner = payload.get("payload")
     token = inner.get("plainToken") if isinstance(inner, dict) else None
     if not isinstance(token, str) or not token or len(token) > MAX_PLAIN_TOKEN_CHARS:
@@ -97,7 +101,7 @@ def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
     return ZoomVerified(verified.scheme, verified.key_index, verified.timestamp, answer)
 
 
-def event_key(event: str, payload: dict[str, Any], body: bytes) -> str:
+def event_key(event: str, payload: JsonObject, body: bytes) -> str:
     """``{event}:{event_ts}:{sha256 of the canonical payload}``, see the module's notes."""
     event_ts = payload.get("event_ts")
     if isinstance(event_ts, bool) or not isinstance(event_ts, int):
@@ -159,7 +163,7 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
             },
         },
     }
-    body = json.dumps(payload, separators=(",", ":")).encode()
+    body = compact_json(payload)
     return zoom_headers(secret, body, now), body
 
 
@@ -168,9 +172,7 @@ PROVIDER = Provider(
     name="zoom",
     # Zoom retries three times, the last about 85 minutes after the first.
     redelivery_horizon_days=1,
-    parse_secret=plain_secret,
-    check_headers=SIGNATURE.check_headers,
-    verify=verify,
+    scheme=Handwritten(plain_secret, SIGNATURE.check_headers, verify),
     envelope=envelope,
     sample_event=sample_event,
     # "Your endpoint must respond with either a 200 or 204 HTTP status code": Zoom

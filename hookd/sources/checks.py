@@ -183,8 +183,7 @@ def adapter_of(path: Path, label: str, config: SourceConfig) -> Provider:
         # declares (its horizon, list API, answers, handshakes) stays as registered.
         return dataclasses.replace(
             provider,
-            check_headers=bound.check_headers,
-            verify=bound.verify,
+            scheme=bound.scheme,
             envelope=bound.envelope,
             sample_event=bound.sample_event,
         )

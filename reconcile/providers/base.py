@@ -7,15 +7,27 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from hookd.providers.base import compact_json
+from hookd.providers.reconciling import ReconcileConfig
 from hookd.sources import Source
 from reconcile.http import Api
 from store.intake.events import NewEvent
 from store.reconcile.audit import Acked
 from store.status import EventOrigin
+
+ConfigT = TypeVar("ConfigT", bound=ReconcileConfig)
+
+
+def settings_of(source: Source, model: type[ConfigT]) -> ConfigT:
+    """The source's ``[sources.reconcile]`` table as its provider's model (the loader
+    validated it with that model)."""
+    rc = source.config.reconcile
+    assert isinstance(rc, model)
+    return rc
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +231,30 @@ class ListAdapter(ABC):
     @abstractmethod
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         """The event to store for a missing item (may call the API)."""
+
+    def stored_json(
+        self,
+        item: Item,
+        document: object,
+        *,
+        type_: str | None,
+        occurred: float | None,
+        how: str,
+        received_at: datetime,
+    ) -> NewEvent:
+        """The event ``item`` names, its body ``document`` as compact JSON: for an API
+        that lists an event as the JSON its webhook carries."""
+        return reconciled(
+            source=self.source.name,
+            provider=self.source.provider,
+            key=item.key,
+            type_=type_,
+            occurred=occurred,
+            headers={"content-type": "application/json"},
+            body=compact_json(document),
+            how=how,
+            received_at=received_at,
+        )
 
     async def redeliver(self, item: Item) -> None:
         """Ask the provider to send the webhook again (when ``redelivers``)."""

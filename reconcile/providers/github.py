@@ -42,6 +42,7 @@ from reconcile.providers.base import (
     is_2xx,
     reconciled,
     same_url,
+    settings_of,
     shown_url,
 )
 from store.intake.events import NewEvent
@@ -98,9 +99,7 @@ def app_jwt(app_id: int, private_key_pem: str, now: float | None = None) -> str:
 
 
 def settings(source: Source) -> GitHubReconcile:
-    rc = source.config.reconcile
-    assert isinstance(rc, GitHubReconcile)
-    return rc
+    return settings_of(source, GitHubReconcile)
 
 
 def _epoch(iso: str) -> float:

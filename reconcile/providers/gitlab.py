@@ -43,7 +43,7 @@ from hookd.providers.gitlab import occurred_at as payload_time
 from hookd.providers.rfc3339 import epoch
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled
+from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled, settings_of
 from store.intake.events import NewEvent
 from store.reconcile.audit import Acked
 
@@ -68,9 +68,7 @@ class HookEvent(TypedDict, total=False):
 
 
 def settings(source: Source) -> GitLabReconcile:
-    rc = source.config.reconcile
-    assert isinstance(rc, GitLabReconcile)
-    return rc
+    return settings_of(source, GitLabReconcile)
 
 
 def hook_events_url(source: Source) -> str:

@@ -19,17 +19,17 @@ audit.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
+from hookd.providers.base import text_or_none
 from hookd.providers.paddle import PaddleReconcile
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, reconciled
+from reconcile.providers.base import Item, ListAdapter, settings_of
 from store.intake.events import NewEvent
 from store.reconcile.audit import Acked
 
@@ -77,9 +77,7 @@ class NotificationList(TypedDict):
 
 
 def settings(source: Source) -> PaddleReconcile:
-    rc = source.config.reconcile
-    assert isinstance(rc, PaddleReconcile)
-    return rc
+    return settings_of(source, PaddleReconcile)
 
 
 class PaddleAdapter(ListAdapter):
@@ -148,16 +146,12 @@ class PaddleAdapter(ListAdapter):
         # Listed, its payload is an object: it named the event's id.
         found = (item.obj or {}).get("payload")
         payload = found if isinstance(found, dict) else {}
-        kind = payload.get("event_type")
         occurred = parse_rfc3339(payload.get("occurred_at"))
-        return reconciled(
-            source=self.source.name,
-            provider="paddle",
-            key=item.key,
-            type_=kind if isinstance(kind, str) and kind else None,
+        return self.stored_json(
+            item,
+            payload,
+            type_=text_or_none(payload.get("event_type")),
             occurred=None if occurred is None else occurred.timestamp(),
-            headers={"content-type": "application/json"},
-            body=json.dumps(payload, separators=(",", ":")).encode(),
             how=f"reconcile:paddle-api;notification={item.ref}",
             received_at=received_at,
         )

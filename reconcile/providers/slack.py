@@ -6,7 +6,6 @@ messages): requests are paced to ``requests_per_minute`` on our side."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import TypedDict
@@ -15,7 +14,7 @@ from hookd.errors import AuthFailure, ReconcileError
 from hookd.providers.slack import SlackReconcile, is_history_message, message_key
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, reconciled
+from reconcile.providers.base import Item, ListAdapter, settings_of
 from store.intake.events import NewEvent
 
 AUTH_ERRORS = frozenset(
@@ -43,9 +42,7 @@ class SlackAnswer(TypedDict, total=False):
 
 
 def settings(source: Source) -> SlackReconcile:
-    rc = source.config.reconcile
-    assert isinstance(rc, SlackReconcile)
-    return rc
+    return settings_of(source, SlackReconcile)
 
 
 class SlackAdapter(ListAdapter):
@@ -116,14 +113,11 @@ class SlackAdapter(ListAdapter):
             "event": {**message, "event_ts": message.get("ts")},
             "hookd_reconciled": True,
         }
-        return reconciled(
-            source=self.source.name,
-            provider="slack",
-            key=item.key,
+        return self.stored_json(
+            item,
+            body,
             type_="message",
             occurred=item.time,
-            headers={"content-type": "application/json"},
-            body=json.dumps(body, separators=(",", ":")).encode(),
             how="reconcile:slack-api",
             received_at=received_at,
         )

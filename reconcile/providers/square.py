@@ -13,17 +13,17 @@ again: a missing event is always stored from the list.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
 from hookd.errors import ReconcileError
+from hookd.providers.base import text_or_none
 from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
 from hookd.providers.square import SquareReconcile
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, reconciled
+from reconcile.providers.base import Item, ListAdapter, settings_of
 from store.intake.events import NewEvent
 
 RETENTION_S = 28 * 86_400
@@ -76,9 +76,7 @@ class SearchAnswer(TypedDict, total=False):
 
 
 def settings(source: Source) -> SquareReconcile:
-    rc = source.config.reconcile
-    assert isinstance(rc, SquareReconcile)
-    return rc
+    return settings_of(source, SquareReconcile)
 
 
 class SquareAdapter(ListAdapter):
@@ -133,16 +131,12 @@ class SquareAdapter(ListAdapter):
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         event = item.obj or {}
-        kind = event.get("type")
         occurred = parse_rfc3339(event.get("created_at"))
-        return reconciled(
-            source=self.source.name,
-            provider="square",
-            key=item.key,
-            type_=kind if isinstance(kind, str) and kind else None,
+        return self.stored_json(
+            item,
+            event,
+            type_=text_or_none(event.get("type")),
             occurred=None if occurred is None else occurred.timestamp(),
-            headers={"content-type": "application/json"},
-            body=json.dumps(event, separators=(",", ":")).encode(),
             how="reconcile:square-api",
             received_at=received_at,
         )

@@ -12,13 +12,13 @@ destinations' ``types`` filters take (``invoice.*`` needs an ``invoice.`` event)
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any, TypedDict
 
+from hookd.providers.base import string_or_none
 from hookd.providers.stripe import StripeReconcile
 from hookd.sources import Source, api_url
 from reconcile.http import Api
@@ -27,8 +27,8 @@ from reconcile.providers.base import (
     ListAdapter,
     Registration,
     events_drift,
-    reconciled,
     same_url,
+    settings_of,
     shown_url,
 )
 from store.intake.events import NewEvent
@@ -75,9 +75,7 @@ class StripeAdapter(ListAdapter):
     def __init__(self, source: Source, api: Api, meta: Mapping[str, str], now: float) -> None:
         super().__init__(source, api, meta, now)
         self._url = f"{api_url(source.config)}/v1/events"
-        rc = source.config.reconcile
-        assert isinstance(rc, StripeReconcile)
-        self._settings = rc
+        self._settings = settings_of(source, StripeReconcile)
         self._oldest_allowed = now - RETENTION_S + 60
 
     @staticmethod
@@ -105,15 +103,11 @@ class StripeAdapter(ListAdapter):
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         obj = item.obj or {}
-        kind = obj.get("type")
-        return reconciled(
-            source=self.source.name,
-            provider="stripe",
-            key=item.key,
-            type_=kind if isinstance(kind, str) else None,
+        return self.stored_json(
+            item,
+            obj,
+            type_=string_or_none(obj.get("type")),
             occurred=item.time,
-            headers={"content-type": "application/json"},
-            body=json.dumps(obj, separators=(",", ":")).encode(),
             how="reconcile:stripe-api",
             received_at=received_at,
         )
@@ -167,8 +161,7 @@ def endpoint_registration(source: Source, endpoint: WebhookEndpoint) -> Registra
     """A webhook endpoint object (``GET /v1/webhook_endpoints/{id}``) against the
     source's ``public_url``, ``expect_events`` (without it, the types its handlers
     and destinations take) and ``expect_api_version``."""
-    rc = source.config.reconcile
-    assert isinstance(rc, StripeReconcile)
+    rc = settings_of(source, StripeReconcile)
     url, status = endpoint.get("url"), endpoint.get("status")
     events = list(endpoint.get("enabled_events") or [])
     version = endpoint.get("api_version")

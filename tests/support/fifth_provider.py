@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from hookd.providers.base import (
     Envelope,
+    Handwritten,
     HeaderMap,
     Key,
     Provider,
@@ -105,9 +106,7 @@ class FifthReconcile(ReconcileConfig):
 
 PROVIDER = Provider(
     name=NAME,
-    parse_secret=plain_secret,
-    check_headers=check_headers,
-    verify=verify,
+    scheme=Handwritten(plain_secret, check_headers, verify),
     envelope=envelope,
     sample_event=sample_event,
     reconcile=Reconciling(

@@ -23,7 +23,7 @@ from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, RunOps, SourceOps
 from hookd.ops.watch import WatchOps
 from hookd.runtime.lifecycle import Adapted, Service, running
-from hookd.runtime.operations import OperationSchedule, operations_of
+from hookd.runtime.operations import scheduled_operations
 from hookd.runtime.prune import PruneSchedule
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
@@ -158,7 +158,7 @@ def create_app(
     scheduled = settings.reconcile_schedule and not processing.waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
     # Bulk operations asked for here start here at once; any process may resume them.
-    operations = operations_of(settings, engine, sources, events)
+    operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its
     # grace for the events it runs; the schedules first of all.
@@ -175,7 +175,7 @@ def create_app(
         late_notes,
         committer,
         Adapted(receiver.deadlines.stop, receiver.deadlines.start),
-        OperationSchedule(operations),
+        operation_schedule,
         # Every receiver process keeps it; a lease in the database lets one prune at a time.
         PruneSchedule(engine, sources, settings.prune_every_s),
     ]

@@ -21,7 +21,7 @@ from hookd.sources import Sources
 from hookd.timefmt import iso_z, iso_z_or_none
 
 if TYPE_CHECKING:
-    from store.keys import Rotated
+    from hookd.ops.maintenance import KeysRotated
 
 # How far ahead of this machine's clock `hookd prune --as-of` may be: another
 # machine's "now", a few seconds off.
@@ -47,8 +47,8 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
     """Exit status 0: every stored body is under the first key; 1: bodies no key
     opens were skipped (or, with ``--stop-on-error``, the rotation stopped at one)."""
+    from hookd.ops.maintenance import MaintenanceOps
     from store.crypto import BodyCipher
-    from store.keys import BodyUnopened, rotate_bodies
 
     cipher = BodyCipher(settings.encryption_keys)
     if not cipher.enabled:
@@ -56,21 +56,23 @@ async def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
             "environment: HOOKD_ENCRYPTION_KEYS: set the new key first, followed by the old ones"
         )
     async with database(settings) as engine:
-        try:
-            done = await rotate_bodies(engine, cipher, stop_on_error=args.stop_on_error)
-        except BodyUnopened as stop:
-            print(
-                f"hookd: keys rotate: event {stop.event_id}: no key in HOOKD_ENCRYPTION_KEYS "
-                f"opens its body; stopped there ({_rotated(stop.done)} before it); add the "
-                "key it was stored with and run again, or run without --stop-on-error to "
-                'skip such bodies (docs/operations.md, "Encryption keys")',
-                file=sys.stderr,
-            )
-            return EXIT_FAIL
+        rotation = await MaintenanceOps(engine).rotate_keys(
+            cipher, stop_on_error=args.stop_on_error
+        )
+    if rotation.stopped_at is not None:
+        print(
+            f"hookd: keys rotate: event {rotation.stopped_at}: no key in HOOKD_ENCRYPTION_KEYS "
+            f"opens its body; stopped there ({_rotated(rotation)} before it); add the "
+            "key it was stored with and run again, or run without --stop-on-error to "
+            'skip such bodies (docs/operations.md, "Encryption keys")',
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
+    done = rotation.done
     if not done.unopened:
-        print(f"hookd: {_rotated(done)}; the other keys can now be removed")
+        print(f"hookd: {_rotated(rotation)}; the other keys can now be removed")
         return EXIT_OK
-    print(f"hookd: {_rotated(done)}")
+    print(f"hookd: {_rotated(rotation)}")
     ids = ", ".join(done.unopened_ids)
     more = done.unopened - len(done.unopened_ids)
     if more:
@@ -86,7 +88,8 @@ async def cmd_keys_rotate(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_FAIL
 
 
-def _rotated(done: Rotated) -> str:
+def _rotated(rotation: KeysRotated) -> str:
+    done = rotation.done
     return (
         f"{done.reencrypted} bodies re-encrypted, {done.encrypted} plain bodies encrypted "
         "with the first key"
@@ -97,8 +100,8 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
     """``hookd prune``: one pass of the retention policy, stopped cleanly (between two
     batches, its lease given back) by SIGTERM or SIGINT."""
     from hookd.ops import prune_sources
+    from hookd.ops.maintenance import MaintenanceOps
     from store.ids import worker_id
-    from store.retention import lease as prune_lease
 
     as_of = _as_of(args)
     if args.source is not None and sources.get(args.source) is None:
@@ -125,7 +128,7 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
                 stop=stop,
             )
             if done.lease_held:
-                owner, until = await prune_lease.lease_holder(engine)
+                owner, until = await MaintenanceOps(engine).prune_lease_holder()
                 print(
                     f"hookd: prune: another process is pruning ({owner}, its lease runs "
                     f"until {iso_z_or_none(until)}); nothing done",

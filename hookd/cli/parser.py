@@ -79,6 +79,17 @@ def listen_port(settings: Settings, option: str) -> int:
         ) from None
 
 
+def _exit_statuses(*meanings: tuple[int, str]) -> str:
+    """A command's help epilog: what each of its exit statuses means."""
+    return "exit status:\n" + "\n".join(f"  {code}  {said}" for code, said in meanings)
+
+
+def _add_json(parser: argparse.ArgumentParser, per: str | None = None) -> None:
+    """``--json``: a list as JSON Lines, one object ``per`` item; else one object."""
+    said = f"print JSON Lines: one JSON object per {per}" if per else "print one JSON object"
+    parser.add_argument("--json", action="store_true", help=said)
+
+
 # What each command's ``add_*`` function adds its parser to.
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -130,13 +141,12 @@ def add_wait(sub: SubParsers) -> None:
         help="wait for an existing event to finish; never resubmits",
         description="Wait for an existing event to finish; never resubmits.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "exit status:\n"
-            f"  {EXIT_OK}  the event was processed (or superseded by a newer one of its object)\n"
-            f"  {EXIT_WAIT_DEAD}  the event is dead: its handlers failed and gave up\n"
-            f"  {EXIT_USAGE}  usage or configuration error\n"
-            f"  {EXIT_WAIT_TIMEOUT}  not done when --timeout passed\n"
-            f"  {EXIT_WAIT_UNKNOWN}  no such event"
+        epilog=_exit_statuses(
+            (EXIT_OK, "the event was processed (or superseded by a newer one of its object)"),
+            (EXIT_WAIT_DEAD, "the event is dead: its handlers failed and gave up"),
+            (EXIT_USAGE, "usage or configuration error"),
+            (EXIT_WAIT_TIMEOUT, "not done when --timeout passed"),
+            (EXIT_WAIT_UNKNOWN, "no such event"),
         ),
     )
     wait.add_argument("id", metavar="EVENT_ID")
@@ -172,9 +182,7 @@ def add_sources(sub: SubParsers) -> None:
     src = sub.add_parser("sources", help="configured sources and their reconciliation state")
     srcsub = src.add_subparsers(dest="sources_command", required=True, metavar="ACTION")
     src_list = srcsub.add_parser("list", help="sources, reconcile state, counts")
-    src_list.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
-    )
+    _add_json(src_list, per="source")
     src_enable = srcsub.add_parser(
         "enable", help="re-enable reconciliation (after auth failures, or a disable)"
     )
@@ -201,12 +209,10 @@ def add_events(sub: SubParsers) -> None:
     ev_list.add_argument(
         "--limit", type=positive_int, default=50, help="most events to show (default: %(default)s)"
     )
-    ev_list.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per event"
-    )
+    _add_json(ev_list, per="event")
     ev_show = evsub.add_parser("show", help="one event")
     ev_show.add_argument("id", metavar="EVENT_ID")
-    ev_show.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_json(ev_show)
     ev_show.add_argument("--body", action="store_true", help="also print the stored body")
 
 
@@ -310,30 +316,47 @@ def add_operations(sub: SubParsers) -> None:
     ops_list.add_argument(
         "--limit", type=positive_int, default=50, help="most to show (default: %(default)s)"
     )
-    ops_list.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per operation"
-    )
+    _add_json(ops_list, per="operation")
     ops_show = opsub.add_parser("show", help="one operation: status and progress")
     ops_show.add_argument("id", metavar="OPERATION_ID")
-    ops_show.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_json(ops_show)
     ops_cancel = opsub.add_parser(
         "cancel", help="stop an operation (within a second); what it did stays done"
     )
     ops_cancel.add_argument("id", metavar="OPERATION_ID")
-    ops_cancel.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_json(ops_cancel)
+
+
+def _add_switch(
+    sub: SubParsers,
+    command: str,
+    target: str,
+    metavar: str | None = None,
+    *,
+    reason: bool = False,
+    help: str,
+    description: str | None = None,
+) -> None:
+    """A command that switches one thing (``target``) off or on, recorded with who did
+    it: with ``reason``, ``--reason TEXT`` says why."""
+    switch = sub.add_parser(command, help=help, description=description)
+    switch.add_argument(target, metavar=metavar)
+    if reason:
+        switch.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
 
 
 def _add_source_audits(srcsub: SubParsers) -> None:
     """``hookd sources disable`` and ``hookd sources check``."""
-    disable = srcsub.add_parser(
+    _add_switch(
+        srcsub,
         "disable",
+        "name",
+        reason=True,
         help="stop a source's reconciliation by hand, until `hookd sources enable`",
         description="Stop a source's reconciliation by hand: no run starts (schedule, "
         "`hookd reconcile`, API) until `hookd sources enable NAME`; a run in progress "
         "finishes. Recorded with the reason, the time and who (cli and the OS user).",
     )
-    disable.add_argument("name")
-    disable.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
     check = srcsub.add_parser(
         "check",
         help="read the provider's registration of the endpoint and compare it",
@@ -343,18 +366,17 @@ def _add_source_audits(srcsub: SubParsers) -> None:
         "types its handlers' and destinations' types filters take (Stripe also "
         "expect_api_version). Records the result, as each reconcile run does.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "exit status:\n"
-            f"  {EXIT_OK}  every source checked is registered as it expects\n"
-            f"  {EXIT_FAIL}  a registration differs, or could not be read\n"
-            f"  {EXIT_USAGE}  usage or configuration error (no such source, or none "
-            "that can be checked)"
+        epilog=_exit_statuses(
+            (EXIT_OK, "every source checked is registered as it expects"),
+            (EXIT_FAIL, "a registration differs, or could not be read"),
+            (
+                EXIT_USAGE,
+                "usage or configuration error (no such source, or none that can be checked)",
+            ),
         ),
     )
     check.add_argument("name", nargs="?", metavar="NAME", help="only this source")
-    check.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
-    )
+    _add_json(check, per="source")
 
 
 def add_coverage(sub: SubParsers) -> None:
@@ -368,14 +390,12 @@ def add_coverage(sub: SubParsers) -> None:
             "is younger than settle_s, or the next run has yet to reach it."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "exit status:\n"
-            f"  {EXIT_OK}  the whole range was checked\n"
-            f"  {EXIT_COVERAGE_HOLES}  the range has a hole\n"
-            f"  {EXIT_USAGE}  usage or configuration error (a time that is not one)\n"
-            f"  {EXIT_COVERAGE_DUE}  its only holes are the schedule's next work (settling, "
-            "pending)\n"
-            f"  {EXIT_COVERAGE_UNKNOWN}  no such source, or it has no [sources.reconcile]"
+        epilog=_exit_statuses(
+            (EXIT_OK, "the whole range was checked"),
+            (EXIT_COVERAGE_HOLES, "the range has a hole"),
+            (EXIT_USAGE, "usage or configuration error (a time that is not one)"),
+            (EXIT_COVERAGE_DUE, "its only holes are the schedule's next work (settling, pending)"),
+            (EXIT_COVERAGE_UNKNOWN, "no such source, or it has no [sources.reconcile]"),
         ),
     )
     coverage.add_argument("source", metavar="SOURCE")
@@ -390,7 +410,7 @@ def add_coverage(sub: SubParsers) -> None:
         metavar="TIME",
         help=f"end of the range: {when} (default: now less the source's settle_s)",
     )
-    coverage.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_json(coverage)
 
 
 def add_db(sub: SubParsers) -> None:
@@ -422,12 +442,14 @@ def add_keys(sub: SubParsers) -> None:
         "(plain ones are encrypted). A body no listed key opens is left as it was and "
         "named at the end; the rotation goes on.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "exit status:\n"
-            f"  {EXIT_OK}  every stored body is under the first key\n"
-            f"  {EXIT_FAIL}  bodies no key opens were skipped (their ids are printed), or "
-            "--stop-on-error stopped at one\n"
-            f"  {EXIT_USAGE}  no key set, or no key opens any stored body (nothing changed)"
+        epilog=_exit_statuses(
+            (EXIT_OK, "every stored body is under the first key"),
+            (
+                EXIT_FAIL,
+                "bodies no key opens were skipped (their ids are printed), or "
+                "--stop-on-error stopped at one",
+            ),
+            (EXIT_USAGE, "no key set, or no key opens any stored body (nothing changed)"),
         ),
     )
     rotate.add_argument(
@@ -457,9 +479,7 @@ def add_prune(sub: SubParsers) -> None:
         help="apply the policy as if the time were TIME: ISO 8601 (UTC unless it says "
         "otherwise) or unix seconds (default: now)",
     )
-    prune.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per source"
-    )
+    _add_json(prune, per="source")
 
 
 def add_try(sub: SubParsers) -> None:
@@ -474,12 +494,14 @@ def add_try(sub: SubParsers) -> None:
             "change, no attempt."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "exit status:\n"
-            f"  {EXIT_OK}  every run returned\n"
-            f"  {EXIT_FAIL}  a run raised or did not finish in time\n"
-            f"  {EXIT_USAGE}  bad input: no such event, a handler that cannot be imported, "
-            "options that do not go together"
+        epilog=_exit_statuses(
+            (EXIT_OK, "every run returned"),
+            (EXIT_FAIL, "a run raised or did not finish in time"),
+            (
+                EXIT_USAGE,
+                "bad input: no such event, a handler that cannot be imported, "
+                "options that do not go together",
+            ),
         ),
     )
     trial.add_argument("handler", metavar="HANDLER", help="module:function")
@@ -507,19 +529,22 @@ def add_try(sub: SubParsers) -> None:
 
 def _add_source_pauses(srcsub: SubParsers) -> None:
     """``hookd sources pause|resume NAME``."""
-    pause = srcsub.add_parser(
+    _add_switch(
+        srcsub,
         "pause",
+        "name",
+        reason=True,
         help="pause a source's processing: events are still stored and acknowledged",
         description="Pause a source's processing: its webhooks are still verified, stored "
         "and acknowledged, but no handler or destination runs for them until `hookd "
         "sources resume NAME`. Recorded with the time, who (cli and the OS user) and why.",
     )
-    pause.add_argument("name")
-    pause.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
-    resume = srcsub.add_parser(
-        "resume", help="resume a source's processing: what waited runs in the order it came"
+    _add_switch(
+        srcsub,
+        "resume",
+        "name",
+        help="resume a source's processing: what waited runs in the order it came",
     )
-    resume.add_argument("name")
 
 
 def add_destinations(sub: SubParsers) -> None:
@@ -530,19 +555,22 @@ def add_destinations(sub: SubParsers) -> None:
     destsub = dest.add_subparsers(dest="destinations_command", required=True, metavar="ACTION")
     listing = destsub.add_parser("list", help="destinations with their pause, breaker and queue")
     listing.add_argument("--source", metavar="S", help="only this source's")
-    listing.add_argument(
-        "--json", action="store_true", help="print JSON Lines: one JSON object per destination"
-    )
-    pause = destsub.add_parser(
+    _add_json(listing, per="destination")
+    _add_switch(
+        destsub,
         "pause",
+        "target",
+        "SOURCE/NAME",
+        reason=True,
         help="pause one destination: its deliveries wait, using no attempt",
         description="Pause one destination (SOURCE/NAME; `forward` for [sources.forward]): "
         "the source's events are processed, its other destinations and handlers run, and "
         "this one's deliveries wait, using no attempt, until `hookd destinations resume`.",
     )
-    pause.add_argument("target", metavar="SOURCE/NAME")
-    pause.add_argument("--reason", metavar="TEXT", help="why, for whoever looks next")
-    resume = destsub.add_parser(
-        "resume", help="resume one destination: what waited is delivered in the order it came"
+    _add_switch(
+        destsub,
+        "resume",
+        "target",
+        "SOURCE/NAME",
+        help="resume one destination: what waited is delivered in the order it came",
     )
-    resume.add_argument("target", metavar="SOURCE/NAME")

@@ -17,7 +17,7 @@ import httpx
 from hookd.cli.context import database, waking
 from hookd.cli.events import print_table
 from hookd.cli.parser import EXIT_FAIL, EXIT_OK, LEASE_WAIT_S
-from hookd.errors import ConfigError
+from hookd.errors import ConfigError, Conflict, NotFound
 from hookd.settings import Settings
 from hookd.sources import Source, Sources
 from hookd.timefmt import iso_z, iso_z_or_none, iso_z_seconds
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 
 async def cmd_reconcile(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from hookd.errors import Conflict, NotFound
     from hookd.ops import RunOps, SourceOps
     from reconcile.poller import Reconciler
     from store.crypto import BodyCipher
@@ -143,7 +142,6 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
 
 
 async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
-    from hookd.errors import Conflict, NotFound
     from hookd.ops import SourceOps
 
     if args.sources_command in ("disable", "check"):
@@ -151,14 +149,8 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
     async with database(settings) as engine:
         source_ops = SourceOps(engine, sources)
         if args.sources_command == "enable":
-            try:
+            with _reconcilable(sources, args.name):
                 await source_ops.enable(args.name)
-            except NotFound:
-                raise ConfigError(f"{sources.path}: no source named {args.name!r}") from None
-            except Conflict:
-                raise ConfigError(
-                    f"{sources.path}: source {args.name!r} has no [sources.reconcile] table"
-                ) from None
             print(f"{args.name}: reconciliation enabled")
             return EXIT_OK
         found = await source_ops.overview()
@@ -185,6 +177,20 @@ async def cmd_sources(args: argparse.Namespace, settings: Settings, sources: Sou
         ),
     )
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _reconcilable(sources: Sources, name: str) -> Iterator[None]:
+    """A source the operations refuse to reconcile (none of that name, or one without
+    ``[sources.reconcile]``), as the one line ``hookd sources`` prints."""
+    try:
+        yield
+    except NotFound:
+        raise ConfigError(f"{sources.path}: no source named {name!r}") from None
+    except Conflict:
+        raise ConfigError(
+            f"{sources.path}: source {name!r} has no [sources.reconcile] table"
+        ) from None
 
 
 def _source_row(source: models.Source) -> dict[str, object]:
@@ -259,21 +265,15 @@ def _check_state(registration: Registration) -> str | None:
 
 async def source_audits(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:
     """``hookd sources disable NAME [--reason TEXT]`` and ``hookd sources check [NAME]``."""
-    from hookd.errors import BadRequest, Conflict, NotFound
+    from hookd.errors import BadRequest
     from hookd.ops import SourceOps
     from hookd.ops.sources import cli_actor
 
     async with database(settings) as engine:
         source_ops = SourceOps(engine, sources)
         names = [args.name] if args.name else [s.name for s in source_ops.reconciled()]
-        try:
+        with _reconcilable(sources, args.name):
             chosen = [source_ops.reconcilable(name) for name in names]
-        except NotFound:
-            raise ConfigError(f"{sources.path}: no source named {args.name!r}") from None
-        except Conflict:
-            raise ConfigError(
-                f"{sources.path}: source {args.name!r} has no [sources.reconcile] table"
-            ) from None
         if args.sources_command == "disable":
             try:
                 resource = await source_ops.disable(args.name, args.reason, cli_actor())

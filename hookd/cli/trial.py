@@ -13,14 +13,13 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from hookd.cli.context import database
+from hookd.cli.context import database, nothing_to_wake
 from hookd.cli.parser import EXIT_FAIL, EXIT_OK
 from hookd.errors import ConfigError
 from hookd.settings import Settings
 
 if TYPE_CHECKING:
     from processing.trial import Trial
-    from store.rows import EventRow
 
 # The longest return value shown, in characters of its repr.
 SHOWN_VALUE_CHARS = 500
@@ -83,34 +82,27 @@ def _shown(value: Any) -> str:
 
 
 async def cmd_try(args: argparse.Namespace, settings: Settings) -> int:
+    from hookd.errors import NotFound
+    from hookd.ops import EventOps
     from processing.handlers import import_handler
     from processing.trial import try_handler
-    from store.admin.watch import sample_events
     from store.crypto import BodyCipher
-    from store.ids import is_id
-    from store.intake.events import get_event, get_tombstone
 
     check_args(args)
     since = parse_since(args.since, datetime.now(UTC)) if args.since is not None else None
     handler = import_handler(args.handler)
     cipher = BodyCipher(settings.encryption_keys)
-    async with database(settings) as engine, engine.connect() as conn:
-        rows: list[EventRow]
+    async with database(settings) as engine:
+        events = EventOps(engine, nothing_to_wake)
         if args.all:
-            rows = await sample_events(
-                conn,
-                source=args.source,
-                type_glob=args.type,
-                since=since,
-                limit=args.limit or 10,
+            rows = await events.sample(
+                source=args.source, type_glob=args.type, since=since, limit=args.limit or 10
             )
         else:
-            row = await get_event(conn, args.id, with_body=True) if is_id(args.id) else None
-            if row is None:
-                tombstone = await get_tombstone(conn, args.id) if is_id(args.id) else None
-                if tombstone is not None:  # it was stored, and retention removed it since
-                    raise ConfigError(tombstone.describe())
-                raise ConfigError(f"no such event: {args.id}")
+            try:
+                row = await events.stored(args.id)
+            except NotFound as exc:  # retention removed it since: that says when
+                raise ConfigError(exc.said or f"no such event: {args.id}") from None
             if row.body is None:
                 raise ConfigError(
                     f"event {args.id} has no body: the retention policy removed it "
@@ -132,17 +124,18 @@ async def cmd_try(args: argparse.Namespace, settings: Settings) -> int:
             continue
         trial = await try_handler(handler, args.handler, row, body, settings.handler_timeout_s)
         failed += 0 if trial.ok else 1
-        print(_described(row, trial, settings.handler_timeout_s))
+        head = (
+            f"event {row.id} ({row.source}, type {row.type or '-'}, {row.status}, "
+            f"{row.attempts} attempt(s))"
+        )
+        print(_described(head, trial, settings.handler_timeout_s))
     if args.all:
         print(f"{len(rows)} event(s) tried: {len(rows) - failed} returned, {failed} raised")
     return EXIT_OK if failed == 0 else EXIT_FAIL
 
 
-def _described(row: EventRow, trial: Trial, timeout_s: float) -> str:
-    head = (
-        f"event {row.id} ({row.source}, type {row.type or '-'}, {row.status}, "
-        f"{row.attempts} attempt(s))"
-    )
+def _described(head: str, trial: Trial, timeout_s: float) -> str:
+    """What one run did, under ``head`` (the event tried)."""
     took = f"{trial.seconds * 1000:.2f} ms"
     if trial.timed_out:
         return f"{head}\n  did not finish within {timeout_s:g}s (HOOKD_HANDLER_TIMEOUT_S)"

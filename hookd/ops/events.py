@@ -21,6 +21,7 @@ from hookd.errors import Conflict, NotFound
 from hookd.ops import models
 from hookd.ops.queries import EventQuery
 from hookd.ops.resources import event_detail_of, event_of
+from store.admin.watch import sample_events
 from store.claims import claiming
 from store.claims.history import UNKNOWN, Requester, history_of
 from store.delivery import destinations
@@ -139,6 +140,28 @@ class EventOps:
             row = await get_event(conn, event_id)
             gone = None if row is not None else await get_tombstone(conn, event_id)
         return row, gone
+
+    async def stored(self, event_id: str) -> EventRow:
+        """An event's row with its body as stored, maybe encrypted (``hookd try``);
+        ``NotFound``, saying when if retention removed it."""
+        if not is_id(event_id):
+            raise NotFound("event")
+        async with self._engine.connect() as conn:
+            row = await get_event(conn, event_id, with_body=True)
+            if row is None:
+                await self._missing(conn, event_id)
+        assert row is not None
+        return row
+
+    async def sample(
+        self, *, source: str | None, type_glob: str | None, since: datetime | None, limit: int
+    ) -> list[EventRow]:
+        """The newest ``limit`` stored events that still have a body, with it (``hookd try
+        --all``): of ``source``, whose type matches ``type_glob``, received since ``since``."""
+        async with self._engine.connect() as conn:
+            return await sample_events(
+                conn, source=source, type_glob=type_glob, since=since, limit=limit
+            )
 
     async def source_pause(self, source: str) -> PauseRow | None:
         """The pause of ``source`` as a whole (None: it is not paused)."""

@@ -236,6 +236,7 @@ class OperationOps:
         *,
         batch: int = 500,
         lease_s: float = 30.0,
+        on_created: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
         self._sources = sources
@@ -244,7 +245,7 @@ class OperationOps:
         self._lease_s = lease_s
         self.owner = worker_id()
         # Called after an operation is recorded: the schedule of this process looks now.
-        self.on_created: Callable[[], None] | None = None
+        self._on_created = on_created
 
     # -- what the filter selects ----------------------------------------------------
     def _destination(self, raw: str, source: str | None) -> tuple[tuple[str, ...], str]:
@@ -356,8 +357,8 @@ class OperationOps:
                 "total": total,
             },
         )
-        if not request.dry_run and self.on_created is not None:
-            self.on_created()
+        if not request.dry_run and self._on_created is not None:
+            self._on_created()
         return Created(operation_of(row), created=True)
 
     @staticmethod

@@ -21,16 +21,16 @@ from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
-from hookd.ops.watch import WatchOps
 from hookd.runtime import sqlite_writer
 from hookd.runtime.lifecycle import Adapted, Service, running
-from hookd.runtime.operations import OperationSchedule, operations_of
+from hookd.runtime.operations import scheduled_operations
 from hookd.runtime.prune import PruneSchedule
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
 from hookd.web import admin, api, health
 from hookd.web.headers import PathHeaders
+from hookd.web.served import ServedOps
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
 from processing.handoff import HandoffClient, InProcess
@@ -168,7 +168,8 @@ def create_app(
     scheduled = settings.reconcile_schedule and not processing.waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
     # Bulk operations asked for here start here at once; any process may resume them.
-    operations = operations_of(settings, engine, sources, events)
+    operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
+    served = ServedOps.over(events, source_ops, runs, operations)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its
     # grace for the events it runs; the schedules first of all.
@@ -185,7 +186,7 @@ def create_app(
         late_notes,
         committer,
         Adapted(receiver.deadlines.stop, receiver.deadlines.start),
-        OperationSchedule(operations),
+        operation_schedule,
         # Every receiver process keeps it; a lease in the database lets one prune at a time.
         PruneSchedule(engine, sources, settings.prune_every_s),
     ]
@@ -218,10 +219,8 @@ def create_app(
         {"committer": committer, "engine": engine, "operations": operations},
         routes=[
             *health.routes(engine, processing.waker, tokens, sources, committer),
-            *api.routes(tokens, events, source_ops, runs, operations),
-            *admin.routes(
-                tokens, events, source_ops, runs, WatchOps(engine), operations=operations
-            ),
+            *api.routes(tokens, served),
+            *admin.routes(tokens, served),
         ],
         lifespan=lifespan,
         # Cache-Control on /api and /metrics, the security headers under /admin: on every

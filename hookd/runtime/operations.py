@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -26,26 +27,40 @@ LOOK_S = 2.0
 
 
 def operations_of(
-    settings: Settings, engine: AsyncEngine, sources: Sources, events: EventOps
+    settings: Settings,
+    engine: AsyncEngine,
+    sources: Sources,
+    events: EventOps,
+    *,
+    on_created: Callable[[], None] | None = None,
 ) -> OperationOps:
-    """Bulk operations as the settings size them (``HOOKD_OPERATION_*``)."""
+    """Bulk operations as the settings size them (``HOOKD_OPERATION_*``); ``on_created``
+    is called after one is recorded (see ``scheduled_operations``)."""
     return OperationOps(
         engine,
         sources,
         events,
         batch=settings.operation_batch,
         lease_s=settings.operation_lease_s,
+        on_created=on_created,
     )
 
 
 class OperationSchedule:
-    def __init__(self, operations: OperationOps, look_s: float = LOOK_S) -> None:
+    """Runs the operations no runner holds, one at a time: a look every ``look_s``, and
+    at once when ``look_now`` is set (its own event unless given: set only to stop)."""
+
+    def __init__(
+        self,
+        operations: OperationOps,
+        look_now: asyncio.Event | None = None,
+        look_s: float = LOOK_S,
+    ) -> None:
         self._operations = operations
         self._look_s = look_s
         self._stop = asyncio.Event()
-        self._now = asyncio.Event()
+        self._now = asyncio.Event() if look_now is None else look_now
         self._task: asyncio.Task[None] | None = None
-        operations.on_created = self._now.set
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="hookd-operations")
@@ -77,3 +92,13 @@ class OperationSchedule:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._now.wait(), self._look_s)
             self._now.clear()
+
+
+def scheduled_operations(
+    settings: Settings, engine: AsyncEngine, sources: Sources, events: EventOps
+) -> tuple[OperationOps, OperationSchedule]:
+    """Bulk operations and their schedule in this process: one these operations record
+    (from the API, the admin UI) is looked for at once, not at the next look."""
+    look_now = asyncio.Event()
+    operations = operations_of(settings, engine, sources, events, on_created=look_now.set)
+    return operations, OperationSchedule(operations, look_now)

@@ -23,12 +23,10 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from hookd.auth import Tokens
-from hookd.ops import EventOps, RunOps, SourceOps
-from hookd.ops.operations import OperationOps
-from hookd.ops.watch import WatchOps
+from hookd.errors import NotFound
 from hookd.web.admin_events import EventsSection
 from hookd.web.admin_format import TEMPLATES
-from hookd.web.admin_pages import Action, AdminOps, Page, PageRoute, Section, View
+from hookd.web.admin_pages import ActionRoute, PageRoute, Section, View
 from hookd.web.admin_runs import OperationsSection, ReconcileSection
 from hookd.web.admin_session import (
     PREFIX,
@@ -48,10 +46,13 @@ from hookd.web.auth_limit import (
     bounded,
     client_address,
 )
+from hookd.web.served import ServedOps
 
 log = logging.getLogger("hookd.admin")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+# A POST behind the login, the right to act and the CSRF token: what it does with the form.
+Posted = Callable[[Request, Session, dict[str, str]], Awaitable[Response]]
 
 # The sections, in the order of the navigation bar.
 SECTIONS: tuple[type[Section], ...] = (
@@ -70,22 +71,12 @@ class AdminUI:
     started here is one the API started, cancelled at shutdown like them).
     """
 
-    def __init__(
-        self,
-        tokens: Tokens,
-        events: EventOps,
-        sources: SourceOps,
-        runs: RunOps,
-        watch: WatchOps,
-        *,
-        operations: OperationOps,
-    ) -> None:
-        self._sessions = Sessions(tokens.admin, tokens.read, sources.engine)
-        self._login_limit = AuthLimit(sources.engine)
+    def __init__(self, tokens: Tokens, ops: ServedOps) -> None:
+        self._sessions = Sessions(tokens.admin, tokens.read, ops.engine)
+        self._login_limit = AuthLimit(ops.engine)
         self._view = View()
         self._stylesheet = (TEMPLATES / "admin.css").read_bytes()
-        ops = AdminOps.over(events, sources, runs, watch, operations)
-        self._sections = [section(ops, self._view) for section in SECTIONS]
+        self._sections = [section(ops) for section in SECTIONS]
 
     @staticmethod
     def _to_login(request: Request) -> Response:
@@ -94,18 +85,29 @@ class AdminUI:
             target += "?next=" + quote(here(request), safe="")
         return RedirectResponse(target, status_code=303)
 
-    def page(self, handler: Page) -> Endpoint:
+    def page(self, route: PageRoute) -> Endpoint:
         """A GET page: a valid session or a 303 to the login page."""
 
         async def endpoint(request: Request) -> Response:
             session = await self._sessions.load(request)
             if session is None:
                 return secured(self._to_login(request))
-            return secured(await handler(request, session))
+            return secured(await self._view.answer(route, request, session))
 
         return endpoint
 
-    def action(self, handler: Action, *, read_only_too: bool = False) -> Endpoint:
+    def action(self, route: ActionRoute) -> Endpoint:
+        """A section's action: what the form asked, or the 404 page of ``route``."""
+
+        async def act(request: Request, session: Session, form: dict[str, str]) -> Response:
+            try:
+                return await route.handler(request, form)
+            except NotFound:
+                return self._view.problem(request, session, 404, route.missing)
+
+        return self.posted(act)
+
+    def posted(self, handler: Posted, *, read_only_too: bool = False) -> Endpoint:
         """A POST: a valid session that may act (``read_only_too``: any session, for
         logging out), then the form's CSRF token, before anything changes."""
 
@@ -212,26 +214,18 @@ class AdminUI:
             Route(PREFIX + "/login", self.login_form, methods=["GET"]),
             Route(PREFIX + "/login", self.login, methods=["POST"]),
             Route(
-                PREFIX + "/logout", self.action(self.logout, read_only_too=True), methods=["POST"]
+                PREFIX + "/logout", self.posted(self.logout, read_only_too=True), methods=["POST"]
             ),
             Route(PREFIX + "/static/admin.css", self.css, methods=["GET"]),
         ]
         return own + [
-            Route(PREFIX + r.path, self.page(r.handler), methods=["GET"])
+            Route(PREFIX + r.path, self.page(r), methods=["GET"])
             if isinstance(r, PageRoute)
-            else Route(PREFIX + r.path, self.action(r.handler), methods=["POST"])
+            else Route(PREFIX + r.path, self.action(r), methods=["POST"])
             for section in self._sections
             for r in section.routes()
         ]
 
 
-def routes(
-    tokens: Tokens,
-    events: EventOps,
-    sources: SourceOps,
-    runs: RunOps,
-    watch: WatchOps,
-    *,
-    operations: OperationOps,
-) -> list[Route]:
-    return AdminUI(tokens, events, sources, runs, watch, operations=operations).routes()
+def routes(tokens: Tokens, ops: ServedOps) -> list[Route]:
+    return AdminUI(tokens, ops).routes()

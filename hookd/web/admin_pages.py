@@ -1,6 +1,6 @@
-"""What the sections of the admin UI share: the operations they show (``AdminOps``),
-how a page is rendered, refused or redirected back from (``View``), and how a
-section declares its pages and actions (``Section``, ``PageRoute``, ``ActionRoute``).
+"""What the sections of the admin UI share: how a page is rendered, refused or
+redirected back from (``View``), and how a section declares its pages and actions
+over the operations it shows (``Section``, ``page``, ``action``).
 
 A section is one module's class (``admin_sources``, ``admin_events``, ``admin_runs``);
 ``hookd.web.admin`` puts each of its routes behind the login (a page) or the login,
@@ -11,89 +11,91 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from hookd.ops import EventOps, RunOps, SourceOps
-from hookd.ops.coverage import CoverageOps
-from hookd.ops.destinations import DestinationOps
-from hookd.ops.objects import ObjectOps
-from hookd.ops.operations import OperationOps
-from hookd.ops.watch import WatchOps
-from hookd.sources import Sources
-from hookd.web.admin_format import environment, flash_message
+from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.web.admin_format import BAD_FILTER, environment, flash_message
 from hookd.web.admin_session import PREFIX, Session, here, safe_next, with_query
+from hookd.web.served import ServedOps
 
 PAGE_SIZE = 50
+NOT_FOUND = "Not found."
 
-Page = Callable[[Request, Session], Awaitable[Response]]
-Action = Callable[[Request, Session, dict[str, str]], Awaitable[Response]]
+# What a page handler gives its template (the handler raises what ``hookd.ops`` refuses).
+Context = dict[str, Any]
+Page = Callable[[Request], Awaitable[Context]]
+Action = Callable[[Request, dict[str, str]], Awaitable[Response]]
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[object]])
 
 
 @dataclass(frozen=True, slots=True)
 class PageRoute:
-    """A GET page at ``PREFIX + path``."""
+    """A GET page at ``PREFIX + path``: its handler's context rendered in ``template``,
+    ``nav`` the navigation bar's section; ``missing`` the 404 page's text, ``conflict``
+    the 409's (None: what ``hookd.ops`` said)."""
 
     path: str
     handler: Page
+    template: str
+    nav: str
+    missing: str = NOT_FOUND
+    conflict: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ActionRoute:
-    """A POSTed action at ``PREFIX + path``."""
+    """A POSTed action at ``PREFIX + path``; ``missing`` the 404 page's text."""
 
     path: str
     handler: Action
+    missing: str = NOT_FOUND
 
 
-@dataclass(frozen=True, slots=True)
-class AdminOps:
-    """The operations behind the pages: those the API offers, over the same database."""
+# Where the decorators below keep a section method's routes, for ``Section.routes``.
+_DECLARED = "_admin_routes"
 
-    events: EventOps
-    sources: SourceOps
-    runs: RunOps
-    watch: WatchOps
-    operations: OperationOps
-    objects: ObjectOps
-    destinations: DestinationOps
-    coverage: CoverageOps
 
-    @classmethod
-    def over(
-        cls,
-        events: EventOps,
-        sources: SourceOps,
-        runs: RunOps,
-        watch: WatchOps,
-        operations: OperationOps,
-    ) -> AdminOps:
-        engine = sources.engine
-        return cls(
-            events,
-            sources,
-            runs,
-            watch,
-            operations,
-            ObjectOps(engine, sources.sources),
-            DestinationOps(engine, sources.sources, events.wake),
-            CoverageOps(engine, sources),
-        )
+def _declare(method: Handler, route: Callable[[Any], PageRoute | ActionRoute]) -> Handler:
+    declared: list[Callable[[Any], PageRoute | ActionRoute]] = getattr(method, _DECLARED, [])
+    setattr(method, _DECLARED, [route, *declared])  # decorators apply bottom up
+    return method
 
-    @property
-    def configured(self) -> Sources:
-        return self.sources.sources
 
-    @property
-    def names(self) -> list[str]:
-        """The configured sources' names, in the file's order."""
-        return [s.name for s in self.sources.sources]
+def page(
+    path: str, template: str, nav: str, *, missing: str = NOT_FOUND, conflict: str | None = None
+) -> Callable[[Handler], Handler]:
+    """Declares a section's method a page (see ``PageRoute``)."""
+    return lambda method: _declare(
+        method, lambda bound: PageRoute(path, bound, template, nav, missing, conflict)
+    )
+
+
+def action(path: str, *, missing: str = NOT_FOUND) -> Callable[[Handler], Handler]:
+    """Declares a section's method an action (see ``ActionRoute``); one method may
+    answer several paths."""
+    return lambda method: _declare(method, lambda bound: ActionRoute(path, bound, missing))
+
+
+def paging(kept: Mapping[str, object], next_cursor: str | None, *, first_page: bool) -> Context:
+    """A keyset-paged list's links: the older page's and the newest's, both with the
+    filters ``kept``; and whether this page is the first."""
+    older = None if next_cursor is None else "?" + urlencode({**kept, "cursor": next_cursor})
+    return {"older": older, "newest": "?" + urlencode(kept), "first_page": first_page}
+
+
+def back(form: Mapping[str, str], default: str, **flash: str) -> Response:
+    """An action's answer: a 303 to the form's ``back`` (a page of this UI) or
+    ``default``, with a flash."""
+    target = safe_next(form.get("back"), default)
+    return RedirectResponse(with_query(target, **flash), status_code=303)
 
 
 class View:
-    """Rendering: a page from its template, an error page, a redirect back."""
+    """Rendering: a page from its template, an error page."""
 
     def __init__(self) -> None:
         self._templates = environment()
@@ -122,6 +124,20 @@ class View:
             **context,
         )
 
+    async def answer(self, route: PageRoute, request: Request, session: Session) -> Response:
+        """``route``'s page, or the error page of what ``hookd.ops`` refused: a filter
+        (400, in this UI's words where it has them), no such thing (404), or a thing
+        that cannot be shown (409)."""
+        try:
+            context = await route.handler(request)
+        except BadRequest as exc:
+            return self.problem(request, session, 400, BAD_FILTER.get(exc.field, exc.detail))
+        except NotFound:
+            return self.problem(request, session, 404, route.missing)
+        except Conflict as exc:
+            return self.problem(request, session, 409, route.conflict or exc.detail)
+        return self.page(request, session, route.template, route.nav, **context)
+
     def problem(self, request: Request, session: Session | None, code: int, text: str) -> Response:
         csrf = session.csrf if session else None
         can_act = session.can_act if session else False
@@ -129,19 +145,18 @@ class View:
             request, "error.html", code, csrf=csrf, can_act=can_act, code=code, message=text
         )
 
-    @staticmethod
-    def back(form: Mapping[str, str], default: str, **flash: str) -> Response:
-        """A 303 to the form's ``back`` (a page of this UI) or ``default``, with a flash."""
-        target = safe_next(form.get("back"), default)
-        return RedirectResponse(with_query(target, **flash), status_code=303)
-
 
 class Section:
-    """A section of the admin UI: its pages and actions over ``ops``, rendered by ``view``."""
+    """A section of the admin UI: its pages and actions (methods declared with ``page``
+    and ``action``) over ``ops``."""
 
-    def __init__(self, ops: AdminOps, view: View) -> None:
+    def __init__(self, ops: ServedOps) -> None:
         self.ops = ops
-        self.view = view
 
     def routes(self) -> list[PageRoute | ActionRoute]:
-        raise NotImplementedError
+        """The declared routes, in the order of the methods in the class."""
+        return [
+            route(getattr(self, name))
+            for name, method in vars(type(self)).items()
+            for route in getattr(method, _DECLARED, ())
+        ]

@@ -6,79 +6,55 @@ source's coverage."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from hookd.errors import BadRequest, Conflict, NotFound
+from hookd.errors import BadRequest, Conflict
 from hookd.ops import ADMIN_REPLAY
 from hookd.ops.resources import coverage_of
 from hookd.ops.sources import ADMIN_ACTOR
 from hookd.providers import PROVIDERS
 from hookd.sources import DAY_S, keys_needed
 from hookd.web.admin_charts import coverage_timeline, source_charts
-from hookd.web.admin_pages import ActionRoute, PageRoute, Section
-from hookd.web.admin_session import PREFIX, Session
+from hookd.web.admin_pages import Context, Section, action, back, page
+from hookd.web.admin_session import PREFIX
 
 log = logging.getLogger("hookd.admin")
 
 # How far past its longest retention a source's oldest kept event may be before the
 # sources page says prune is behind: a day, as HookdPruneNotRunning does.
 PRUNE_BEHIND_DAYS = 1.0
+_NO_SWITCH = "No such source or destination."
 
 
 class SourcesSection(Section):
     """The sources page, a source's activity, and what may be done to a source."""
 
-    def routes(self) -> list[PageRoute | ActionRoute]:
-        return [
-            PageRoute("", self.sources_page),
-            PageRoute("/sources/{name}/activity", self.activity_page),
-            ActionRoute("/sources/{name}/reconcile", self.reconcile_now),
-            ActionRoute("/sources/{name}/enable", self.enable),
-            ActionRoute("/sources/{name}/disable", self.disable),
-            ActionRoute("/sources/{name}/replay-dead", self.replay_dead),
-        ]
-
-    async def activity_page(self, request: Request, session: Session) -> Response:
-        """A source's last 24 hours as charts (server-rendered SVG, admin_charts)."""
-        source = self.ops.configured.get(request.path_params["name"])
-        if source is None:
-            return self.view.problem(request, session, 404, "No such source.")
-        charts = await source_charts(
-            self.ops.sources,
-            source.name,
-            reconciled=source.config.reconcile is not None,
-            now=datetime.now(UTC),
-        )
-        return self.view.page(
-            request,
-            session,
-            "activity.html",
-            "sources",
-            name=source.name,
-            provider=source.provider,
-            charts=charts,
-            refresh=60,
-        )
-
-    async def sources_page(self, request: Request, session: Session) -> Response:
+    @page("", "sources.html", "sources")
+    async def sources_page(self, _: Request) -> Context:
         now = datetime.now(UTC).timestamp()
         rows = [source.answer() for source in await self.ops.sources.overview()]
         for row in rows:
             rc: Any = row["reconcile"]
             if rc is not None:
                 rc["lag_s"] = None if rc["cursor"] is None else max(0.0, now - rc["cursor"])
-        return self.view.page(
-            request,
-            session,
-            "sources.html",
-            "sources",
-            rows=rows,
-            retention=await self._retention(datetime.now(UTC)),
+        return {"rows": rows, "retention": await self._retention(datetime.now(UTC))}
+
+    @page("/sources/{name}/activity", "activity.html", "sources", missing="No such source.")
+    async def activity_page(self, request: Request) -> Context:
+        """A source's last 24 hours as charts (server-rendered SVG, admin_charts)."""
+        source = self.ops.sources.source(request.path_params["name"])
+        charts = await source_charts(
+            self.ops.sources,
+            source.name,
+            reconciled=source.config.reconcile is not None,
+            now=datetime.now(UTC),
         )
+        return {"name": source.name, "provider": source.provider, "charts": charts, "refresh": 60}
 
     async def _retention(self, now: datetime) -> list[dict[str, object]]:
         """Each source's retention as configured, its provider's redelivery horizon
@@ -113,85 +89,68 @@ class SourcesSection(Section):
             )
         return rows
 
-    async def reconcile_now(
-        self, request: Request, session: Session, form: dict[str, str]
-    ) -> Response:
+    @action("/sources/{name}/reconcile", missing="No such source.")
+    async def reconcile_now(self, request: Request, form: dict[str, str]) -> Response:
         name = request.path_params["name"]
         try:
             started = await self.ops.runs.start(name, dry_run=False)
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source.")
         except Conflict as exc:
-            return self.view.back(form, PREFIX, error=exc.reason)
+            return back(form, PREFIX, error=exc.reason)
         run_id = started.run.id
         log.info("admin reconcile started", extra={"source": name, "run_id": run_id})
         return RedirectResponse(f"{PREFIX}/runs/{run_id}?done=reconcile_started", status_code=303)
 
-    async def enable(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+    @action("/sources/{name}/enable", missing="No such source.")
+    async def enable(self, request: Request, form: dict[str, str]) -> Response:
         name = request.path_params["name"]
-        try:
-            await self.ops.sources.enable(name)
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source.")
-        except Conflict as exc:
-            return self.view.back(form, PREFIX, error=exc.reason)
-        log.info("admin enabled reconciliation", extra={"source": name})
-        return self.view.back(form, PREFIX, done="enabled")
+        return await self._switched(form, name, self.ops.sources.enable(name), "enabled")
 
-    async def disable(self, request: Request, session: Session, form: dict[str, str]) -> Response:
+    @action("/sources/{name}/disable", missing="No such source.")
+    async def disable(self, request: Request, form: dict[str, str]) -> Response:
         name = request.path_params["name"]
-        try:
-            await self.ops.sources.disable(name, form.get("reason"), ADMIN_ACTOR)
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source.")
-        except BadRequest:
-            return self.view.back(form, PREFIX, error="bad_reason")
-        except Conflict as exc:
-            return self.view.back(form, PREFIX, error=exc.reason)
-        log.info("admin disabled reconciliation", extra={"source": name})
-        return self.view.back(form, PREFIX, done="disabled")
+        switched = self.ops.sources.disable(name, form.get("reason"), ADMIN_ACTOR)
+        return await self._switched(form, name, switched, "disabled")
 
-    async def replay_dead(
-        self, request: Request, session: Session, form: dict[str, str]
+    @staticmethod
+    async def _switched(
+        form: dict[str, str], name: str, switching: Awaitable[object], done: str
     ) -> Response:
+        """Back to the sources page once ``name``'s reconciliation is ``done`` (enabled,
+        disabled), or with why not: a reason refused, or the refusal's own."""
         try:
-            source = self.ops.sources.source(request.path_params["name"])
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source.")
+            await switching
+        except BadRequest:
+            return back(form, PREFIX, error="bad_reason")
+        except Conflict as exc:
+            return back(form, PREFIX, error=exc.reason)
+        log.info(f"admin {done} reconciliation", extra={"source": name})
+        return back(form, PREFIX, done=done)
+
+    @action("/sources/{name}/replay-dead", missing="No such source.")
+    async def replay_dead(self, request: Request, form: dict[str, str]) -> Response:
+        source = self.ops.sources.source(request.path_params["name"])
         # As `hookd replay --source S --status dead`, of a source in the sources file.
         replayed = (await self.ops.events.replay_dead(source.name, by=ADMIN_REPLAY)).replayed
         if not replayed:
-            return self.view.back(form, PREFIX + "/dead", error="nothing_dead")
+            return back(form, PREFIX + "/dead", error="nothing_dead")
         log.info("admin replayed dead", extra={"source": source.name, "count": len(replayed)})
-        return self.view.back(
-            form, PREFIX + "/dead", done="replayed_many", count=str(len(replayed))
-        )
+        return back(form, PREFIX + "/dead", done="replayed_many", count=str(len(replayed)))
 
 
 class DestinationsSection(Section):
     """The pause switches: a source's processing, one destination's deliveries."""
 
-    def routes(self) -> list[PageRoute | ActionRoute]:
-        return [
-            ActionRoute("/sources/{name}/pause", self.source_pause),
-            ActionRoute("/sources/{name}/resume", self.source_resume),
-            ActionRoute("/sources/{name}/destinations/{destination}/pause", self.source_pause),
-            ActionRoute("/sources/{name}/destinations/{destination}/resume", self.source_resume),
-        ]
+    @action("/sources/{name}/pause", missing=_NO_SWITCH)
+    @action("/sources/{name}/destinations/{destination}/pause", missing=_NO_SWITCH)
+    async def pause(self, request: Request, form: dict[str, str]) -> Response:
+        return await self._switch(request, form, paused=True)
 
-    async def source_pause(
-        self, request: Request, session: Session, form: dict[str, str]
-    ) -> Response:
-        return await self._switch(request, session, form, paused=True)
+    @action("/sources/{name}/resume", missing=_NO_SWITCH)
+    @action("/sources/{name}/destinations/{destination}/resume", missing=_NO_SWITCH)
+    async def resume(self, request: Request, form: dict[str, str]) -> Response:
+        return await self._switch(request, form, paused=False)
 
-    async def source_resume(
-        self, request: Request, session: Session, form: dict[str, str]
-    ) -> Response:
-        return await self._switch(request, session, form, paused=False)
-
-    async def _switch(
-        self, request: Request, session: Session, form: dict[str, str], *, paused: bool
-    ) -> Response:
+    async def _switch(self, request: Request, form: dict[str, str], *, paused: bool) -> Response:
         """Pause or resume a source (no ``destination`` in the path) or a destination."""
         name = request.path_params["name"]
         destination = request.path_params.get("destination")
@@ -205,48 +164,38 @@ class DestinationsSection(Section):
                 await ops.pause(name, destination, by=ADMIN_ACTOR, reason=form.get("reason"))
             else:
                 await ops.resume(name, destination, by=ADMIN_ACTOR)
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source or destination.")
         except BadRequest:
-            return self.view.back(form, PREFIX, error="bad_pause_reason")
+            return back(form, PREFIX, error="bad_pause_reason")
         log.info(
             "admin paused" if paused else "admin resumed",
             extra={"source": name, "destination": destination},
         )
-        return self.view.back(form, PREFIX, done="paused" if paused else "resumed")
+        return back(form, PREFIX, done="paused" if paused else "resumed")
 
 
 class CoverageSection(Section):
     """A source's coverage, as ``hookd coverage`` shows it."""
 
-    def routes(self) -> list[PageRoute | ActionRoute]:
-        return [PageRoute("/sources/{name}/coverage", self.coverage_page)]
-
-    async def coverage_page(self, request: Request, session: Session) -> Response:
+    @page(
+        "/sources/{name}/coverage",
+        "coverage.html",
+        "sources",
+        missing="No such source.",
+        conflict="This source is not reconciled.",
+    )
+    async def coverage_page(self, request: Request) -> Context:
         """A source's coverage, as `hookd coverage` shows it, for the range asked."""
         name = request.path_params["name"]
         since = request.query_params.get("since") or None
         until = request.query_params.get("until") or None
-        try:
-            report = await self.ops.coverage.report(name, since, until)
-        except NotFound:
-            return self.view.problem(request, session, 404, "No such source.")
-        except Conflict:
-            return self.view.problem(request, session, 409, "This source is not reconciled.")
-        except BadRequest as exc:
-            return self.view.problem(request, session, 400, exc.detail)
-        view = coverage_of(report).answer()
-        return self.view.page(
-            request,
-            session,
-            "coverage.html",
-            "sources",
-            name=name,
-            since=since or "",
-            until=until or "",
-            report=view,
-            timeline=coverage_timeline(view),
-        )
+        report = coverage_of(await self.ops.coverage.report(name, since, until)).answer()
+        return {
+            "name": name,
+            "since": since or "",
+            "until": until or "",
+            "report": report,
+            "timeline": coverage_timeline(report),
+        }
 
 
 def _in_days(days: float) -> str:

@@ -24,24 +24,12 @@ from starlette.types import Receive, Scope, Send
 
 from hookd.auth import Right, Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops import (
-    API_REPLAY,
-    CoverageOps,
-    EventOps,
-    EventQuery,
-    OperationOps,
-    OperationRequest,
-    RunOps,
-    RunQuery,
-    SourceOps,
-    models,
-)
-from hookd.ops.destinations import DestinationOps
-from hookd.ops.objects import ObjectOps
+from hookd.ops import API_REPLAY, EventQuery, OperationRequest, RunQuery, models
 from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
 from hookd.web.api_table import ROUTES, ApiRoute
 from hookd.web.auth_limit import AuthLimit, BearerGuard
+from hookd.web.served import ServedOps
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # What a handler answers: a resource (with the route's status, or its own), or a response.
@@ -155,107 +143,94 @@ class OperationsApi:
     """Events, sources and reconcile runs; runs started here run in this process
     (``RunOps.stop`` cancels them)."""
 
-    def __init__(
-        self,
-        tokens: Tokens,
-        events: EventOps,
-        sources: SourceOps,
-        runs: RunOps,
-        operations: OperationOps,
-    ) -> None:
-        self._guard = BearerGuard(tokens, AuthLimit(sources.engine))
-        self._events = events
-        self._sources = sources
-        self._runs = runs
-        self._operations = operations
-        self._coverage = CoverageOps(sources.engine, sources)
-        self._destinations = DestinationOps(sources.engine, sources.sources, events.wake)
-        self._objects = ObjectOps(sources.engine, sources.sources)
+    def __init__(self, tokens: Tokens, ops: ServedOps) -> None:
+        self._guard = BearerGuard(tokens, AuthLimit(ops.engine))
+        self._ops = ops
 
     async def events_index(self, request: Request) -> Answer:
-        return await self._events.page(EventQuery.parse(request.query_params))
+        return await self._ops.events.page(EventQuery.parse(request.query_params))
 
     async def event_detail(self, request: Request) -> Answer:
-        return (await self._events.show(request.path_params["id"])).resource
+        return (await self._ops.events.show(request.path_params["id"])).resource
 
     async def event_replay(self, request: Request) -> Answer:
-        return await self._events.replay(request.path_params["id"], by=API_REPLAY)
+        return await self._ops.events.replay(request.path_params["id"], by=API_REPLAY)
 
     async def openapi_document(self, _: Request) -> Answer:
         return Response(openapi.DOCUMENT_JSON, media_type="application/json")
 
     async def sources_index(self, _: Request) -> Answer:
-        return models.SourceList(sources=await self._sources.overview())
+        return models.SourceList(sources=await self._ops.sources.overview())
 
     async def reconcile_now(self, request: Request) -> Answer:
         dry_run = request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
-        return (await self._runs.start(request.path_params["name"], dry_run=dry_run)).run
+        return (await self._ops.runs.start(request.path_params["name"], dry_run=dry_run)).run
 
     async def enable(self, request: Request) -> Answer:
-        return await self._sources.enable(request.path_params["name"])
+        return await self._ops.sources.enable(request.path_params["name"])
 
     async def disable(self, request: Request) -> Answer:
         reason = request.query_params.get("reason")
-        return await self._sources.disable(request.path_params["name"], reason, API_ACTOR)
+        return await self._ops.sources.disable(request.path_params["name"], reason, API_ACTOR)
 
     async def coverage(self, request: Request) -> Answer:
         query = request.query_params
-        return await self._coverage.resource(
+        return await self._ops.coverage.resource(
             request.path_params["name"], query.get("since") or None, query.get("until") or None
         )
 
     async def source_pause(self, request: Request) -> Answer:
         name = request.path_params["name"]
         reason = request.query_params.get("reason")
-        await self._destinations.pause_source(name, by=API_ACTOR, reason=reason)
-        return await self._sources.entry(name)
+        await self._ops.destinations.pause_source(name, by=API_ACTOR, reason=reason)
+        return await self._ops.sources.entry(name)
 
     async def source_resume(self, request: Request) -> Answer:
         name = request.path_params["name"]
-        await self._destinations.resume_source(name, by=API_ACTOR)
-        return await self._sources.entry(name)
+        await self._ops.destinations.resume_source(name, by=API_ACTOR)
+        return await self._ops.sources.entry(name)
 
     async def object_detail(self, request: Request) -> Answer:
         params = request.path_params
-        return await self._objects.show(params["name"], params["id"])
+        return await self._ops.objects.show(params["name"], params["id"])
 
     async def destinations_index(self, request: Request) -> Answer:
         source = request.query_params.get("source") or None
-        return models.DestinationList(destinations=await self._destinations.list(source))
+        return models.DestinationList(destinations=await self._ops.destinations.list(source))
 
     async def destination_pause(self, request: Request) -> Answer:
         source, name = request.path_params["name"], request.path_params["destination"]
         reason = request.query_params.get("reason")
-        await self._destinations.pause(source, name, by=API_ACTOR, reason=reason)
-        return await self._destinations.show(source, name)
+        await self._ops.destinations.pause(source, name, by=API_ACTOR, reason=reason)
+        return await self._ops.destinations.show(source, name)
 
     async def destination_resume(self, request: Request) -> Answer:
         source, name = request.path_params["name"], request.path_params["destination"]
-        await self._destinations.resume(source, name, by=API_ACTOR)
-        return await self._destinations.show(source, name)
+        await self._ops.destinations.resume(source, name, by=API_ACTOR)
+        return await self._ops.destinations.show(source, name)
 
     async def runs_index(self, request: Request) -> Answer:
-        return await self._runs.recent(RunQuery.parse(request.query_params))
+        return await self._ops.runs.recent(RunQuery.parse(request.query_params))
 
     async def run_detail(self, request: Request) -> Answer:
-        return await self._runs.get(request.path_params["id"])
+        return await self._ops.runs.get(request.path_params["id"])
 
     async def operation_start(self, request: Request) -> Answer:
         asked = OperationRequest.parse(await json_body(request))
-        started = await self._operations.create(asked, trigger="api")
+        started = await self._ops.operations.create(asked, trigger="api")
         # 202: a new operation under way; 200: a dry run (done at once), or the one
         # this request_id asked for before.
         fresh = started.created and not started.operation.done
         return (202 if fresh else 200), started.operation
 
     async def operations_index(self, request: Request) -> Answer:
-        return await self._operations.page(request.query_params)
+        return await self._ops.operations.page(request.query_params)
 
     async def operation_detail(self, request: Request) -> Answer:
-        return await self._operations.get(request.path_params["id"])
+        return await self._ops.operations.get(request.path_params["id"])
 
     async def operation_cancel(self, request: Request) -> Answer:
-        operation = await self._operations.cancel(request.path_params["id"])
+        operation = await self._ops.operations.cancel(request.path_params["id"])
         return (200 if operation.done else 202), operation
 
     def _endpoint(self, route: ApiRoute) -> Endpoint:
@@ -282,7 +257,5 @@ class OperationsApi:
         return [*table, ApiFallback(self._guard)]
 
 
-def routes(
-    tokens: Tokens, events: EventOps, sources: SourceOps, runs: RunOps, operations: OperationOps
-) -> list[BaseRoute]:
-    return OperationsApi(tokens, events, sources, runs, operations).routes()
+def routes(tokens: Tokens, ops: ServedOps) -> list[BaseRoute]:
+    return OperationsApi(tokens, ops).routes()

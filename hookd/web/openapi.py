@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from hookd.ops import models
-from hookd.web.api_table import ROUTES, ApiRoute, Param, Reply
+from hookd.web.api_table import ROUTES, ApiRoute, Param, Reply, Schema
 from hookd.web.auth_limit import OVERALL, PER_CLIENT, WINDOW_S
 
 JSON = "application/json"
@@ -78,68 +78,44 @@ def _error(description: str, *codes: str) -> dict[str, object]:
     return _json(schema, description)
 
 
-UNAUTHORIZED = {
-    "description": "No bearer token, or none of the configured ones.",
-    "headers": {
-        "WWW-Authenticate": {
-            "description": "Always `Bearer`.",
-            "schema": {"type": "string", "enum": ["Bearer"]},
-        }
-    },
-    "content": {
-        JSON: {
-            "schema": {
-                "allOf": [
-                    _ref("Error"),
-                    {"type": "object", "properties": {"error": {"enum": ["unauthorized"]}}},
-                ]
-            }
-        }
-    },
-}
+def _refusal(
+    description: str, code: str, header: str, header_description: str, values: Schema
+) -> dict[str, object]:
+    """An answer of the bearer token's (401, 403, 429): its ``Error`` code, and the
+    header that says what to do about it."""
+    return {
+        "description": description,
+        "headers": {header: {"description": header_description, "schema": values}},
+        "content": _error(description, code)["content"],
+    }
 
-FORBIDDEN = {
-    "description": "A token of this server that does not open this operation: the read "
+
+UNAUTHORIZED = _refusal(
+    "No bearer token, or none of the configured ones.",
+    "unauthorized",
+    "WWW-Authenticate",
+    "Always `Bearer`.",
+    {"type": "string", "enum": ["Bearer"]},
+)
+
+FORBIDDEN = _refusal(
+    "A token of this server that does not open this operation: the read "
     "token (`HOOKD_READ_TOKEN`) on a POST, the metrics token (`HOOKD_METRICS_TOKEN`) anywhere.",
-    "headers": {
-        "WWW-Authenticate": {
-            "description": 'Always `Bearer error="insufficient_scope"` (RFC 6750).',
-            "schema": {"type": "string", "enum": ['Bearer error="insufficient_scope"']},
-        }
-    },
-    "content": {
-        JSON: {
-            "schema": {
-                "allOf": [
-                    _ref("Error"),
-                    {"type": "object", "properties": {"error": {"enum": ["forbidden"]}}},
-                ]
-            }
-        }
-    },
-}
+    "forbidden",
+    "WWW-Authenticate",
+    'Always `Bearer error="insufficient_scope"` (RFC 6750).',
+    {"type": "string", "enum": ['Bearer error="insufficient_scope"']},
+)
 
-TOO_MANY_REQUESTS = {
-    "description": f"Too many wrong tokens from this client address ({PER_CLIENT} in "
+TOO_MANY_REQUESTS = _refusal(
+    f"Too many wrong tokens from this client address ({PER_CLIENT} in "
     f"{WINDOW_S:g} s), or from all addresses together ({OVERALL}): the token was not "
     "looked at, right or wrong.",
-    "headers": {
-        "Retry-After": {
-            "description": "Seconds until a token may be checked again.",
-            "schema": {"type": "integer", "minimum": 1},
-        }
-    },
-    "content": {
-        JSON: {
-            "schema": {
-                "allOf": [
-                    _ref("Error"),
-                    {"type": "object", "properties": {"error": {"enum": ["too_many_requests"]}}},
-                ]
-            }
-        }
-    },
-}
+    "too_many_requests",
+    "Retry-After",
+    "Seconds until a token may be checked again.",
+    {"type": "integer", "minimum": 1},
+)
 
 
 def _parameter(param: Param) -> dict[str, object]:

@@ -86,7 +86,23 @@ async def test_unknown_event_is_not_found(engine: AsyncEngine, event_id: str) ->
     assert refused.value.kind == "event"
     with pytest.raises(NotFound):
         await events.show(event_id)
+    with pytest.raises(NotFound):
+        await events.stored(event_id)
     assert wakes.calls == 0
+
+
+async def test_stored_and_sampled_events_come_with_their_bodies(engine: AsyncEngine) -> None:
+    """What ``hookd try`` runs a handler on: one event, or the newest of a source."""
+    first, second = await stored(engine, "a", "b")
+    await stored(engine, "c", source="stripe")
+    events = EventOps(engine, Wakes())
+    row = await events.stored(first)
+    assert row.id == first
+    assert row.body is not None
+    sampled = await events.sample(source="github", type_glob=None, since=None, limit=10)
+    assert [r.id for r in sampled] == sorted([first, second], reverse=True)  # newest first
+    assert all(r.body is not None for r in sampled)
+    assert await events.sample(source="github", type_glob=None, since=None, limit=1) == [sampled[0]]
 
 
 async def test_replay_many_names_the_unknown_and_skips_those_in_progress(

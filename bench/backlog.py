@@ -721,6 +721,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Started from a background job of a non-interactive shell, this process inherits
+    # SIGINT ignored, and a Ctrl-C (or a test's SIGINT) would let the drain run on to the
+    # end instead of stopping the workers and dropping the database (as bench/run.py).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for tool in ("psql", "redis-server"):
         if shutil.which(tool) is None:
             print(f"{tool} not found", file=sys.stderr)

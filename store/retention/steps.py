@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -159,27 +159,18 @@ async def _count(conn: AsyncConnection, source: str, what: str, n: int) -> None:
     )
 
 
+@dataclass(eq=False)
 class Pruner:
     """A prune's steps, under the prune lease of ``owner``, as if the time were ``now``."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        now: datetime,
-        batch: int,
-        owner: str,
-        lease_s: float,
-        stop: asyncio.Event | None,
-        pause_ratio: float = PAUSE_RATIO,
-    ) -> None:
-        self.engine = engine
-        self.now = now
-        self.batch = batch
-        self.owner = owner
-        self.lease_s = lease_s
-        self.stop = stop
-        self.pause_ratio = pause_ratio
+    engine: AsyncEngine
+    _: KW_ONLY
+    now: datetime
+    batch: int
+    owner: str
+    lease_s: float
+    stop: asyncio.Event | None
+    pause_ratio: float = PAUSE_RATIO
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()

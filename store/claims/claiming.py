@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect, queries
 from store.claims.history import UNKNOWN, Requester, record_replays
+from store.delivery import objects
 from store.delivery.destinations import paused_sources
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
-from store.rows import EVENT_COLUMNS, EventRow
+from store.rows import EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 from store.values import safe_text
 
@@ -160,19 +161,7 @@ async def _take(
     now: datetime,
 ) -> list[EventRow]:
     """Claim the rows ``chosen`` selects for ``owner``: the one ``UPDATE … RETURNING``."""
-    stmt = (
-        sa.update(EVENTS)
-        .where(EVENTS.c.id.in_(chosen.scalar_subquery()))
-        .values(
-            status=EventStatus.PROCESSING,
-            lease_owner=owner,
-            lease_expires_at=now + timedelta(seconds=lease_s),
-            attempts=EVENTS.c.attempts + 1,
-            updated_at=now,
-        )
-        .returning(*EVENT_COLUMNS)
-    )
-    return list(map(EventRow._make, await conn.execute(stmt)))
+    return await objects.take(conn, EVENTS.c.id.in_(chosen.scalar_subquery()), owner, lease_s, now)
 
 
 LEDGER_PG = sa.text(SQL["ledger_pg"])

@@ -12,7 +12,6 @@ objects, no routing table, metric children looked up once per label set.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -27,7 +26,7 @@ from prometheus_client.metrics import Counter
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from hookd import tracing
+from hookd import tasks, tracing
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHeaders
 from hookd.sources import Source, Sources
@@ -143,9 +142,7 @@ class Deadlines:
 
     async def stop(self) -> None:
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await tasks.cancel(self._sweeper)
             self._sweeper = None
 
     async def _sweep(self) -> None:

@@ -227,30 +227,16 @@ async def unfinished(conn: AsyncConnection, table: str) -> str | None:
     return None
 
 
-async def sources_in(conn: AsyncConnection, table: str) -> list[str]:
-    """The sources that have rows in ``table``: one probe of the ``(source, id)`` index
-    per source (a skip scan), not a read of the rows."""
+async def distinct_in(conn: AsyncConnection, table: str, column: str) -> list[str]:
+    """The values ``column`` has in ``table``: one probe per value of an index that begins
+    with it (``(source, id)``, ``(status, …)``: a skip scan), not a read of the rows."""
     out: list[str] = []
-    source = await first_value(conn, f"SELECT min(source) FROM {table}")  # noqa: S608 - a quoted catalog name
-    while source is not None:
-        out.append(source)
-        source = await first_value(
+    value = await first_value(conn, f"SELECT min({column}) FROM {table}")  # noqa: S608 - a quoted catalog name
+    while value is not None:
+        out.append(value)
+        value = await first_value(
             conn,
-            f"SELECT min(source) FROM {table} WHERE source > :s",  # noqa: S608 - a quoted catalog name
-            s=source,
-        )
-    return out
-
-
-async def statuses_in(conn: AsyncConnection, table: str) -> list[str]:
-    """The statuses rows of ``table`` have: a skip scan of its ``(status, …)`` index."""
-    out: list[str] = []
-    status = await first_value(conn, f"SELECT min(status) FROM {table}")  # noqa: S608 - a quoted catalog name
-    while status is not None:
-        out.append(status)
-        status = await first_value(
-            conn,
-            f"SELECT min(status) FROM {table} WHERE status > :s",  # noqa: S608 - a quoted catalog name
-            s=status,
+            f"SELECT min({column}) FROM {table} WHERE {column} > :v",  # noqa: S608 - a quoted catalog name
+            v=value,
         )
     return out

@@ -25,11 +25,11 @@ from store.retention.partition_catalog import (
     Partition,
     Reference,
     Tx,
+    distinct_in,
     first_value,
     list_partitions,
     quoted,
     references,
-    sources_in,
     unfinished,
 )
 from store.retention.partition_sql import add_total, forget, hold_events, is_lock_timeout
@@ -70,7 +70,7 @@ async def blocker(
     status = await unfinished(conn, table)
     if status is not None:
         return f"holds {status} events"
-    for source in await sources_in(conn, table):
+    for source in await distinct_in(conn, table, "source"):
         horizon = horizons.get(source)
         if horizon is None:
             return f"holds events of source {source!r}, which has no retention policy here"

@@ -86,7 +86,7 @@ async def claim_due(
         return []
     picked = (arms[0] if len(arms) == 1 else sa.union_all(*arms)).subquery("picked")
     chosen = sa.select(picked.c.id).order_by(picked.c.rank, picked.c.next_attempt_at).limit(limit)
-    return await _take(conn, chosen, owner, lease_s, now)
+    return await objects.take(conn, _among(chosen), owner, lease_s, now)
 
 
 async def claim_orphans(
@@ -112,7 +112,8 @@ async def claim_orphans(
         )
         .limit(limit)
     )
-    return await _take(conn, dialect.locked(conn, pick, skip_locked=True), owner, lease_s, now)
+    picked = dialect.locked(conn, pick, skip_locked=True)
+    return await objects.take(conn, _among(picked), owner, lease_s, now)
 
 
 async def claim_expired(
@@ -143,7 +144,8 @@ async def claim_expired(
     )
     if spare:
         leases = leases.where(sa.not_(one_of(conn, EVENTS.c.id, spare)))
-    return await _take(conn, dialect.locked(conn, leases, skip_locked=True), owner, lease_s, now)
+    picked = dialect.locked(conn, leases, skip_locked=True)
+    return await objects.take(conn, _among(picked), owner, lease_s, now)
 
 
 def _not_paused() -> sa.ColumnElement[bool]:
@@ -153,15 +155,9 @@ def _not_paused() -> sa.ColumnElement[bool]:
     return EVENTS.c.source.not_in(paused_sources())
 
 
-async def _take(
-    conn: AsyncConnection,
-    chosen: sa.Select[Any],
-    owner: str,
-    lease_s: float,
-    now: datetime,
-) -> list[EventRow]:
-    """Claim the rows ``chosen`` selects for ``owner``: the one ``UPDATE … RETURNING``."""
-    return await objects.take(conn, EVENTS.c.id.in_(chosen.scalar_subquery()), owner, lease_s, now)
+def _among(chosen: sa.Select[Any]) -> sa.ColumnElement[bool]:
+    """The rows ``chosen`` selects (by id), for the claim's one write (``objects.take``)."""
+    return EVENTS.c.id.in_(chosen.scalar_subquery())
 
 
 LEDGER_PG = sa.text(SQL["ledger_pg"])

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -227,34 +227,19 @@ async def _pick_sqlite(
                 EVENTS.c.source.in_(list(supersede)),
                 EVENTS.c.object_version < version,
             )
-            .values(**_superseded(now))
+            .values(
+                status=EventStatus.SUPERSEDED,
+                processed_at=now,
+                updated_at=now,
+                last_error=None,
+                last_error_handler=None,
+                last_error_type=None,
+            )
             .returning(EVENTS.c.id, EVENTS.c.source, EVENTS.c.attempts)
         )
         superseded = [Superseded._make(r) for r in result]
     # One statement: SQLite's single writer holds the database while it reads and writes.
     return superseded, EVENTS.c.id.in_(sa.select(heads.subquery("heads").c.id))
-
-
-class _Superseded(TypedDict):
-    """The columns an event superseded by a newer one of its object is given."""
-
-    status: EventStatus
-    processed_at: datetime
-    updated_at: datetime
-    last_error: None
-    last_error_handler: None
-    last_error_type: None
-
-
-def _superseded(now: datetime) -> _Superseded:
-    return {
-        "status": EventStatus.SUPERSEDED,
-        "processed_at": now,
-        "updated_at": now,
-        "last_error": None,
-        "last_error_handler": None,
-        "last_error_type": None,
-    }
 
 
 async def take(

@@ -143,30 +143,27 @@ def _bound_value(text: str) -> str | None:
     return text[1:-1].replace("''", "'")
 
 
-async def leftovers(conn: AsyncConnection) -> list[str]:
-    """Partitions detached by a drop that stopped before the table was dropped."""
+async def _unattached(conn: AsyncConnection, suffix: str) -> list[str]:
+    """Tables named like a day of ``events`` ending in ``suffix``, not partitions of it."""
     result = await conn.execute(
         sa.text(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE :p "
             "AND NOT c.relispartition"
         ),
-        {"p": f"{PREFIX}%{DROPPING}"},
+        {"p": f"{PREFIX}%{suffix}"},
     )
-    return sorted(r[0] for r in result if _LEFTOVER.fullmatch(r[0]))
+    return sorted(r[0] for r in result)
+
+
+async def leftovers(conn: AsyncConnection) -> list[str]:
+    """Partitions detached by a drop that stopped before the table was dropped."""
+    return [name for name in await _unattached(conn, DROPPING) if _LEFTOVER.fullmatch(name)]
 
 
 async def stale_staging(conn: AsyncConnection) -> list[str]:
     """Tables a compaction stopped while copying left (never attached): dropped."""
-    result = await conn.execute(
-        sa.text(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE :p "
-            "AND NOT c.relispartition"
-        ),
-        {"p": f"{PREFIX}%{COMPACTING}"},
-    )
-    return sorted(r[0] for r in result)
+    return await _unattached(conn, COMPACTING)
 
 
 @dataclass(frozen=True, slots=True)

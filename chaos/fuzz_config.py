@@ -250,7 +250,8 @@ def config_toml_target() -> Callable[[bytes], None]:
     import atheris
 
     from hookd.errors import ConfigError
-    from hookd.sources import NAME_RE, load_sources, parse_sources
+    from hookd.routing import NAME_RE
+    from hookd.sources import load_sources, parse_sources
 
     path = Path("hookd.toml")
 

@@ -30,9 +30,20 @@ REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 # The ledger name of ``[sources.forward]``, the one unnamed destination.
 FORWARD = "forward"
 Scalar = str | int | float | bool
+
 # A ``where`` or ``where_headers`` predicate as checked (``_predicate``): a value
 # (equals), values (in), or ``{ exists = bool }``.
 Predicate = Scalar | tuple[Scalar, ...] | dict[str, bool]
+
+
+def checked_name(value: str) -> str:
+    """A source's or a destination's name, as ``NAME_RE`` allows it; else ValueError."""
+    if not NAME_RE.fullmatch(value):
+        raise ValueError(
+            "must be 1 to 64 lowercase letters, digits and '-', starting with a letter or "
+            "digit ([a-z0-9][a-z0-9-]{0,63})"
+        )
+    return value
 
 
 class _Strict(BaseModel):
@@ -170,12 +181,7 @@ class DestinationConfig(FilterConfig):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_RE.fullmatch(value):
-            raise ValueError(
-                "must be 1 to 64 lowercase letters, digits and '-', starting with a letter or "
-                "digit ([a-z0-9][a-z0-9-]{0,63})"
-            )
-        return value
+        return checked_name(value)
 
     @field_validator("url")
     @classmethod

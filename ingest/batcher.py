@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from hookd.errors import HookdError
@@ -71,32 +72,23 @@ def _consume(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
+@dataclass(eq=False)
 class GroupCommitter:
-    def __init__(
-        self,
-        inserter: Inserter,
-        *,
-        batch_max: int = 256,
-        window_s: float = 0.0,
-        commit_timeout_s: float = 10.0,
-        committers: int = 1,
-        on_commit: OnCommit | None = None,
-        handoff: Handoff | None = None,
-    ) -> None:
-        self._inserter = inserter
-        self._handoff = handoff
-        self._batch_max = batch_max
-        self._window_s = window_s
-        self._commit_timeout_s = commit_timeout_s
-        self._committers = committers
-        self._on_commit = on_commit
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
-        self.failed_in_row = 0
-        self._probe: asyncio.Task[None] | None = None
-        # The loop the committers run on: asyncio.get_running_loop() costs a getpid()
-        # system call on Python 3.11, once per request where enqueue would ask for it.
-        self._loop: asyncio.AbstractEventLoop | None = None
+    inserter: Inserter
+    _: KW_ONLY
+    batch_max: int = 256
+    window_s: float = 0.0
+    commit_timeout_s: float = 10.0
+    committers: int = 1
+    on_commit: OnCommit | None = None
+    handoff: Handoff | None = None
+    _queue: asyncio.Queue[_Item] = field(init=False, default_factory=asyncio.Queue)
+    _tasks: list[asyncio.Task[None]] = field(init=False, default_factory=list)
+    failed_in_row: int = field(init=False, default=0)
+    _probe: asyncio.Task[None] | None = field(init=False, default=None)
+    # The loop the committers run on: asyncio.get_running_loop() costs a getpid()
+    # system call on Python 3.11, once per request where enqueue would ask for it.
+    _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
 
     @property
     def failing(self) -> bool:
@@ -127,7 +119,7 @@ class GroupCommitter:
 
     async def _run_probe(self) -> None:
         try:
-            await self._inserter.probe()
+            await self.inserter.probe()
         except Exception as exc:
             log.warning("commit probe failed", extra={"error": type(exc).__name__})
             raise
@@ -137,14 +129,14 @@ class GroupCommitter:
         self._loop = asyncio.get_running_loop()
         self._tasks = [
             asyncio.create_task(self._run(), name=f"hookd-committer-{i}")
-            for i in range(self._committers)
+            for i in range(self.committers)
         ]
 
     async def stop(self) -> None:
         """Commit what is queued, then stop."""
         if self._tasks:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._queue.join(), self._commit_timeout_s)
+                await asyncio.wait_for(self._queue.join(), self.commit_timeout_s)
         tasks = [*self._tasks, *([self._probe] if self._probe is not None else [])]
         for task in tasks:
             task.cancel()
@@ -168,8 +160,8 @@ class GroupCommitter:
 
     async def _collect(self) -> list[_Item]:
         batch = [await self._queue.get()]
-        deadline = time.monotonic() + self._window_s
-        while len(batch) < self._batch_max:
+        deadline = time.monotonic() + self.window_s
+        while len(batch) < self.batch_max:
             try:
                 batch.append(self._queue.get_nowait())
                 continue
@@ -228,20 +220,20 @@ class GroupCommitter:
                 future.set_result(result)
             if result.created and result.row is None:  # a handed row needs no wake-up
                 created.append(result.event_id)
-        if created and self._on_commit is not None:
+        if created and self.on_commit is not None:
             try:
-                await self._on_commit(created)
+                await self.on_commit(created)
             except Exception as exc:  # dispatch is a hint; the sweep recovers it
                 log.warning("dispatch after commit failed", extra={"error": type(exc).__name__})
 
     async def _insert(self, batch: list[_Item]) -> list[tuple[asyncio.Future[Stored], Stored]]:
-        target = self._handoff.choose() if self._handoff is not None else None
+        target = self.handoff.choose() if self.handoff is not None else None
         events = [event for event, _ in batch]
-        async with asyncio.timeout(self._commit_timeout_s):
+        async with asyncio.timeout(self.commit_timeout_s):
             if target is None:
-                results = await self._inserter.insert(events)
+                results = await self.inserter.insert(events)
             else:
-                results = await self._inserter.insert(events, target.lease())
+                results = await self.inserter.insert(events, target.lease())
         if target is not None:
             target.hand([r.row for r in results if r.row is not None])
         return [(future, result) for (_, future), result in zip(batch, results, strict=True)]

@@ -12,12 +12,11 @@ objects, no routing table, metric children looked up once per label set.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -27,7 +26,7 @@ from prometheus_client.metrics import Counter
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from hookd import tracing
+from hookd import tasks, tracing
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHeaders
 from hookd.sources import Source, Sources
@@ -143,9 +142,7 @@ class Deadlines:
 
     async def stop(self) -> None:
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await tasks.cancel(self._sweeper)
             self._sweeper = None
 
     async def _sweep(self) -> None:
@@ -234,25 +231,20 @@ def stored_answer(event_id: str, status: str) -> bytes:
     return b'{"event_id":"' + event_id.encode() + b'","status":"' + status.encode() + b'"}'
 
 
+@dataclass(eq=False)
 class Receiver:
-    def __init__(
-        self,
-        sources: Sources,
-        committer: GroupCommitter,
-        *,
-        body_timeout_s: float = 10.0,
-        clock: Callable[[], float] = time.time,
-        on_duplicate: OnDuplicate | None = None,
-    ) -> None:
-        self.sources = sources
-        self.committer = committer
-        self.body_timeout_s = body_timeout_s
-        self._clock = clock
-        self._on_duplicate = on_duplicate
-        self.deadlines = Deadlines()
-        self._tally = metrics.AckTally()
+    sources: Sources
+    committer: GroupCommitter
+    _: KW_ONLY
+    body_timeout_s: float = 10.0
+    clock: Callable[[], float] = time.time
+    on_duplicate: OnDuplicate | None = None
+    deadlines: Deadlines = field(init=False, default_factory=Deadlines)
+    _tally: metrics.AckTally = field(init=False, default_factory=metrics.AckTally)
+
+    def __post_init__(self) -> None:
         # Every series of the receive-side families at 0 from the first scrape.
-        metrics.initialise(s.name for s in sources)
+        metrics.initialise(s.name for s in self.sources)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -281,7 +273,7 @@ class Receiver:
         self, source: Source, headers: HeaderMap, client: ClientOf, started: float
     ) -> Admitted | Answer:
         """Before the body: the declared length and the signature headers (timestamp)."""
-        now = self._clock()
+        now = self.clock()
         declared = headers.get("content-length")
         if declared and declared[0].isdigit() and int(declared[0]) > source.config.max_body_bytes:
             self._refused(client, source.name, "body_too_large")
@@ -352,9 +344,9 @@ class Receiver:
                     "dedupe_key": dedupe_key,
                 },
             )
-        elif self._on_duplicate is not None and source.config.reconcile is not None:
+        elif self.on_duplicate is not None and source.config.reconcile is not None:
             # A late delivery when a reconcile run stored it first; queued, not awaited.
-            self._on_duplicate(source.name, dedupe_key)
+            self.on_duplicate(source.name, dedupe_key)
         ack = received.envelope.ack
         if ack is not None:
             return reply_answer(ack)

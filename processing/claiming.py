@@ -106,6 +106,21 @@ def claim_span(claimed: Claimed, claim_started: int) -> Any:
     )
 
 
+@dataclass(slots=True)
+class _Cadence:
+    """A look due at most once every ``every_s`` (by the monotonic clock)."""
+
+    every_s: float
+    last: float = -math.inf
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
+
+
 class Claimer:
     """The claims of one processor (``owner``), each leasing for ``lease_s``."""
 
@@ -120,24 +135,10 @@ class Claimer:
         self._supersede = frozenset(
             s.name for s in ordered if s.config.order and s.config.order.supersedes
         )
-        self._expired_checked_at = -math.inf
-        self._orphans_checked_at = -math.inf
-
-    def _expired_check_due(self) -> bool:
-        """Look for expired leases at most every EXPIRED_CHECK_S (``claim_expired``)."""
-        now = time.monotonic()
-        if now - self._expired_checked_at < EXPIRED_CHECK_S:
-            return False
-        self._expired_checked_at = now
-        return True
-
-    def _orphans_check_due(self) -> bool:
-        """Look for events of sources no longer configured every ORPHANS_CHECK_S."""
-        now = time.monotonic()
-        if now - self._orphans_checked_at < ORPHANS_CHECK_S:
-            return False
-        self._orphans_checked_at = now
-        return True
+        # Expired leases (``claim_expired``) and events of sources no longer configured
+        # are looked for on their own cadences, not at every claim.
+        self._expired_check = _Cadence(EXPIRED_CHECK_S)
+        self._orphans_check = _Cadence(ORPHANS_CHECK_S)
 
     def ordered_window(self, batch: Iterable[tuple[Held, Result]]) -> bool:
         """Whether a window holds events of objects: their outcomes go before the claim
@@ -153,7 +154,7 @@ class Claimer:
         want, now = ask.want, ask.now
         got = Claimed()
         # Expired leases first, by their own statement, so that takeovers are counted.
-        if self._expired_check_due():
+        if self._expired_check.due():
             got.taken = await claiming.claim_expired(
                 conn, self._owner, self._lease_s, want, now, spare=spare or ()
             )
@@ -169,7 +170,7 @@ class Claimer:
             got.rows = got.rows + await claiming.claim_due(
                 conn, self._owner, self._lease_s, want - len(got.rows), now, shares=shares
             )
-        if len(got.rows) < want and self._orphans_check_due():
+        if len(got.rows) < want and self._orphans_check.due():
             # Events of a source no longer configured: claimed to go dead, not left.
             got.rows = got.rows + await claiming.claim_orphans(
                 conn,

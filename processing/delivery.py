@@ -7,7 +7,6 @@ the answer. ``processing.destinations.Router`` decides whether and when it may g
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import re
@@ -26,17 +25,13 @@ from hookd.routing import FORWARD, DestinationConfig
 from hookd.sources import Source
 from processing.deadlines import DeadlineExceeded, off_loop, within
 from processing.filters import Selector
+from processing.handlers import import_ref
 
 Transform = Callable[[Event], Any]
 
 
 def import_transform(ref: str) -> Transform:
-    module_name, _, attr = ref.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"transform {ref!r}: cannot import {module_name}: {exc}") from None
-    func = getattr(module, attr, None)
+    module_name, attr, func = import_ref("transform", ref)
     if not callable(func):
         raise ConfigError(f"transform {ref!r}: {module_name} has no function {attr!r}")
     transform: Transform = func

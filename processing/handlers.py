@@ -21,13 +21,20 @@ from hookd.sources import Sources
 __all__ = ["FORWARD", "import_handler", "load_handlers"]
 
 
-def import_handler(ref: str) -> Handler:
+def import_ref(what: str, ref: str) -> tuple[str, str, object]:
+    """A ``module:attribute`` reference of the sources file, imported: the module's name,
+    the attribute's and the attribute (None if the module has none). ConfigError, naming
+    ``what`` and ``ref``, when the module cannot be imported."""
     module_name, _, attr = ref.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"handler {ref!r}: cannot import {module_name}: {exc}") from None
-    func = getattr(module, attr, None)
+        raise ConfigError(f"{what} {ref!r}: cannot import {module_name}: {exc}") from None
+    return module_name, attr, getattr(module, attr, None)
+
+
+def import_handler(ref: str) -> Handler:
+    module_name, attr, func = import_ref("handler", ref)
     if func is None:
         raise ConfigError(f"handler {ref!r}: {module_name} has no attribute {attr!r}")
     if not inspect.iscoroutinefunction(func):

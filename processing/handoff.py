@@ -40,6 +40,7 @@ from typing import Protocol
 import orjson
 
 from store.intake.events import Lease, NewRow
+from store.intake.sqlite_write import COLUMNS
 from store.rows import EventRow
 
 log = logging.getLogger("hookd.processing")
@@ -60,28 +61,10 @@ RECONNECT_S = 0.5
 ROOM_CHECK_S = 0.05
 
 _LEN = struct.Struct(">I")
-# The row's columns a frame's header carries (the body goes beside it).
-_FIELDS = (
-    "id",
-    "source",
-    "provider",
-    "dedupe_key",
-    "type",
-    "origin",
-    "received_at",
-    "occurred_at",
-    "verified_with",
-    "headers",
-    "body_encrypted",
-    "status",
-    "attempts",
-    "next_attempt_at",
-    "lease_owner",
-    "lease_expires_at",
-    "created_at",
-    "updated_at",
-    "traceparent",
-)
+# The row's columns a frame's header carries: those every insert writes, but the body
+# (it goes beside the header). A handed row has no object: events of a source with
+# [sources.order] are never committed leased (``store.intake.events.Lease``).
+_FIELDS = tuple(c for c in COLUMNS if c != "body")
 
 
 def handoff_path(wake_socket: str) -> str:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,38 +30,32 @@ HEARTBEATS_PER_LEASE = 3
 Transaction = Callable[[], contextlib.AbstractAsyncContextManager[AsyncConnection]]
 
 
+@dataclass(eq=False)
 class Leases:
     """Renewal and release of the leases of the events in ``slots``."""
 
-    def __init__(
-        self,
-        transaction: Transaction,
-        slots: Slots,
-        writer: OutcomeWriter,
-        *,
-        owner: str,
-        lease_s: float,
-    ) -> None:
-        self._transaction = transaction
-        self._slots = slots
-        self._writer = writer
-        self._owner = owner
-        self._lease_s = lease_s
-        self.beat_every_s = lease_s / HEARTBEATS_PER_LEASE
+    transaction: Transaction
+    slots: Slots
+    writer: OutcomeWriter
+    _: KW_ONLY
+    owner: str
+    lease_s: float
+    beat_every_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.beat_every_s = self.lease_s / HEARTBEATS_PER_LEASE
 
     async def renew(self) -> None:
         """Renew the lease of every event held here. One taken over meanwhile (the
         database was away past a lease) is not started if it was only read ahead."""
-        held_now = self._slots.held
+        held_now = self.slots.held
         ids = list(held_now)
         if not ids:
             return
         started = time.monotonic()
         try:
-            async with self._transaction() as conn:
-                kept = await claiming.renew(
-                    conn, ids, self._owner, self._lease_s, datetime.now(UTC)
-                )
+            async with self.transaction() as conn:
+                kept = await claiming.renew(conn, ids, self.owner, self.lease_s, datetime.now(UTC))
         except Exception as exc:  # the database is away: the next beat tries again
             log.warning("lease renewal failed", extra={"error": type(exc).__name__})
             return
@@ -69,9 +64,9 @@ class Leases:
             if held is None:
                 continue
             if event_id in kept:
-                held.lease_end = started + self._lease_s
+                held.lease_end = started + self.lease_s
             elif held.task is None:
-                self._slots.unready(held)
+                self.slots.unready(held)
             else:
                 log.warning("lease lost before completion", extra={"event_id": event_id})
 
@@ -79,18 +74,18 @@ class Leases:
         """Give ``given`` back, due at once, recording the handlers each finished; the
         attempt is given back too (``claiming.release``)."""
         for held in given:
-            self._slots.held.pop(held.row.id, None)
+            self.slots.held.pop(held.row.id, None)
         if not given:
             return
         try:
-            async with self._transaction() as conn:
+            async with self.transaction() as conn:
                 now = datetime.now(UTC)
                 await claiming.record_handlers(
                     conn, [(h.row.id, name) for h in given for name in h.done], now
                 )
                 ids = [h.row.id for h in given]
-                back = await claiming.release(conn, ids, self._owner, now)
+                back = await claiming.release(conn, ids, self.owner, now)
                 attempts = {h.row.id: h.row.attempts for h in given}
-                await history.record_attempts(conn, self._writer.released(attempts, back, now))
+                await history.record_attempts(conn, self.writer.released(attempts, back, now))
         except Exception as exc:  # the lease expiry recovers them anyway
             log.warning("could not release claims", extra={"error": type(exc).__name__})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,34 +44,22 @@ def _span_outcome(result: Result) -> str:
     return "failed" if result.error is not None else "deferred"
 
 
+@dataclass(eq=False)
 class EventRunner:
     """Runs an event's attempt (``guarded``): what the processor's slots run."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        sources: Sources,
-        handlers: Mapping[str, list[tuple[str, Handler]]],
-        cipher: BodyCipher,
-        *,
-        owner: str,
-        handler_timeout_s: float,
-        retry: RetryPolicy,
-        rng: random.Random,
-        router: Router | None,
-        fetch: FetchObject | None,
-    ) -> None:
-        self._engine = engine
-        self._sources = sources
-        self._handlers = handlers
-        self._cipher = cipher
-        self._owner = owner
-        self._handler_timeout_s = handler_timeout_s
-        self._retry = retry
-        self._rng = rng
-        # Destinations and handler filters (``processing.destinations``); None: neither.
-        self._router = router
-        self._fetch = fetch
+    engine: AsyncEngine
+    sources: Sources
+    handlers: Mapping[str, list[tuple[str, Handler]]]
+    cipher: BodyCipher
+    _: KW_ONLY
+    owner: str
+    handler_timeout_s: float
+    retry: RetryPolicy
+    rng: random.Random
+    # Destinations and handler filters (``processing.destinations``); None: neither.
+    router: Router | None
+    fetch: FetchObject | None
 
     async def guarded(
         self, row: EventRow, finished: set[str], done: list[str], claim: Any = None
@@ -114,16 +102,16 @@ class EventRunner:
 
     async def _process(self, row: EventRow, finished: set[str], done: list[str]) -> Result:
         """Run the handlers not yet in the ledger, in order, appending each that finishes."""
-        source = self._sources.get(row.source)
+        source = self.sources.get(row.source)
         if source is None:
             return Result(ok=False, error="source is no longer configured", permanent=True)
         if (past := self._past_limit(row, source)) is not None:
             return past
-        chain = self._handlers.get(row.source, [])
-        if not chain and not (self._router and self._router.has_destinations(row.source)):
+        chain = self.handlers.get(row.source, [])
+        if not chain and not (self.router and self.router.has_destinations(row.source)):
             return Result(ok=True)
         try:
-            body = self._cipher.open(row.body or b"", row.body_encrypted)
+            body = self.cipher.open(row.body or b"", row.body_encrypted)
         except ConfigError as exc:
             return Result(
                 ok=False, error=UNDECRYPTABLE, error_type=type(exc).__name__, permanent=True
@@ -155,12 +143,12 @@ class EventRunner:
     ) -> Event | Result:
         """The event with its object fetched (``[sources.order] fetch``), or the failure;
         as it is for a source that fetches none."""
-        if self._fetch is None or not (source.config.order and source.config.order.fetch):
+        if self.fetch is None or not (source.config.order and source.config.order.fetch):
             return event
         try:
             fetched = await within(
-                self._fetch(source, document(body, row.headers)),
-                self._handler_timeout_s,
+                self.fetch(source, document(body, row.headers)),
+                self.handler_timeout_s,
                 what="object fetch",
             )
         except Exception as exc:  # the provider's API: retried like a handler's failure
@@ -173,8 +161,8 @@ class EventRunner:
         """The most attempts an event of ``source`` may use: its handlers' or any of its
         destinations' ``max_attempts``."""
         limit = source.config.max_attempts
-        if self._router is not None:
-            limit = max(limit, self._router.attempt_limit(source.name))
+        if self.router is not None:
+            limit = max(limit, self.router.attempt_limit(source.name))
         return limit
 
     async def _run(
@@ -190,7 +178,7 @@ class EventRunner:
         neither stops nor repeats another). A filter that does not select the event
         skips its handler or destination (``skipped``), once."""
         body = Document(event.body)
-        router = self._router
+        router = self.router
         skipped: list[str] = []
         failure: Result | None = None
         for name, handler in chain:
@@ -207,12 +195,12 @@ class EventRunner:
             done.append(name)
         outcomes = (
             await router.deliver_all(
-                self._engine,
+                self.engine,
                 event,
                 attempt=row.attempts,
                 finished=finished,
                 document=body,
-                owner=self._owner,
+                owner=self.owner,
                 done=done,
             )
             if router is not None
@@ -238,7 +226,7 @@ class EventRunner:
                 # cancellation still ends the attempt at HOOKD_HANDLER_TIMEOUT_S.
                 await within(
                     handler(replace(event, idempotency_key=idempotency_key(row.id, name))),
-                    self._handler_timeout_s,
+                    self.handler_timeout_s,
                     what=f"handler {name}",
                 )
             except Exception as exc:
@@ -252,7 +240,7 @@ class EventRunner:
         text = str(exc)
         if isinstance(exc, DeadlineExceeded):
             kind = "TimeoutError"
-            text = f"did not finish within {self._handler_timeout_s:g}s"
+            text = f"did not finish within {self.handler_timeout_s:g}s"
         if permanent:  # its reason code says what it is
             summary = f"{name}: {text}"
         else:
@@ -314,9 +302,9 @@ class EventRunner:
         limits = [o.max_attempts or 1 for o in failed]
         delays = [o.retry_in_s for o in failed if o.retry_in_s is not None]
         if failure is not None:
-            source = self._sources.get(row.source)
+            source = self.sources.get(row.source)
             limits.append(source.config.max_attempts if source else 1)
-            delays.append(self._retry.delay_s(row.attempts, self._rng))
+            delays.append(self.retry.delay_s(row.attempts, self.rng))
         return limits, delays
 
 

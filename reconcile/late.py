@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import tasks
 from store.reconcile import coverage as ledger
 
 log = logging.getLogger("hookd.reconcile")
@@ -62,9 +63,7 @@ class LateNotes:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await self._queue.join()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await tasks.cancel(self._task)
         self._task = None
 
     async def _loop(self) -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from hookd import tasks
 from hookd.sources import Source, Sources
 from reconcile.poller import Outcome, Reconciler
 from store.reconcile import coverage as ledger
@@ -86,9 +87,7 @@ class Scheduler:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), grace_s)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await tasks.cancel(self._task)
         self._task = None
 
     async def _loop(self) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import tasks
 from hookd.ops import EventOps, OperationOps
 from hookd.settings import Settings
 from hookd.sources import Sources
@@ -72,12 +73,7 @@ class OperationSchedule:
             return
         self._stop.set()
         self._now.set()
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self._task), grace_s)
-        if not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.finish(self._task, grace_s)
         self._task = None
 
     async def _loop(self) -> None:

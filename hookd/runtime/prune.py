@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from hookd import tasks
 from hookd.ops import prune_sources
 from hookd.sources import Sources
 from store.ids import worker_id
@@ -64,12 +65,7 @@ class PruneSchedule:
         if self._task is None:
             return
         self._stop.set()
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self._task), grace_s)
-        if not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await tasks.finish(self._task, grace_s)
         self._task = None
 
     async def _loop(self) -> None:

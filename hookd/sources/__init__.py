@@ -12,7 +12,6 @@ key), ``checks`` (what the models cannot say alone), ``urls`` (where secrets are
 from hookd.sources.loader import SourcesFileMissing, load_sources, parse_sources
 from hookd.sources.models import (
     DAY_S,
-    NAME_RE,
     RetentionConfig,
     Source,
     SourceConfig,
@@ -24,7 +23,6 @@ from hookd.sources.urls import internal_target
 
 __all__ = [
     "DAY_S",
-    "NAME_RE",
     "RetentionConfig",
     "Source",
     "SourceConfig",

@@ -19,11 +19,9 @@ from hookd.providers.reconciling import ReconcileConfig
 from hookd.routing import (
     DestinationConfig,
     HandlerEntry,
+    checked_name,
     handler_entries,
 )
-
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
-
 
 MAX_BODY_LIMIT = 64 * 1024 * 1024
 
@@ -144,13 +142,8 @@ class SourceConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_RE.fullmatch(value):
-            # The name is the path of the source's URL (/hooks/NAME) and a label in metrics.
-            raise ValueError(
-                "must be 1 to 64 lowercase letters, digits and '-', starting with a letter or "
-                "digit ([a-z0-9][a-z0-9-]{0,63})"
-            )
-        return value
+        # The name is the path of the source's URL (/hooks/NAME) and a label in metrics.
+        return checked_name(value)
 
     @field_validator("provider", mode="before")
     @classmethod

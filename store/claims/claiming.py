@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store import dialect, queries
 from store.claims.history import UNKNOWN, Requester, record_replays
+from store.delivery import objects
 from store.delivery.destinations import paused_sources
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
-from store.rows import EVENT_COLUMNS, EventRow
+from store.rows import EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
 from store.values import safe_text
 
@@ -85,7 +86,7 @@ async def claim_due(
         return []
     picked = (arms[0] if len(arms) == 1 else sa.union_all(*arms)).subquery("picked")
     chosen = sa.select(picked.c.id).order_by(picked.c.rank, picked.c.next_attempt_at).limit(limit)
-    return await _take(conn, chosen, owner, lease_s, now)
+    return await objects.take(conn, _among(chosen), owner, lease_s, now)
 
 
 async def claim_orphans(
@@ -111,7 +112,8 @@ async def claim_orphans(
         )
         .limit(limit)
     )
-    return await _take(conn, dialect.locked(conn, pick, skip_locked=True), owner, lease_s, now)
+    picked = dialect.locked(conn, pick, skip_locked=True)
+    return await objects.take(conn, _among(picked), owner, lease_s, now)
 
 
 async def claim_expired(
@@ -142,7 +144,8 @@ async def claim_expired(
     )
     if spare:
         leases = leases.where(sa.not_(one_of(conn, EVENTS.c.id, spare)))
-    return await _take(conn, dialect.locked(conn, leases, skip_locked=True), owner, lease_s, now)
+    picked = dialect.locked(conn, leases, skip_locked=True)
+    return await objects.take(conn, _among(picked), owner, lease_s, now)
 
 
 def _not_paused() -> sa.ColumnElement[bool]:
@@ -152,27 +155,9 @@ def _not_paused() -> sa.ColumnElement[bool]:
     return EVENTS.c.source.not_in(paused_sources())
 
 
-async def _take(
-    conn: AsyncConnection,
-    chosen: sa.Select[Any],
-    owner: str,
-    lease_s: float,
-    now: datetime,
-) -> list[EventRow]:
-    """Claim the rows ``chosen`` selects for ``owner``: the one ``UPDATE … RETURNING``."""
-    stmt = (
-        sa.update(EVENTS)
-        .where(EVENTS.c.id.in_(chosen.scalar_subquery()))
-        .values(
-            status=EventStatus.PROCESSING,
-            lease_owner=owner,
-            lease_expires_at=now + timedelta(seconds=lease_s),
-            attempts=EVENTS.c.attempts + 1,
-            updated_at=now,
-        )
-        .returning(*EVENT_COLUMNS)
-    )
-    return list(map(EventRow._make, await conn.execute(stmt)))
+def _among(chosen: sa.Select[Any]) -> sa.ColumnElement[bool]:
+    """The rows ``chosen`` selects (by id), for the claim's one write (``objects.take``)."""
+    return EVENTS.c.id.in_(chosen.scalar_subquery())
 
 
 LEDGER_PG = sa.text(SQL["ledger_pg"])

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -142,29 +142,37 @@ async def claim(
     object, each its object's next; first mark superseded the stale events of the
     objects looked at whose source is in ``supersede``; none of a source in ``exclude``.
     See the module's text."""
-    if dialect.is_postgres(conn):
-        return await _claim_pg(
-            conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
-        )
-    return await _claim_sqlite(
-        conn, owner, lease_s, limit, now, supersede=supersede, exclude=exclude
-    )
-
-
-async def _claim_pg(
-    conn: AsyncConnection,
-    owner: str,
-    lease_s: float,
-    limit: int,
-    now: datetime,
-    *,
-    supersede: Collection[str],
-    exclude: Collection[str],
-) -> Claimed:
+    postgres = dialect.is_postgres(conn)
+    heads = _heads(now, limit, probes=postgres, exclude=exclude)
+    pick = _pick_pg if postgres else _pick_sqlite
     out = Claimed()
-    candidates = (await conn.execute(_heads(now, limit, probes=True, exclude=exclude))).all()
+    out.superseded, chosen = await pick(conn, heads, now, supersede)
+    if chosen is not None:
+        out.rows = await take(
+            conn,
+            sa.and_(
+                chosen,
+                EVENTS.c.status.in_(RUNNABLE_STATUSES),
+                EVENTS.c.source.not_in(paused_sources()),
+            ),
+            owner,
+            lease_s,
+            now,
+        )
+    return out
+
+
+# What a claim's pick found: the events it marked superseded, and which to take (None:
+# none).
+_Picked = tuple[list[Superseded], sa.ColumnElement[bool] | None]
+
+
+async def _pick_pg(
+    conn: AsyncConnection, heads: sa.Select[Any], now: datetime, supersede: Collection[str]
+) -> _Picked:
+    candidates = (await conn.execute(heads)).all()
     if not candidates:
-        return out
+        return [], None
     locked = (
         await conn.execute(
             LOCK_PG,
@@ -176,15 +184,16 @@ async def _claim_pg(
         )
     ).all()
     if not locked:
-        return out
+        return [], None
+    superseded: list[Superseded] = []
     stale = [(s, k) for s, k in locked if s in supersede]
     if stale:
         result = await conn.execute(
             SUPERSEDE_PG,
             {"now": now, "sources": [s for s, _ in stale], "keys": [k for _, k in stale]},
         )
-        out.superseded = [Superseded._make(r) for r in result]
-    heads = await conn.execute(
+        superseded = [Superseded._make(r) for r in result]
+    found = await conn.execute(
         HEADS_PG,
         {
             "now": now,
@@ -193,23 +202,14 @@ async def _claim_pg(
             "supersede": [s in supersede for s, _ in locked],
         },
     )
-    ids = [r[0] for r in heads]
-    if ids:
-        out.rows = await _take(conn, EVENTS.c.id.in_(ids), owner, lease_s, now)
-    return out
+    ids = [r[0] for r in found]
+    return superseded, (EVENTS.c.id.in_(ids) if ids else None)
 
 
-async def _claim_sqlite(
-    conn: AsyncConnection,
-    owner: str,
-    lease_s: float,
-    limit: int,
-    now: datetime,
-    *,
-    supersede: Collection[str],
-    exclude: Collection[str],
-) -> Claimed:
-    out = Claimed()
+async def _pick_sqlite(
+    conn: AsyncConnection, heads: sa.Select[Any], now: datetime, supersede: Collection[str]
+) -> _Picked:
+    superseded: list[Superseded] = []
     if supersede:
         version = (
             sa.select(SOURCE_OBJECTS.c.version)
@@ -227,54 +227,33 @@ async def _claim_sqlite(
                 EVENTS.c.source.in_(list(supersede)),
                 EVENTS.c.object_version < version,
             )
-            .values(**_superseded(now))
+            .values(
+                status=EventStatus.SUPERSEDED,
+                processed_at=now,
+                updated_at=now,
+                last_error=None,
+                last_error_handler=None,
+                last_error_type=None,
+            )
             .returning(EVENTS.c.id, EVENTS.c.source, EVENTS.c.attempts)
         )
-        out.superseded = [Superseded._make(r) for r in result]
+        superseded = [Superseded._make(r) for r in result]
     # One statement: SQLite's single writer holds the database while it reads and writes.
-    heads = _heads(now, limit, exclude=exclude).subquery("heads")
-    out.rows = await _take(conn, EVENTS.c.id.in_(sa.select(heads.c.id)), owner, lease_s, now)
-    return out
+    return superseded, EVENTS.c.id.in_(sa.select(heads.subquery("heads").c.id))
 
 
-class _Superseded(TypedDict):
-    """The columns an event superseded by a newer one of its object is given."""
-
-    status: EventStatus
-    processed_at: datetime
-    updated_at: datetime
-    last_error: None
-    last_error_handler: None
-    last_error_type: None
-
-
-def _superseded(now: datetime) -> _Superseded:
-    return {
-        "status": EventStatus.SUPERSEDED,
-        "processed_at": now,
-        "updated_at": now,
-        "last_error": None,
-        "last_error_handler": None,
-        "last_error_type": None,
-    }
-
-
-async def _take(
+async def take(
     conn: AsyncConnection,
     chosen: sa.ColumnElement[bool],
     owner: str,
     lease_s: float,
     now: datetime,
 ) -> list[EventRow]:
-    """The claim's one write: the ``chosen`` events, if still runnable (and their source
-    was not paused since the candidates were read), to ``owner``."""
+    """The one write of every claim (here and ``store.claims.claiming``'s): the events
+    ``chosen`` selects, to ``owner`` for ``lease_s``, attempts += 1."""
     result = await conn.execute(
         sa.update(EVENTS)
-        .where(
-            chosen,
-            EVENTS.c.status.in_(RUNNABLE_STATUSES),
-            EVENTS.c.source.not_in(paused_sources()),
-        )
+        .where(chosen)
         .values(
             status=EventStatus.PROCESSING,
             lease_owner=owner,

@@ -143,30 +143,27 @@ def _bound_value(text: str) -> str | None:
     return text[1:-1].replace("''", "'")
 
 
-async def leftovers(conn: AsyncConnection) -> list[str]:
-    """Partitions detached by a drop that stopped before the table was dropped."""
+async def _unattached(conn: AsyncConnection, suffix: str) -> list[str]:
+    """Tables named like a day of ``events`` ending in ``suffix``, not partitions of it."""
     result = await conn.execute(
         sa.text(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE :p "
             "AND NOT c.relispartition"
         ),
-        {"p": f"{PREFIX}%{DROPPING}"},
+        {"p": f"{PREFIX}%{suffix}"},
     )
-    return sorted(r[0] for r in result if _LEFTOVER.fullmatch(r[0]))
+    return sorted(r[0] for r in result)
+
+
+async def leftovers(conn: AsyncConnection) -> list[str]:
+    """Partitions detached by a drop that stopped before the table was dropped."""
+    return [name for name in await _unattached(conn, DROPPING) if _LEFTOVER.fullmatch(name)]
 
 
 async def stale_staging(conn: AsyncConnection) -> list[str]:
     """Tables a compaction stopped while copying left (never attached): dropped."""
-    result = await conn.execute(
-        sa.text(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.relname LIKE :p "
-            "AND NOT c.relispartition"
-        ),
-        {"p": f"{PREFIX}%{COMPACTING}"},
-    )
-    return sorted(r[0] for r in result)
+    return await _unattached(conn, COMPACTING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,30 +224,16 @@ async def unfinished(conn: AsyncConnection, table: str) -> str | None:
     return None
 
 
-async def sources_in(conn: AsyncConnection, table: str) -> list[str]:
-    """The sources that have rows in ``table``: one probe of the ``(source, id)`` index
-    per source (a skip scan), not a read of the rows."""
+async def distinct_in(conn: AsyncConnection, table: str, column: str) -> list[str]:
+    """The values ``column`` has in ``table``: one probe per value of an index that begins
+    with it (``(source, id)``, ``(status, …)``: a skip scan), not a read of the rows."""
     out: list[str] = []
-    source = await first_value(conn, f"SELECT min(source) FROM {table}")  # noqa: S608 - a quoted catalog name
-    while source is not None:
-        out.append(source)
-        source = await first_value(
+    value = await first_value(conn, f"SELECT min({column}) FROM {table}")  # noqa: S608 - a quoted catalog name
+    while value is not None:
+        out.append(value)
+        value = await first_value(
             conn,
-            f"SELECT min(source) FROM {table} WHERE source > :s",  # noqa: S608 - a quoted catalog name
-            s=source,
-        )
-    return out
-
-
-async def statuses_in(conn: AsyncConnection, table: str) -> list[str]:
-    """The statuses rows of ``table`` have: a skip scan of its ``(status, …)`` index."""
-    out: list[str] = []
-    status = await first_value(conn, f"SELECT min(status) FROM {table}")  # noqa: S608 - a quoted catalog name
-    while status is not None:
-        out.append(status)
-        status = await first_value(
-            conn,
-            f"SELECT min(status) FROM {table} WHERE status > :s",  # noqa: S608 - a quoted catalog name
-            s=status,
+            f"SELECT min({column}) FROM {table} WHERE {column} > :v",  # noqa: S608 - a quoted catalog name
+            v=value,
         )
     return out

@@ -25,10 +25,9 @@ from store.retention.partition_catalog import (
     PARENT,
     Partition,
     columns_of,
+    distinct_in,
     first_value,
     quoted,
-    sources_in,
-    statuses_in,
     storage_clause,
 )
 from store.retention.partition_drop import CLOCK_SKEW, Dropper, Horizon
@@ -262,7 +261,7 @@ async def _staying(
     dead ones (the status index's entries of those statuses only), less dead ones past
     their retention."""
     out: dict[str, _Staying] = {}
-    for status in await statuses_in(conn, table):
+    for status in await distinct_in(conn, table, "status"):
         if status not in NOT_FINAL and status != EventStatus.DEAD:
             continue
         result = await conn.execute(
@@ -289,7 +288,7 @@ async def compactable(
     table = quoted(part.name)
     end = part.end
     assert end is not None
-    for source in await sources_in(conn, table):
+    for source in await distinct_in(conn, table, "source"):
         horizon = horizons.get(source)
         if horizon is None or end > horizon.processed:
             return False
@@ -303,7 +302,7 @@ async def compactable(
     if int(going) < COMPACT_MIN_GOING:
         return False
     staying = 0
-    for status in await statuses_in(conn, table):
+    for status in await distinct_in(conn, table, "status"):
         if status not in NOT_FINAL and status != EventStatus.DEAD:
             continue
         staying += int(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,11 +25,11 @@ from store.retention.partition_catalog import (
     Partition,
     Reference,
     Tx,
+    distinct_in,
     first_value,
     list_partitions,
     quoted,
     references,
-    sources_in,
     unfinished,
 )
 from store.retention.partition_sql import add_total, forget, hold_events, is_lock_timeout
@@ -70,7 +70,7 @@ async def blocker(
     status = await unfinished(conn, table)
     if status is not None:
         return f"holds {status} events"
-    for source in await sources_in(conn, table):
+    for source in await distinct_in(conn, table, "source"):
         horizon = horizons.get(source)
         if horizon is None:
             return f"holds events of source {source!r}, which has no retention policy here"
@@ -104,26 +104,19 @@ async def candidates(conn: AsyncConnection, wall: datetime) -> list[Partition]:
     ]
 
 
+@dataclass(eq=False)
 class Dropper:
     """Drops past days of ``events``, a transaction (``tx``) a batch of ``batch`` rows,
     as a prune at ``now`` that stops when ``stopping``."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        now: datetime,
-        tx: Tx,
-        stopping: Callable[[], bool],
-        batch: int,
-    ) -> None:
-        self.engine = engine
-        self.now = now
-        self.tx = tx
-        self.stopping = stopping
-        self.batch = batch
-        self._refs: list[Reference] | None = None
-        self.busy = False  # the last detach could not have its locks
+    engine: AsyncEngine
+    _: KW_ONLY
+    now: datetime
+    tx: Tx
+    stopping: Callable[[], bool]
+    batch: int
+    _refs: list[Reference] | None = field(default=None, init=False)
+    busy: bool = field(default=False, init=False)  # the last detach could not have its locks
 
     async def refs(self, conn: AsyncConnection) -> list[Reference]:
         if self._refs is None:

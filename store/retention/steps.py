@@ -11,10 +11,11 @@ counts them (``store.retention.prune``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -159,27 +160,18 @@ async def _count(conn: AsyncConnection, source: str, what: str, n: int) -> None:
     )
 
 
+@dataclass(eq=False)
 class Pruner:
     """A prune's steps, under the prune lease of ``owner``, as if the time were ``now``."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        now: datetime,
-        batch: int,
-        owner: str,
-        lease_s: float,
-        stop: asyncio.Event | None,
-        pause_ratio: float = PAUSE_RATIO,
-    ) -> None:
-        self.engine = engine
-        self.now = now
-        self.batch = batch
-        self.owner = owner
-        self.lease_s = lease_s
-        self.stop = stop
-        self.pause_ratio = pause_ratio
+    engine: AsyncEngine
+    _: KW_ONLY
+    now: datetime
+    batch: int
+    owner: str
+    lease_s: float
+    stop: asyncio.Event | None
+    pause_ratio: float = PAUSE_RATIO
 
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.is_set()
@@ -199,17 +191,21 @@ class Pruner:
             took = time.monotonic() - started
             await asyncio.sleep(min(PAUSE_MAX_S, took * self.pause_ratio))
 
+    async def _batch_of(
+        self, conn: AsyncConnection, query: sa.Select[Any]
+    ) -> Sequence[sa.Row[Any]]:
+        """The first ``batch`` rows of ``query``, picked (``_pick``)."""
+        rows: Sequence[sa.Row[Any]] = (
+            await conn.execute(_pick(conn, query.limit(self.batch)))
+        ).all()
+        return rows
+
     async def _picked(
         self, conn: AsyncConnection, where: sa.ColumnElement[bool], after: str
     ) -> list[str]:
         """The ids of the next batch of events, after ``after``, that ``where`` takes."""
-        query = (
-            sa.select(EVENTS.c.id)
-            .where(where, EVENTS.c.id > after)
-            .order_by(EVENTS.c.id)
-            .limit(self.batch)
-        )
-        return [r[0] for r in await conn.execute(_pick(conn, query))]
+        query = sa.select(EVENTS.c.id).where(where, EVENTS.c.id > after).order_by(EVENTS.c.id)
+        return [r[0] for r in await self._batch_of(conn, query)]
 
     async def events(self, source: str, status: EventStatus, cut: datetime) -> int:
         done = 0
@@ -283,17 +279,12 @@ class Pruner:
         done = 0
         while not self.stopping():
             async with self.tx() as conn:
-                picked = (
-                    await conn.execute(
-                        _pick(
-                            conn,
-                            sa.select(EVENT_KEYS.c.dedupe_key, EVENT_KEYS.c.event_id)
-                            .where(keys_of(source, cut))
-                            .order_by(EVENT_KEYS.c.received_at)
-                            .limit(self.batch),
-                        )
-                    )
-                ).all()
+                picked = await self._batch_of(
+                    conn,
+                    sa.select(EVENT_KEYS.c.dedupe_key, EVENT_KEYS.c.event_id)
+                    .where(keys_of(source, cut))
+                    .order_by(EVENT_KEYS.c.received_at),
+                )
                 if not picked:
                     return done
                 # Never a key whose row is still there: a day partition whose drop
@@ -326,24 +317,19 @@ class Pruner:
                         )
                     )
                 ).scalar()
-                picked = (
-                    await conn.execute(
-                        _pick(
-                            conn,
-                            sa.select(
-                                RECONCILE_RUNS.c.id,
-                                RECONCILE_RUNS.c.status,
-                                RECONCILE_RUNS.c.dry_run,
-                                RECONCILE_RUNS.c.items_missing,
-                                RECONCILE_RUNS.c.rate_limited,
-                                RECONCILE_RUNS.c.items_late,
-                            )
-                            .where(runs_of(source, cut, last_run))
-                            .order_by(RECONCILE_RUNS.c.id)
-                            .limit(self.batch),
-                        )
+                picked = await self._batch_of(
+                    conn,
+                    sa.select(
+                        RECONCILE_RUNS.c.id,
+                        RECONCILE_RUNS.c.status,
+                        RECONCILE_RUNS.c.dry_run,
+                        RECONCILE_RUNS.c.items_missing,
+                        RECONCILE_RUNS.c.rate_limited,
+                        RECONCILE_RUNS.c.items_late,
                     )
-                ).all()
+                    .where(runs_of(source, cut, last_run))
+                    .order_by(RECONCILE_RUNS.c.id),
+                )
                 if not picked:
                     return done
                 await _add_run_totals(conn, source, picked)
@@ -359,35 +345,31 @@ class Pruner:
         return done
 
 
+def _run_counts(run: Any) -> dict[str, int]:
+    """What one run adds to the counters of its row of ``reconcile_run_totals``."""
+    return {
+        "runs": 1,
+        "missing": run.items_missing,
+        "rate_limited": run.rate_limited,
+        "late": run.items_late,
+    }
+
+
 async def _add_run_totals(conn: AsyncConnection, source: str, picked: Sequence[Any]) -> None:
     """Add the counters of the runs ``picked`` to ``reconcile_run_totals``, per status
     and dry run, before they go."""
-    sums: dict[tuple[str, bool], list[int]] = {}
+    sums: dict[tuple[str, bool], collections.Counter[str]] = {}
     for run in picked:
-        total = sums.setdefault((run.status, bool(run.dry_run)), [0, 0, 0, 0])
-        total[0] += 1
-        total[1] += run.items_missing
-        total[2] += run.rate_limited
-        total[3] += run.items_late
-    for (status, dry_run), (runs, missing, limited, late) in sums.items():
+        sums.setdefault((run.status, bool(run.dry_run)), collections.Counter()).update(
+            _run_counts(run)
+        )
+    for (status, dry_run), counts in sums.items():
         stmt = dialect.insert(conn, RECONCILE_RUN_TOTALS).values(
-            source=source,
-            status=status,
-            dry_run=dry_run,
-            runs=runs,
-            missing=missing,
-            rate_limited=limited,
-            late=late,
+            source=source, status=status, dry_run=dry_run, **counts
         )
         await conn.execute(
             stmt.on_conflict_do_update(
                 index_elements=["source", "status", "dry_run"],
-                set_={
-                    "runs": RECONCILE_RUN_TOTALS.c.runs + stmt.excluded.runs,
-                    "missing": RECONCILE_RUN_TOTALS.c.missing + stmt.excluded.missing,
-                    "rate_limited": RECONCILE_RUN_TOTALS.c.rate_limited
-                    + stmt.excluded.rate_limited,
-                    "late": RECONCILE_RUN_TOTALS.c.late + stmt.excluded.late,
-                },
+                set_={name: RECONCILE_RUN_TOTALS.c[name] + stmt.excluded[name] for name in counts},
             )
         )

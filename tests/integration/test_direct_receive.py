@@ -193,7 +193,7 @@ async def test_a_failed_commit_is_503_and_the_retry_is_stored(
     headers, body = github("retry-me")
     failed, committed = commits("failed"), commits("committed")
     async with running_app(sources, sqlite_url, via="http") as (app, client):
-        inserter = app.state.committer._inserter
+        inserter = app.state.committer.inserter
         real = inserter.insert
 
         async def refuse(events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
@@ -230,7 +230,7 @@ async def test_a_stop_waits_for_the_commits_in_flight(sources: Sources, sqlite_u
     """Stopping the server while deliveries wait for a slow commit: each is answered
     2xx once stored, then its connection closes; none is cut off unanswered."""
     app = create_app(Settings(database_url=sqlite_url), sources)
-    inserter: Any = app.state.committer._inserter
+    inserter: Any = app.state.committer.inserter
     real = inserter.insert
     committing = asyncio.Event()
 

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookd.errors import ConfigError
+from hookd.routing import NAME_RE
 from hookd.settings import Settings
-from hookd.sources import NAME_RE, Sources, load_sources, parse_sources
+from hookd.sources import Sources, load_sources, parse_sources
 
 PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 P = Path("hookd.toml")

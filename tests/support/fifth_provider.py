@@ -54,7 +54,7 @@ PAGE_SIZE = 2
 # --- the webhook side (what hookd.providers.<name> would hold) ---------------------
 
 
-def check_headers(headers: HeaderMap, now: int, tolerance_s: int) -> SignedHeaders:
+def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
     digest = parse_hex_digest(one_header(headers, SIGNATURE_HEADER))
     return SignedHeaders(timestamp=None, prefix=b"", signatures=(("hex", digest),))
 
@@ -82,7 +82,7 @@ def fifth_headers(secret: str, body: bytes, event_id: str) -> dict[str, str]:
     }
 
 
-def event_body(event: dict[str, Any]) -> bytes:
+def event_body(event: Mapping[str, object]) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
@@ -157,11 +157,12 @@ class FifthAdapter(ListAdapter):
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         event = item.obj or {}
+        kind = event.get("type")
         return reconciled(
             source=self.source.name,
             provider=NAME,
             key=item.key,
-            type_=event.get("type"),
+            type_=kind if isinstance(kind, str) else None,
             occurred=item.time,
             headers={"content-type": "application/json"},
             body=event_body(event),

@@ -87,6 +87,16 @@ def _delta(after: Stats, before: dict[str, int]) -> dict[str, int]:
     return {k: v - before[k] for k, v in after.as_dict().items() if not k.startswith("bytes")}
 
 
+def _drawn(*sides: tuple[Faults, Stats, dict[str, int]]) -> bool:
+    """Whether every fault kind enabled on a side was injected there since ``before``."""
+    return all(
+        _delta(stats, before)[kind] > 0
+        for faults, stats, before in sides
+        for kind, p in (("resets", faults.reset_p), ("stalls", faults.stall_p))
+        if p > 0
+    )
+
+
 async def run(
     *,
     events: int,
@@ -162,6 +172,19 @@ async def run(
                     deadline = time.monotonic() + settle_s
                     while time.monotonic() < deadline:
                         if await probe.value(done_sql) >= stored:
+                            break
+                        await asyncio.sleep(0.2)
+                    # Each fault is a draw per chunk: a phase whose traffic drew none of
+                    # an enabled kind on one side (a few dozen Redis chunks at 5 % each,
+                    # now and then) keeps its faults on, the workers polling through them,
+                    # until it has, for up to settle_s: "faults were injected" then checks
+                    # hookd, not the dice.
+                    deadline = time.monotonic() + settle_s
+                    while time.monotonic() < deadline:
+                        if _drawn(
+                            (chosen, pg_proxy.stats, pg_before),
+                            (on_redis, redis_proxy.stats, redis_before),
+                        ):
                             break
                         await asyncio.sleep(0.2)
                     final = Counter(a.status for a in sent.final)

@@ -51,6 +51,16 @@ def stored_ids(url: str) -> set[str]:
         return {row[0] for row in conn.execute("SELECT id FROM events")}
 
 
+def at_work(pid: int) -> bool:
+    """Whether a writer is running or in an fsync (``R``/``D`` in ``/proc/PID/stat``),
+    rather than waiting on its pipe for the next batch."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("R", "D")
+
+
 def writers_under(root: int) -> list[int]:
     """The SQLite writer processes among ``root``'s descendants."""
     parents: dict[int, int] = {}
@@ -207,12 +217,18 @@ async def test_kill_9_of_the_writer_mid_burst_loses_no_acknowledged_event(
         [pid] = writers_under(server.proc.pid)
         sending = asyncio.create_task(harness.send(server.url, burst, concurrency=32))
         await harness.wait_until(sqlite_url, "SELECT count(*) FROM events", 200, poll_s=0.01)
-        # A kill between two batches fails nothing: kill each new writer in turn, so
-        # that some kills land mid-commit.
-        killed = []
+        # A kill between two batches fails nothing: kill each new writer in turn, each
+        # when it is seen at work (a quiet machine leaves it idle most of the time), so
+        # that kills land mid-commit.
+        killed: list[int] = []
         while not sending.done() and len(killed) < KILLS:
             current = writers_under(server.proc.pid)
             if current and current[0] not in killed:
+                until = time.monotonic() + 1.0
+                while time.monotonic() < until:
+                    if at_work(current[0]):
+                        break
+                    await asyncio.sleep(0.002)
                 os.kill(current[0], signal.SIGKILL)
                 killed.append(current[0])
             await asyncio.sleep(0.1)

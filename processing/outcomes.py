@@ -21,6 +21,8 @@ from hookd.sources import Sources
 from processing.attempt import Held, Result, RetryPolicy, attempt_outcome
 from store.claims import claiming, history
 from store.delivery import destinations, objects
+from store.intake import sqlite_write
+from store.intake.writer_link import WriterSocket
 from store.rows import EventRow
 
 log = logging.getLogger("hookd.processing")
@@ -39,12 +41,51 @@ class OutcomeWriter:
     """The statements of a window's outcomes, for one processor (``owner``)."""
 
     def __init__(
-        self, sources: Sources, *, owner: str, retry: RetryPolicy, rng: random.Random
+        self,
+        sources: Sources,
+        *,
+        owner: str,
+        retry: RetryPolicy,
+        rng: random.Random,
+        box: WriterSocket | None = None,
     ) -> None:
         self._sources = sources
         self._owner = owner
         self._retry = retry
         self._rng = rng
+        self._box = box
+
+    def boxed(self, plan: Plan) -> bool:
+        """Whether the box's one SQLite writer takes this window (``settle_boxed``):
+        there is one, and every event of the window succeeded, skipped no destination
+        and names no object. Failures, deferrals, skips and objects write more than the
+        writer knows how to (``settle_in``)."""
+        return self._box is not None and all(
+            result.ok and not result.skipped and held.row.object_key is None
+            for held, result in plan.batch
+        )
+
+    async def settle_boxed(self, plan: Plan, now: datetime) -> set[str]:
+        """``settle_in``'s rows for a window of successes, written by the box's writer
+        (``store.intake.sqlite_write.SqliteWriter.settle``) in its next transaction,
+        with the receivers' inserts and the other processors' outcomes; the ids this
+        owner still held. A writer that dies first fails it: the window is written again
+        (the writer knows an attempt it already recorded)."""
+        assert self._box is not None
+        rows = [held.row for held, _ in plan.batch]
+        results = [result for _, result in plan.batch]
+        ids = [row.id for row in rows]
+        ledger = [(held.row.id, name) for held, _ in plan.batch for name in held.done]
+        attempts = self._attempts(rows, results, set(ids), {}, now)
+        settlement = (
+            self._owner,
+            sqlite_write.sqlite_time(now),
+            ledger,
+            ids,
+            history.attempt_params(attempts, sqlite_write.sqlite_time),
+        )
+        owned, _ = await self._box.call(sqlite_write.SETTLE, settlement)
+        return set(owned)
 
     def plan(self, batch: list[tuple[Held, Result]], now: datetime) -> Plan:
         """What a window's outcomes write: each failure with when it may run again."""

@@ -44,6 +44,7 @@ from store.claims.claiming import finished_handlers_many
 from store.crypto import BodyCipher
 from store.delivery import objects
 from store.ids import worker_id
+from store.intake.writer_link import WriterSocket
 from store.rows import EventRow
 from store.status import EventStatus
 
@@ -135,6 +136,7 @@ class Processor:
         rng: random.Random | None = None,
         router: Router | None = None,
         fetch: FetchObject | None = None,
+        box: WriterSocket | None = None,
     ) -> None:
         self._engine = engine
         self._sources = sources
@@ -170,7 +172,7 @@ class Processor:
             router=router,
             fetch=fetch,
         )
-        self._writer = OutcomeWriter(sources, owner=self.owner, retry=retry, rng=rng)
+        self._writer = OutcomeWriter(sources, owner=self.owner, retry=retry, rng=rng, box=box)
         self._leases = Leases(
             self._transaction, self._slots, self._writer, owner=self.owner, lease_s=lease_s
         )
@@ -463,10 +465,18 @@ class Processor:
         outcomes this owner wrote."""
         claimed = Claimed()
         owned: set[str] = set()
+        # On a SQLite file under ``hookd serve``, a window whose events all succeeded goes
+        # to the box's one writer, committed with the receivers' inserts; the rest here.
+        boxed = bool(batch) and self._writer.boxed(plan)
+        if boxed:
+            owned = await self._writer.settle_boxed(plan, ask.now)
+        here = batch and not boxed
+        if not (first or here or (ask.want and self._one_transaction)):
+            return claimed, owned
         async with self._transaction() as conn:
             if first:
                 claimed = await self._claimer.claim_first(conn, batch, ask)
-            if batch:
+            if here:
                 owned = await self._writer.settle_in(conn, plan, ask.now)
             if ask.want and self._one_transaction:
                 claimed = await self._claimer.claim_in(conn, ask)

@@ -75,7 +75,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     # removed), also when it comes after uvicorn's own shutdown, which raises it again.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        run_with_processors(args, processors)
+        run_with_processors(args, processors, settings)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -133,23 +133,29 @@ def _exit_on_sigterm(sig: int, _frame: FrameType | None) -> None:
     raise SystemExit(EXIT_OK)
 
 
-def run_with_processors(args: argparse.Namespace, processors: int) -> None:
+def run_with_processors(args: argparse.Namespace, processors: int, settings: Settings) -> None:
     """uvicorn, with ``processors`` processor processes beside it (none: processing in
-    the receiver, or by hookd worker with Redis), stopped when uvicorn returns."""
+    the receiver, or by hookd worker with Redis) and, on a SQLite file, the box's one
+    writer; stopped when uvicorn returns, the writer last (the others write through it)."""
     from hookd.runtime.app import PROCESSOR_SOCKETS_ENV
+    from hookd.runtime.processors import BoxWriter, Children, Processors
+    from hookd.runtime.sqlite_writer import WRITER_SOCKET_ENV, box_database
 
-    if not processors:
-        os.environ.pop(PROCESSOR_SOCKETS_ENV, None)  # not one inherited from elsewhere
-        run_uvicorn(args)
-        return
-    from hookd.runtime.processors import Processors
-
-    pool = Processors(processors)
+    os.environ.pop(PROCESSOR_SOCKETS_ENV, None)  # not one inherited from elsewhere
+    os.environ.pop(WRITER_SOCKET_ENV, None)
+    children: list[Children] = []
+    database = box_database(settings.database_url, settings.sqlite_writer_process())
+    if database is not None:
+        children.append(BoxWriter(database))
+    if processors:
+        children.append(Processors(processors))
     try:
-        pool.start()
+        for group in children:
+            group.start()
         run_uvicorn(args)
     finally:
-        pool.stop()
+        for group in reversed(children):
+            group.stop()
 
 
 def check_listen(host: str, port: int) -> None:

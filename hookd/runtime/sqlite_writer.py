@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import pickle
-import sqlite3
+import os
 import sys
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,66 +22,42 @@ from store.db import check_url
 from store.intake import sqlite_write
 from store.intake.events import Lease, NewEvent, NewRow, Stored, prepare
 from store.intake.fastpath import Inserter, PgInserter, SqliteInserter, probe_event
+from store.intake.writer_link import Link, WriterGone, WriterSocket
+
+__all__ = ["SqliteProcessInserter", "SqliteSocketInserter", "WriterGone", "inserter_for"]
 
 log = logging.getLogger("hookd.store")
+
+# Set by ``hookd serve`` on a SQLite file: the socket of the box's one writer
+# (``BoxWriter``). Its receivers and processor processes inherit it.
+WRITER_SOCKET_ENV = "HOOKD_SQLITE_WRITER_SOCKET"
 
 # How long a closing writer process may take to answer what it holds before it is killed.
 CLOSE_TIMEOUT_S = 15.0
 
 
-class WriterGone(ConnectionError):
-    """The SQLite writer process ended before answering: the batch's outcome is unknown
-    to the receiver, which must not acknowledge it (a committed row is a duplicate to
-    the provider's retry)."""
-
-
 class _WriterProcess:
-    """One writer process, and the futures of the requests it has not answered, in order."""
+    """One writer process, and the link over its pipes."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
-        self.pending: deque[asyncio.Future[tuple[Any, Any]]] = deque()
-        self.alive = True
+        assert proc.stdout is not None
+        assert proc.stdin is not None
+        self.link = Link(proc.stdout, proc.stdin)
         self.closing = False
-        self.reader: asyncio.Task[None] | None = None
+        self.reader = asyncio.create_task(self._read(), name="hookd-sqlite-writer")
 
-    async def read(self) -> None:
-        stdout = self.proc.stdout
-        assert stdout is not None
-        try:
-            while True:
-                head = await stdout.readexactly(sqlite_write.FRAME.size)
-                data = await stdout.readexactly(sqlite_write.FRAME.unpack(head)[0])
-                status, first, second = pickle.loads(data)  # noqa: S301 - our own child's pipe
-                future = self.pending.popleft()
-                if future.done():
-                    continue  # its commit timed out here; the writer finished it anyway
-                if status == "ok":
-                    future.set_result((first, second))
-                else:
-                    future.set_exception(_sqlite_error(first, second))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self.fail("the SQLite writer process ended")
+    @property
+    def alive(self) -> bool:
+        return self.link.alive
+
+    async def _read(self) -> None:
+        self.link.start("hookd-sqlite-writer-link")
+        assert self.link.task is not None
+        await self.link.task
         code = await self.proc.wait()
         if not self.closing:
             log.warning("sqlite writer process exited", extra={"returncode": code})
-
-    def fail(self, why: str) -> None:
-        self.alive = False
-        pending, self.pending = self.pending, deque()
-        for future in pending:
-            if not future.done():
-                future.set_exception(WriterGone(why))
-
-
-def _sqlite_error(name: str, message: str) -> Exception:
-    """The writer's SQLite error, as the thread's would have raised it."""
-    kind = getattr(sqlite3, name, None)
-    if isinstance(kind, type) and issubclass(kind, sqlite3.Error):
-        return kind(message)
-    return sqlite3.Error(f"{name}: {message}")
 
 
 class SqliteProcessInserter:
@@ -121,26 +95,13 @@ class SqliteProcessInserter:
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                 )
-                writer = _WriterProcess(proc)
-                writer.reader = asyncio.create_task(writer.read(), name="hookd-sqlite-writer")
-                self._writer = writer
+                self._writer = _WriterProcess(proc)
                 log.info("sqlite writer process started", extra={"pid": proc.pid})
             return self._writer
 
     async def _call(self, op: str, rows: list[NewRow]) -> tuple[Any, Any]:
         writer = await self._process()
-        if not writer.alive:
-            raise WriterGone("the SQLite writer process ended")
-        stdin = writer.proc.stdin
-        assert stdin is not None
-        data = pickle.dumps((op, rows), protocol=pickle.HIGHEST_PROTOCOL)
-        future: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
-        writer.pending.append(future)
-        stdin.write(sqlite_write.FRAME.pack(len(data)) + data)
-        # A writer that died meanwhile fails the future; the pipe's error says no more.
-        with contextlib.suppress(ConnectionError):
-            await stdin.drain()
-        return await future
+        return await writer.link.call(op, rows)
 
     async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
         batch = prepare(events, self._cipher, lease)
@@ -156,17 +117,57 @@ class SqliteProcessInserter:
         if writer is None:
             return
         writer.closing = True
-        stdin = writer.proc.stdin
-        assert stdin is not None
-        stdin.close()  # it answers what it has, then ends
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await writer.link.close()  # it answers what it has, then ends
                 await writer.proc.wait()
         except TimeoutError:
             writer.proc.kill()
-        if writer.reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer.reader
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer.reader
+
+
+class SqliteSocketInserter:
+    """The receiver's inserts through the box's one writer (``hookd serve`` on a SQLite
+    file starts it: ``BoxWriter``), which commits them with the other receivers' and the
+    processors' outcomes, each request in a savepoint of its own. A writer that dies
+    fails what it had not answered (no acknowledgement); the next insert connects to
+    the one serve starts in its place."""
+
+    def __init__(self, socket_path: str, cipher: BodyCipher) -> None:
+        self._socket = WriterSocket(socket_path)
+        self._cipher = cipher
+
+    async def start(self) -> None:
+        await self._socket.start()
+
+    async def insert(self, events: Sequence[NewEvent], lease: Lease | None = None) -> list[Stored]:
+        batch = prepare(events, self._cipher, lease)
+        (created, unleased), existing = await self._socket.call(sqlite_write.INSERT, batch.rows)
+        return batch.resolve(created, existing, unleased)
+
+    async def probe(self) -> None:
+        batch = prepare([probe_event()], self._cipher)
+        await self._socket.call(sqlite_write.PROBE, batch.rows)
+
+    async def close(self) -> None:
+        await self._socket.close()
+
+
+def box_database(url: str, process: bool) -> str | None:
+    """The SQLite file whose writes ``hookd serve`` sends through one writer process of
+    its own (``process``: ``HOOKD_SQLITE_WRITER`` is not ``thread``), or None (PostgreSQL,
+    an in-memory database)."""
+    parsed = check_url(url)
+    path = parsed.database or ":memory:"
+    if parsed.get_backend_name() != "sqlite" or path == ":memory:" or not process:
+        return None
+    return path
+
+
+def writer_socket() -> str | None:
+    """The socket of the box's one SQLite writer, when ``hookd serve`` runs one."""
+    return os.environ.get(WRITER_SOCKET_ENV) or None
 
 
 def inserter_for(
@@ -183,6 +184,9 @@ def inserter_for(
     parsed = check_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = parsed.database or ":memory:"
+        box = writer_socket()
+        if box is not None and path != ":memory:":
+            return SqliteSocketInserter(box, cipher)
         if sqlite_process and path != ":memory:":
             return SqliteProcessInserter(path, cipher)
         return SqliteInserter(path, cipher)

@@ -39,6 +39,7 @@ from hookd.ops import EventOps
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
+from hookd.runtime.sqlite_writer import writer_socket
 from hookd.settings import Settings
 from hookd.sources import Sources
 from processing.attempt import RetryPolicy
@@ -52,8 +53,9 @@ from reconcile.objects import ObjectFetcher
 from reconcile.poller import OnRepaired, Reconciler
 from reconcile.poller import initialise_metrics as initialise_reconcile_metrics
 from reconcile.service import Scheduler
-from store import db
+from store import db, dialect
 from store.crypto import BodyCipher
+from store.intake.writer_link import WriterSocket
 
 log = logging.getLogger("hookd.worker")
 
@@ -100,8 +102,13 @@ class Runtime:
     drains: Drains
     # The destinations' shared rate and concurrency limits (None: kept in this process).
     limits_redis: Redis | None = None
+    # The box's one SQLite writer, which takes the processors' outcomes (``hookd serve``
+    # on a SQLite file); None: they write them in their own transactions.
+    box: WriterSocket | None = None
 
     async def close(self) -> None:
+        if self.box is not None:
+            await self.box.close()
         await self.client.aclose()
         if self.limits_redis is not None:
             with contextlib.suppress(Exception):
@@ -141,6 +148,8 @@ def build_runtime(
     )
     handlers = load_handlers(sources, client)
     fetch = ObjectFetcher(client) if _fetches(sources) else None
+    box_path = writer_socket()
+    box = WriterSocket(box_path) if box_path and not dialect.is_postgres(engine) else None
 
     def member(concurrency: int) -> Processor:
         return Processor(
@@ -156,6 +165,7 @@ def build_runtime(
             router=router,
             # [sources.order] fetch = true: objects through the reconcile adapters' client.
             fetch=fetch,
+            box=box,
         )
 
     processor = pool_of(member, settings.process_concurrency, PIPELINES)
@@ -164,7 +174,9 @@ def build_runtime(
     )
     initialise_reconcile_metrics(s.name for s in sources if s.config.reconcile is not None)
     drains = Drains(processor)
-    return Runtime(settings, sources, engine, client, processor, reconciler, drains, limits_redis)
+    return Runtime(
+        settings, sources, engine, client, processor, reconciler, drains, limits_redis, box
+    )
 
 
 def _fetches(sources: Sources) -> bool:

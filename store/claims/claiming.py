@@ -21,6 +21,7 @@ from store import dialect, queries
 from store.claims.history import UNKNOWN, Requester, record_replays
 from store.delivery import objects
 from store.delivery.destinations import paused_sources
+from store.intake.sqlite_write import processed_sql
 from store.models import EVENT_KEYS, EVENTS, HANDLER_RUNS, utc_binder
 from store.rows import EventRow
 from store.status import RUNNABLE_STATUSES, EventStatus
@@ -238,18 +239,7 @@ def _unleased(now: datetime) -> dict[str, datetime | None]:
     return {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
 
 
-@functools.lru_cache(maxsize=16)
-def _processed_sqlite(count: int) -> str:
-    """``mark_processed``'s statement on SQLite for ``count`` ids: the columns it sets
-    are those of the statement built for PostgreSQL, fenced as ``_held`` fences."""
-    placeholders = ", ".join("?" * count)  # placeholders only: the ids are parameters
-    return (
-        "UPDATE events SET status = ?, processed_at = ?, last_error = NULL, "  # noqa: S608
-        "last_error_handler = NULL, last_error_type = NULL, lease_owner = NULL, "
-        "lease_expires_at = NULL, updated_at = ? "
-        f"WHERE id IN ({placeholders}) AND lease_owner = ? AND status = ? "
-        "RETURNING id"
-    )
+_processed_sqlite = functools.lru_cache(maxsize=16)(processed_sql)
 
 
 async def mark_processed(

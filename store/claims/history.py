@@ -15,7 +15,7 @@ stored as the event's ``last_error``, cut to ``ERROR_CHARS``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -130,33 +130,38 @@ ATTEMPTS_PG = sa.text(SQL["attempts_pg"])
 ATTEMPTS_SQLITE = SQL["attempts_sqlite"]
 
 
+def attempt_params(
+    attempts: Sequence[Attempt], bind: Callable[[datetime | None], Any]
+) -> list[tuple[Any, ...]]:
+    """The attempts as SQLite's driver takes them (``ATTEMPTS_SQLITE``), times through
+    ``bind``."""
+    return [
+        (
+            r["event_id"],
+            r["kind"],
+            bind(r["at"]),
+            bind(r["finished_at"]),
+            r["attempt"],
+            r["worker"],
+            r["handler"],
+            r["outcome"],
+            r["error"],
+            r["error_type"],
+            r["duration_s"],
+        )
+        for r in map(_attempt_row, attempts)
+    ]
+
+
 async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) -> None:
     """Add the attempts of a batch, in one statement, in the caller's transaction."""
     if not attempts:
         return
-    rows = [_attempt_row(a) for a in attempts]
     if not dialect.is_postgres(conn):
-        bind = utc_binder(conn.dialect)
-        await conn.exec_driver_sql(
-            ATTEMPTS_SQLITE,
-            [
-                (
-                    r["event_id"],
-                    r["kind"],
-                    bind(r["at"]),
-                    bind(r["finished_at"]),
-                    r["attempt"],
-                    r["worker"],
-                    r["handler"],
-                    r["outcome"],
-                    r["error"],
-                    r["error_type"],
-                    r["duration_s"],
-                )
-                for r in rows
-            ],
-        )
+        params = attempt_params(attempts, utc_binder(conn.dialect))
+        await conn.exec_driver_sql(ATTEMPTS_SQLITE, params)
         return
+    rows = [_attempt_row(a) for a in attempts]
     columns = {
         "e": "event_id",
         "a": "at",
@@ -170,8 +175,8 @@ async def record_attempts(conn: AsyncConnection, attempts: Sequence[Attempt]) ->
         "d": "duration_s",
     }
     by_name: Sequence[Mapping[str, object]] = rows
-    params = {k: [r[c] for r in by_name] for k, c in columns.items()}
-    await conn.execute(ATTEMPTS_PG, {"kind": HistoryKind.ATTEMPT.value, **params})
+    arrays = {k: [r[c] for r in by_name] for k, c in columns.items()}
+    await conn.execute(ATTEMPTS_PG, {"kind": HistoryKind.ATTEMPT.value, **arrays})
 
 
 async def record_replays(

@@ -14,7 +14,9 @@ import contextlib
 import fcntl
 import os
 import pickle
+import selectors
 import signal
+import socket
 import sqlite3
 import struct
 import sys
@@ -23,6 +25,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
+
+from store import queries
 
 if TYPE_CHECKING:
     from store.intake.events import NewRow
@@ -67,6 +71,39 @@ OBJECT_COLUMNS = ("object_key", "object_version", "payload_hash")
 # statements of this many rows inside one transaction.
 SQLITE_ROWS = 32_766 // len(COLUMNS)
 SQLITE_KEY_ROWS = 32_766 // len(KEY_COLUMNS)
+
+# A window's outcomes (``SqliteWriter.settle``): the statements the processor runs on
+# SQLite itself when it writes them (``store.claims``), as the driver takes them.
+LEDGER_INSERT = queries.load("claims")["ledger_insert_sqlite"]
+ATTEMPTS_INSERT = queries.load("history")["attempts_sqlite"]
+# The words they store (``store.status``, ``store.claims.history``: a unit test keeps
+# them equal; this module imports nothing of hookd's, to start fast).
+PROCESSED = "processed"
+PROCESSING = "processing"
+LEASE_LOST = "lease_lost"
+ATTEMPT = "attempt"
+# Where the outcome is in an attempt's parameters (``ATTEMPTS_INSERT``'s order).
+OUTCOME_AT = 7
+
+
+def processed_sql(count: int) -> str:
+    """Marking ``count`` events processed, fenced on their lease (``lease_owner`` and
+    ``status``, as every outcome is): the ids it marked."""
+    placeholders = ", ".join("?" * count)  # placeholders only: the ids are parameters
+    return (
+        "UPDATE events SET status = ?, processed_at = ?, last_error = NULL, "  # noqa: S608
+        "last_error_handler = NULL, last_error_type = NULL, lease_owner = NULL, "
+        "lease_expires_at = NULL, updated_at = ? "
+        f"WHERE id IN ({placeholders}) AND lease_owner = ? AND status = ? "
+        "RETURNING id"
+    )
+
+
+# A processor's window of events that all succeeded (``processing.outcomes``): its owner,
+# the time (``sqlite_time``), the (event id, handler) pairs of the ledger, the ids to mark
+# processed, and an attempt row per id (``ATTEMPTS_INSERT``'s parameters, outcome
+# "processed").
+Settlement = tuple[str, str, list[tuple[str, str]], list[str], list[tuple[object, ...]]]
 
 
 # store.delivery.destinations.WHOLE_SOURCE: a pause's destination when the whole source is paused
@@ -269,17 +306,101 @@ class SqliteWriter:
             raise
         return written
 
+    def settle(self, conn: sqlite3.Connection, settlement: Settlement) -> set[str]:
+        """A window's outcomes, inside the caller's transaction: the ledger, the events
+        marked processed where ``owner`` still holds them, their attempts; the ids it
+        held. One it no longer held records ``lease_lost``, unless this owner's attempt
+        is recorded processed already: an earlier request of the same window committed,
+        and its answer was lost with a writer killed before it could send it."""
+        owner, at, ledger, succeeded, attempts = settlement
+        if ledger:
+            conn.executemany(LEDGER_INSERT, [(event_id, name, at) for event_id, name in ledger])
+        owned: set[str] = set()
+        step = 32_766 - 4
+        for i in range(0, len(succeeded), step):
+            chunk = succeeded[i : i + step]
+            params = (PROCESSED, at, at, *chunk, owner, PROCESSING)
+            owned.update(row[0] for row in conn.execute(processed_sql(len(chunk)), params))
+        rows = []
+        for row in attempts:
+            event_id = row[0]
+            if event_id in owned:
+                rows.append(row)
+            elif self._recorded(conn, row):
+                owned.add(str(event_id))
+            else:
+                rows.append((*row[:OUTCOME_AT], LEASE_LOST, *row[OUTCOME_AT + 1 :]))
+        if rows:
+            conn.executemany(ATTEMPTS_INSERT, rows)
+        return owned
+
+    @staticmethod
+    def _recorded(conn: sqlite3.Connection, row: tuple[object, ...]) -> bool:
+        event_id, _kind, _at, _finished, attempt, worker = row[:6]
+        found = conn.execute(
+            "SELECT 1 FROM event_history WHERE event_id = ? AND kind = ? AND attempt = ? "
+            "AND worker = ? AND outcome = ?",
+            (event_id, ATTEMPT, attempt, worker, PROCESSED),
+        ).fetchone()
+        return found is not None
+
+    def window(self, requests: Sequence[tuple[str, Any]]) -> list[Reply]:
+        """Requests of any clients in one transaction, each in a savepoint of its own: a
+        request that fails (a SQLite error, a value SQLite cannot bind) is rolled back
+        alone and answered with its error; the others commit. Only the transaction's own
+        failure (its ``BEGIN`` or ``COMMIT``: the disk, the lock) fails them all."""
+        conn = self._connect()
+        replies: list[Reply] = []
+        try:
+            with holding(self._turn_fd()):
+                conn.execute("BEGIN IMMEDIATE")
+                for op, payload in requests:
+                    conn.execute("SAVEPOINT request")
+                    reply = self._one(conn, op, payload)
+                    if reply[0] == "ok":
+                        conn.execute("RELEASE request")
+                    else:
+                        conn.execute("ROLLBACK TO request")
+                        conn.execute("RELEASE request")
+                    replies.append(reply)
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self.discard()  # closing rolls back an open transaction
+            failed: Reply = ("error", type(exc).__name__, str(exc))
+            return [failed] * len(requests)
+        return replies
+
+    def _one(self, conn: sqlite3.Connection, op: str, payload: Any) -> Reply:
+        """One request of a window, in its savepoint; a SQLite error is an answer too."""
+        try:
+            if op == INSERT:
+                created, existing, unleased = self._insert_rows(conn, payload)
+                return ("ok", (created, unleased), existing)
+            if op == SETTLE:
+                return ("ok", self.settle(conn, payload), None)
+            if op == PROBE:
+                self._probe_rows(conn, payload)
+                return ("ok", (set(), set()), {})
+        except sqlite3.Error as exc:
+            return ("error", type(exc).__name__, str(exc))
+        except (UnicodeError, ValueError, TypeError, OverflowError) as exc:
+            return ("error", "DataError", type(exc).__name__)
+        return ("error", "ProgrammingError", f"unknown request {op!r}")
+
+    def _probe_rows(self, conn: sqlite3.Connection, rows: list[NewRow]) -> None:
+        self._insert_rows(conn, rows)
+        conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
+        conn.execute(
+            "DELETE FROM event_keys WHERE source = ? AND dedupe_key = ?",
+            (rows[0]["source"], rows[0]["dedupe_key"]),
+        )
+
     def probe(self, rows: list[NewRow]) -> None:
         conn = self._connect()
         try:
             with holding(self._turn_fd()):
                 conn.execute("BEGIN IMMEDIATE")
-                self._insert_rows(conn, rows)
-                conn.execute("DELETE FROM events WHERE id = ?", (rows[0]["id"],))
-                conn.execute(
-                    "DELETE FROM event_keys WHERE source = ? AND dedupe_key = ?",
-                    (rows[0]["source"], rows[0]["dedupe_key"]),
-                )
+                self._probe_rows(conn, rows)
                 conn.execute("COMMIT")
         except sqlite3.Error:
             self.discard()  # closing rolls back an open transaction
@@ -296,36 +417,30 @@ class SqliteWriter:
                 self._conn = None
 
 
-# The writer process (``python -m store.intake.sqlite_write PATH``, started by
-# ``hookd.runtime.sqlite_writer.SqliteProcessInserter``) reads requests on stdin and
-# answers each on stdout, in order, after its commit. A frame is a 4-byte big-endian
-# length, then a pickle: the request ``(op, rows)``, ``op`` being "insert" or "probe";
-# the answer ``("ok", (created, unleased), existing)`` (``Written``) or ``("error",
-# sqlite3 exception name, message)``. Both ends are hookd's own, over a pipe no one
-# else holds.
+# The writer process reads requests and answers each, in order, after the commit of
+# the transaction it was part of. ``python -m store.intake.sqlite_write PATH``, started
+# by ``hookd.runtime.sqlite_writer.SqliteProcessInserter`` for one receiver, reads them
+# on stdin and answers on stdout; ``python -m store.intake.sqlite_write --listen SOCKET
+# PATH``, started by ``hookd serve`` as the box's one writer (``hookd.runtime.sqlite_writer``),
+# takes any number of clients on a Unix socket (receivers' inserts, processors'
+# outcomes) and commits what they sent meanwhile in one transaction, each request in a
+# savepoint of its own. A frame is a 4-byte big-endian length, then a pickle: the
+# request ``(op, payload)``, ``op`` being "insert" or "probe" (rows) or "settle" (a
+# ``Settlement``); the answer ``("ok", first, second)`` (an insert's ``((created,
+# unleased), existing)``, a settlement's ``(owned, None)``) or ``("error", sqlite3
+# exception name, message)``. Both ends are hookd's own, over a pipe or a socket in a
+# directory only hookd's user may enter.
 FRAME = struct.Struct("!I")
 INSERT = "insert"
 PROBE = "probe"
+SETTLE = "settle"
 
 Reply = tuple[str, Any, Any]
 
 
-def answer(writer: SqliteWriter, op: str, rows: list[NewRow]) -> Reply:
-    """One request's answer; a SQLite error is an answer too (the batch fails, the
-    writer stays)."""
-    try:
-        if op == INSERT:
-            created, existing, unleased = writer.write(rows)
-        else:
-            writer.probe(rows)
-            created, existing, unleased = set(), {}, set()
-    except sqlite3.Error as exc:
-        return ("error", type(exc).__name__, str(exc))
-    except (UnicodeError, ValueError, TypeError, OverflowError) as exc:
-        # A value of the batch that SQLite cannot bind: the batch fails, the writer
-        # stays, and the receiver commits the batch without that row.
-        return ("error", "DataError", type(exc).__name__)
-    return ("ok", (created, unleased), existing)
+def frame(value: object) -> bytes:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return FRAME.pack(len(data)) + data
 
 
 def _read(stream: BinaryIO, n: int) -> bytes | None:
@@ -341,27 +456,145 @@ def serve(path: str, requests: BinaryIO, answers: BinaryIO) -> None:
             data = _read(requests, FRAME.unpack(head)[0])
             if data is None:
                 break  # cut off mid-request: nothing of it was written
-            op, rows = pickle.loads(data)  # noqa: S301 - our own pipe, from our own parent
-            reply = pickle.dumps(answer(writer, op, rows), protocol=pickle.HIGHEST_PROTOCOL)
-            answers.write(FRAME.pack(len(reply)) + reply)
+            op, payload = pickle.loads(data)  # noqa: S301 - our own pipe, from our own parent
+            [reply] = writer.window([(op, payload)])
+            answers.write(frame(reply))
             answers.flush()
     finally:
         writer.discard()
 
 
+class _Client:
+    """A connection to the box's writer, and what it sent that is not whole yet."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.gone = False
+
+    def receive(self) -> list[tuple[str, Any]]:
+        """Whatever arrived; the requests now whole, in order."""
+        while True:
+            try:
+                data = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.gone = True
+                break
+            self.buffer += data
+        requests = []
+        while len(self.buffer) >= FRAME.size:
+            (size,) = FRAME.unpack_from(self.buffer)
+            if len(self.buffer) < FRAME.size + size:
+                break
+            data = bytes(self.buffer[FRAME.size : FRAME.size + size])
+            del self.buffer[: FRAME.size + size]
+            requests.append(pickle.loads(data))  # noqa: S301 - hookd's own processes
+        return requests
+
+    def send(self, replies: list[Reply]) -> None:
+        try:
+            self.sock.sendall(b"".join(frame(reply) for reply in replies))
+        except OSError:
+            self.gone = True  # it went away: what it asked is committed, unread
+
+
+def listen(socket_path: str) -> socket.socket:
+    """The box writer's socket at ``socket_path`` (a stale one, left by a killed
+    predecessor, is replaced), for hookd's user only."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    os.chmod(socket_path, 0o600)
+    listener.listen(128)
+    return listener
+
+
+def _commit(writer: SqliteWriter, window: list[tuple[_Client, tuple[str, Any]]]) -> None:
+    """A window's requests in one transaction; each client's answers, in its order."""
+    replies = writer.window([request for _, request in window])
+    answers: dict[int, tuple[_Client, list[Reply]]] = {}
+    for (client, _), reply in zip(window, replies, strict=True):
+        answers.setdefault(id(client), (client, []))[1].append(reply)
+    for client, theirs in answers.values():
+        client.send(theirs)
+
+
+def serve_box(path: str, listener: socket.socket, parent: BinaryIO) -> None:
+    """The box's one writer: every request its clients sent while the last transaction
+    ran goes into the next (``SqliteWriter.window``); the answers after its commit. Ends
+    when ``parent`` (``hookd serve``'s pipe on stdin) reaches its end: serve stopped it
+    after its receivers and processors, or died."""
+    writer = SqliteWriter(path)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, None)
+    selector.register(parent, selectors.EVENT_READ, "parent")
+    clients: dict[int, _Client] = {}
+    try:
+        while True:
+            stop = False
+            window: list[tuple[_Client, tuple[str, Any]]] = []
+            for key, _ in selector.select():
+                if key.data is None:
+                    sock, _address = listener.accept()
+                    sock.setblocking(True)
+                    client = _Client(sock)
+                    clients[sock.fileno()] = client
+                    selector.register(sock, selectors.EVENT_READ, client)
+                elif key.data == "parent":
+                    stop = not os.read(parent.fileno(), 4096)
+                else:
+                    client = key.data
+                    window += [(client, request) for request in client.receive()]
+            if window:
+                _commit(writer, window)
+            for fd, client in list(clients.items()):
+                if client.gone:
+                    selector.unregister(client.sock)
+                    client.sock.close()
+                    del clients[fd]
+            if stop:
+                return
+    finally:
+        writer.discard()
+        for client in clients.values():
+            client.sock.close()
+        listener.close()
+
+
 def main(argv: Sequence[str]) -> int:
-    # The receiver decides when this process ends, by closing its stdin: a Ctrl-C
-    # sent to the whole process group, or a SIGTERM sent to the whole cgroup, must
-    # not cut a transaction short before the receiver has had its answer.
+    # Its parent decides when this process ends, by closing its stdin: a Ctrl-C sent to
+    # the whole process group, or a SIGTERM sent to the whole cgroup, must not cut a
+    # transaction short before the receivers and processors have had their answers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if len(argv) != 2:
-        print("usage: python -m store.intake.sqlite_write PATH (started by hookd)", file=sys.stderr)
+    args = list(argv[1:])
+    if len(args) == 3 and args[0] == "--listen":
+        try:
+            listener = listen(args[1])
+        except OSError as exc:
+            print(
+                f"hookd: cannot listen on {args[1]} ({exc.strerror or exc}): the SQLite "
+                "writer is started by hookd serve, in a directory it creates",
+                file=sys.stderr,
+            )
+            return 2
+        serve_box(args[2], listener, sys.stdin.buffer)
+        return 0
+    if len(args) != 1:
+        print(
+            "usage: python -m store.intake.sqlite_write [--listen SOCKET] PATH (started by hookd)",
+            file=sys.stderr,
+        )
         return 2
     answers = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames goes to the pipe
     try:
-        serve(argv[1], sys.stdin.buffer, answers)
+        serve(args[0], sys.stdin.buffer, answers)
     except BrokenPipeError:
         return 0  # the receiver went away mid-answer: it will not read it
     return 0

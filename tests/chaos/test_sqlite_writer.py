@@ -248,3 +248,71 @@ async def test_kill_9_of_the_writer_mid_burst_loses_no_acknowledged_event(
         assert all(r.status in (200, 202) for r in retried)
         assert await scalar(sqlite_url, "SELECT count(*) FROM events") == count
         assert "sqlite writer process exited" in server.log()
+
+
+async def test_kill_9_of_the_box_writer_while_processors_write_through_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """`hookd serve` on SQLite with its processor processes: one writer for the box takes
+    the receiver's inserts and the processors' outcomes. Killed mid-burst, again and
+    again: serve starts another each time, every acknowledged event is stored, and
+    every event ends processed once (its effect once, one processed attempt)."""
+    await harness.prepare_handlers(sqlite_url)
+    env = {
+        "HOOKD_CONFIG": str(harness.config(tmp_path, handler="effect_idempotent")),
+        "HOOKD_DATABASE_URL": sqlite_url,
+        "HOOKD_PROCESSORS": "1",
+        "HOOKD_SQLITE_WRITER": "process",
+        "HOOKD_LEASE_S": "5",
+        "HOOKD_HANDLER_TIMEOUT_S": "2",
+    }
+    count = 2000
+    items = [harness.deliveries(p, count // 4) for p in harness.PROVIDERS]
+    burst = [d for group in zip(*items, strict=True) for d in group]
+    with HookdServer(env, tmp_path) as server:
+        assert server.proc is not None
+        # One writer in the whole box: the receiver and the processor have none of their own.
+        [first] = writers_under(server.proc.pid)
+        sending = asyncio.create_task(harness.send(server.url, burst, concurrency=32))
+        await harness.wait_until(
+            sqlite_url, "SELECT count(*) FROM events WHERE status = 'processed'", 100, poll_s=0.01
+        )
+        killed: list[int] = []
+        while not sending.done() and len(killed) < KILLS // 2:
+            current = writers_under(server.proc.pid)
+            if current and current[0] not in killed:
+                until = time.monotonic() + 1.0
+                while time.monotonic() < until:
+                    if at_work(current[0]):
+                        break
+                    await asyncio.sleep(0.002)
+                os.kill(current[0], signal.SIGKILL)
+                killed.append(current[0])
+            await asyncio.sleep(0.15)
+        results = await sending
+        assert first in killed
+        acked = {r.event_id for r in results if r.status in (200, 202)}
+        refused = [r for r in results if r.status not in (200, 202)]
+        assert {r.status for r in refused} <= {503}, {r.status for r in refused}
+        assert acked <= stored_ids(sqlite_url)
+        retried = await harness.send(server.url, [r.delivery for r in refused])
+        assert all(r.status in (200, 202) for r in retried)
+        await harness.wait_until(
+            sqlite_url,
+            "SELECT count(*) FROM events WHERE status = 'processed'",
+            count,
+            timeout_s=60,
+        )
+        [again] = writers_under(server.proc.pid)
+        assert again not in killed
+    assert await scalar(sqlite_url, "SELECT count(*) FROM events") == count
+    assert await scalar(sqlite_url, "SELECT count(*) FROM effects") == count
+    # One processed attempt per event: an outcome window written again after a kill
+    # (its answer lost) is recognised by the new writer, not recorded twice.
+    assert (
+        await scalar(
+            sqlite_url,
+            "SELECT count(*) FROM event_history WHERE kind = 'attempt' AND outcome = 'processed'",
+        )
+        == count
+    )

@@ -25,9 +25,12 @@ ALLOWED = {
     # hookd serve's processor sockets, handed by the parent to the receiver processes
     # uvicorn spawns (its app factory takes no arguments): process plumbing, not
     # configuration.
-    "hookd/cli/serve.py": "clears the processor sockets' hand-over",
+    "hookd/cli/serve.py": "clears the processor and writer sockets' hand-over",
     "hookd/runtime/app.py": "reads the processor sockets' hand-over",
     "hookd/runtime/processors.py": "writes the hand-over; PROMETHEUS_MULTIPROC_DIR",
+    # The same for the socket of the box's one SQLite writer, which serve starts and
+    # its receivers and processor processes reach.
+    "hookd/runtime/sqlite_writer.py": "reads the SQLite writer socket's hand-over",
     # prometheus-client's own variable (it reads it itself to choose where values live).
     "ingest/metrics.py": "PROMETHEUS_MULTIPROC_DIR",
 }

@@ -1,0 +1,112 @@
+"""The reconciliation alerts, driven by their real causes against an emulated provider
+API: hookd in-process on PostgreSQL, its runs started through the operations API, the
+alerts evaluated by the schedule's own code (``AlertSchedule.evaluate``).
+
+- A provider API that refuses the token: each run fails, three in a row switch the
+  source's reconciliation off, and ``reconcile_failing`` opens (and the intervals those
+  runs set out to check are a ``coverage_hole``). The token accepted again and the
+  source switched on, the next run succeeds and covers them: both resolve by
+  themselves.
+- A failed run leaves a hole; a covering run fills it: ``coverage_hole`` opens, then
+  resolves.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from hookd.runtime.alerts import AlertSchedule
+from hookd.sources import Sources
+from tests.support.data import engine_of
+from tests.support.reconcile_world import (
+    AUTH,
+    ReconcileWorld,
+    make_emulator,
+    running_world,
+    sources_toml,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class World(ReconcileWorld[object]):
+    pass
+
+
+@pytest.fixture
+async def world(
+    request: pytest.FixtureRequest, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[World]:
+    provider: str = request.param
+    emulator = make_emulator(provider)
+    toml = functools.partial(sources_toml, provider)
+    async with running_world(World, provider, emulator, toml, pg_url, monkeypatch) as world:
+        yield world
+
+
+async def live(world: World, sources: Sources) -> dict[str, str]:
+    """One evaluation, as the schedule makes it: the live alerts' kinds and keys."""
+    async with engine_of(world.db_url) as engine, httpx.AsyncClient() as client:
+        schedule = AlertSchedule(engine, sources, client, prune_every_s=0)
+        changes = await schedule.evaluate(datetime.now(UTC))
+        assert changes is not None, "another evaluation held the lease"
+        listed = await world.client.get("/api/alerts", params={"status": "live"}, headers=AUTH)
+    return {a["kind"]: a["key"] for a in listed.json()["alerts"]}
+
+
+async def clear_lease(world: World) -> None:
+    """The next evaluation is due at once (the schedule's period is for processes)."""
+    async with engine_of(world.db_url) as engine, engine.begin() as conn:
+        await conn.execute(
+            sa.text("UPDATE maintenance_state SET last_finished_at = NULL WHERE task = 'alerts'")
+        )
+
+
+@pytest.mark.parametrize("world", ["github"], indirect=True)
+async def test_a_token_refused_then_accepted_opens_then_resolves_reconcile_failing(
+    world: World,
+) -> None:
+    world.emulator.add_events(3, start=time.time() - 600, step_s=1.0)  # type: ignore[attr-defined]
+    world.emulator.fail_next(401, count=3)  # type: ignore[attr-defined]
+    for _ in range(3):
+        run = await world.reconcile()
+        assert run["status"] == "failed", run
+    alerts = await live(world, world.sources)
+    assert alerts.get("reconcile_failing") == "github", alerts
+    assert alerts.get("coverage_hole") == "github", alerts
+    # The token accepted again (the emulator no longer refuses), the source switched on.
+    enabled = await world.client.post("/api/sources/github/enable", headers=AUTH)
+    assert enabled.status_code == 200, enabled.text
+    run = await world.reconcile()
+    assert run["status"] == "succeeded", run
+    await clear_lease(world)
+    alerts = await live(world, world.sources)
+    assert "reconcile_failing" not in alerts, alerts
+    assert "coverage_hole" not in alerts, alerts
+    resolved = await world.client.get("/api/alerts", params={"status": "resolved"}, headers=AUTH)
+    kinds = sorted(a["kind"] for a in resolved.json()["alerts"])
+    assert kinds == ["coverage_hole", "reconcile_failing"]
+    assert all(
+        a["resolved_by"] == "hookd: the condition cleared" for a in resolved.json()["alerts"]
+    )
+
+
+@pytest.mark.parametrize("world", ["stripe"], indirect=True)
+async def test_a_failed_run_leaves_a_hole_that_a_covering_run_fills(world: World) -> None:
+    world.emulator.add_events(5, start=time.time() - 600, step_s=1.0)  # type: ignore[attr-defined]
+    world.emulator.fail_next(500, count=50)  # type: ignore[attr-defined]
+    run = await world.reconcile()
+    assert run["status"] == "failed", run
+    assert (await live(world, world.sources)).get("coverage_hole") == "stripe"
+    world.emulator._faults.clear()  # type: ignore[attr-defined]  # the API is back
+    run = await world.reconcile()
+    assert run["status"] == "succeeded", run
+    await clear_lease(world)
+    assert "coverage_hole" not in await live(world, world.sources)

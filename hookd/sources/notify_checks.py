@@ -158,7 +158,7 @@ def _validated(path: Path, label: str, resolved: dict[str, Any]) -> NotifyConfig
         loc = [str(part) for part in err["loc"]]
         if err["type"] == "extra_forbidden":
             message = "unknown key" + did_you_mean(loc[-1], NOTIFY_KEYS)
-        elif loc == ["kind"]:
+        elif loc == ["kind"] and err["type"] == "literal_error":
             message = _kind_problem(err.get("input"))
         else:
             message = validation_problem(err)

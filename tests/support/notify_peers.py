@@ -57,7 +57,8 @@ class SlackEmulator:
 
     async def post(self, request: Request) -> Response:
         if self.failing.delay_s:
-            await asyncio.sleep(self.failing.delay_s)
+            await asyncio.sleep(self.failing.delay_s)  # the caller has gone by then
+            return PlainTextResponse("ok")
         if self.failing.answer is not None:
             status, body = self.failing.answer
             headers = {"location": self.failing.location} if self.failing.location else {}
@@ -251,7 +252,8 @@ def _login(
         and auth_data.login == SMTP_USER.encode()
         and auth_data.password == SMTP_PASSWORD.encode()
     )
-    return AuthResult(success=ok)
+    # handled=False: the server answers 535 itself (True would leave the client waiting).
+    return AuthResult(success=ok, handled=False)
 
 
 @dataclass
@@ -273,6 +275,9 @@ def smtp_server(folder: Path, *, tls: bool = True, implicit: bool = False) -> It
     options: dict[str, Any] = {"authenticator": _login, "auth_require_tls": True}
     if tls and not implicit:
         options |= {"tls_context": context, "require_starttls": True}
+    if implicit:
+        # aiosmtpd counts only STARTTLS as TLS for AUTH; here every byte is TLS already.
+        options["auth_require_tls"] = False
     controller = Controller(
         mailbox,
         hostname="127.0.0.1",

@@ -4,6 +4,7 @@ https:// rule for what carries a secret, and which alerts a channel wants."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -445,3 +446,24 @@ def test_a_channel_wants_its_kinds_its_sources_and_its_severities() -> None:
     assert not some.wants(item(source="gh"))
     # A channel that names its sources gets no alert that is about none.
     assert not some.wants(item(source=None))
+
+
+# -- the documented examples ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toml_blocks(text: str) -> list[str]:
+    return re.findall(r"^```toml\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def test_the_documented_notify_examples_load() -> None:
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    section = operations.split("## Notifications\n", 1)[1].split("\n## ", 1)[0]
+    readme = (ROOT / "README.md").read_text()
+    examples = [b for b in toml_blocks(section) + toml_blocks(readme) if "[[notify]]" in b]
+    assert len(examples) == 2
+    env = {"SLACK_WEBHOOK_URL": SLACK_URL}
+    for example in examples:
+        [config] = parse(example + STRIPE, env).notify
+        assert (config.name, config.kind, config.url) == ("ops", "slack", SLACK_URL)

@@ -395,7 +395,7 @@ async def test_email_goes_over_starttls_with_a_login(smtp: SmtpServer) -> None:
     assert mail["Message-ID"] == "<msg_0001@alerts.example.com>"
     assert mail["From"] == "hookd <hookd@alerts.example.com>"
     assert mail["Auto-Submitted"] == "auto-generated"
-    body = mail.get_body().get_content()  # type: ignore[union-attr]
+    body = mail.get_body().get_content()
     assert "- stripe (critical): 3 events dead in the last hour" in body
     assert "evidence in hookd: https://hookd.example.com/admin/alerts/al_stripe" in body
 
@@ -550,7 +550,7 @@ async def test_notify_test_sends_through_each_named_channel(
     code, out, err = await hookd_async(env, "notify", "test", "ops-mail")
     assert (code, out, err) == (0, "sent to ops-mail (email): 250 accepted for 1 recipient\n", "")
     [envelope] = smtp.mailbox.received
-    assert b"Subject: hookd test: dead (test)" in envelope.content  # type: ignore[operator]
+    assert b"Subject: hookd test: dead (test)" in envelope.content
 
     # Refused: exit 1, one line, what the channel said, and no token.
     slack_emulator.failing.answer = (404, "no_service")

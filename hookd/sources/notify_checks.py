@@ -91,6 +91,14 @@ def parse_notify(
     return tuple(configs.values()), warnings
 
 
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind == "email" else f"a {kind}"
+
+
+def _listed(kinds: tuple[str, ...]) -> str:
+    return kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} and {kinds[-1]}"
+
+
 def _label(raw: object, index: int) -> str:
     if isinstance(raw, dict) and isinstance(raw.get("name"), str):
         return f"notify {raw['name']!r}"
@@ -118,13 +126,13 @@ def _channel(
             if kind not in takers:
                 raise problem(
                     key,
-                    f"a {kind} channel takes no {key!r} ({' and '.join(takers)} channels "
+                    f"{_a(kind)} channel takes no {key!r} ({_listed(takers)} channels "
                     "do); remove it",
                 )
     config = _validated(path, label, resolved)
     for key, what in _NEEDED[config.kind]:
         if resolved.get(key) is None:
-            raise problem(key, f"is required for a {config.kind} channel; add it ({what})")
+            raise problem(key, f"is required for {_a(config.kind)} channel; add it ({what})")
     unknown = [name for name in config.sources or () if name not in source_names]
     if unknown:
         hint = did_you_mean(unknown[0], list(source_names))

@@ -249,7 +249,7 @@ P = "hookd.toml: notify 'ops': "
         ),
         (
             notify("email", 'smtp_url = "smtp://m.example.com"\nto = ["a@example.com"]\n'),
-            P + "key 'from': is required for a email channel; add it (the sender's address)",
+            P + "key 'from': is required for an email channel; add it (the sender's address)",
         ),
         (
             notify(
@@ -303,6 +303,13 @@ P = "hookd.toml: notify 'ops': "
 def test_each_bad_value_is_one_line_naming_the_channel_and_the_key(text: str, message: str) -> None:
     # Top-level keys go first: after [[sources]] they would be the source's.
     assert error_of(text + GH if "=" in text.split("\n", maxsplit=1)[0] else GH + text) == message
+
+
+def test_a_key_of_another_kind_names_the_kinds_that_take_it() -> None:
+    assert error_of(GH + email('url = "https://x.example/"\n')) == (
+        P + "key 'url': an email channel takes no 'url' (slack, webhook and pagerduty "
+        "channels do); remove it"
+    )
 
 
 # -- what carries a secret: https://, or allow_insecure ------------------------------

@@ -307,6 +307,20 @@ def add_send_test(sub: SubParsers) -> None:
     )
 
 
+def add_notify(sub: SubParsers) -> None:
+    """``hookd notify test NAME``."""
+    notify = sub.add_parser("notify", help="notification channels ([[notify]] tables)")
+    notifysub = notify.add_subparsers(dest="notify_command", required=True, metavar="ACTION")
+    test = notifysub.add_parser(
+        "test",
+        help="send a sample alert through one channel; exit 1 when it is not accepted",
+        description="Send a sample alert (kind dead, saying it is a test) through the "
+        "[[notify]] channel NAME, now, whatever its kinds, sources and min_severity; print "
+        "what the channel answered. A PagerDuty test triggers an incident and resolves it.",
+    )
+    test.add_argument("name", metavar="NAME", help="the [[notify]] table's name")
+
+
 def add_operations(sub: SubParsers) -> None:
     ops = sub.add_parser(
         "operations", help="bulk operations (replay or cancel by filter): list, show, cancel"

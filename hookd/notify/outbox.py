@@ -43,7 +43,7 @@ NOTIFICATIONS = families.NOTIFICATIONS.register()
 
 
 def counted(channel: str, result: str) -> Counter:
-    return NOTIFICATIONS.labels(channel=channel, result=result)  # type: ignore[no-any-return]
+    return NOTIFICATIONS.labels(channel=channel, result=result)
 
 
 def initialise_metrics(channels: Sequence[str]) -> None:
@@ -195,7 +195,9 @@ class Notifier:
             return
         delay = max(1.0, full_jitter(self._rng, RETRY_FIRST_S, attempts - 1, RETRY_CAP_S))
         retry_at = now + timedelta(seconds=delay)
-        await self._finish(row, now, NotificationStatus.PENDING, error=exc.reason, retry_at=retry_at)
+        await self._finish(
+            row, now, NotificationStatus.PENDING, error=exc.reason, retry_at=retry_at
+        )
         counted(row.channel, "retry").inc()
         log.warning("notification not sent; retrying", extra={**fields, "retry_in_s": delay})
 

@@ -236,6 +236,9 @@ class AlertsConfig(_Strict):
     rejections: int = Field(default=20, ge=1)
     ack_violation: int = Field(default=1, ge=1)
     registration_drift: int = Field(default=1, ge=1)
+    # Where the admin UI is reached from outside (``https://hookd.example.com``): a
+    # message's links to the evidence are absolute under it; unset, they are paths.
+    admin_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
 
 
 # Every key a [[notify]] table takes, as written (``from``, not the model's ``sender``).

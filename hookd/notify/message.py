@@ -8,6 +8,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+# Every kind of alert hookd raises (``hookd.ops.alerts``), in the order docs list them.
+ALERT_KINDS: tuple[str, ...] = (
+    "dead",
+    "breaker_open",
+    "coverage_hole",
+    "registration_drift",
+    "ack_violation",
+    "reconcile_failing",
+    "prune_behind",
+    "rejections",
+)
+
 
 class Severity(StrEnum):
     INFO = "info"

@@ -33,6 +33,7 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "operations": ("cmd_operations", False, True, False, True, ()),
     "send-test": ("cmd_send_test", False, False, True, False, ()),
     "events": ("cmd_events", False, True, False, True, ()),
+    "alerts": ("cmd_alerts", False, True, True, True, ()),
 }
 
 

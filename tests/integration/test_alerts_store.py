@@ -41,9 +41,9 @@ async def test_findings_open_refresh_and_resolve_only_the_kinds_evaluated(
     assert second.refreshed == [first.opened[0]] and not second.opened
     assert not second.resolved
     rows = {row.kind: row for row in await alert_rows(engine)}
-    assert rows["dead"].count == 2 and rows["dead"].value == 15.0
+    assert rows["dead"]._mapping["count"] == 2 and rows["dead"].value == 15.0
     assert rows["dead"].first_seen == at(0) and rows["dead"].last_seen == at(60)
-    assert rows["breaker_open"].count == 1 and rows["breaker_open"].last_seen == at(0)
+    assert rows["breaker_open"]._mapping["count"] == 1 and rows["breaker_open"].last_seen == at(0)
     # Both read, neither found: both resolve by themselves.
     third = await apply(engine, [], at(120), evaluated=["dead", "breaker_open"])
     assert sorted(third.resolved) == sorted(first.opened)

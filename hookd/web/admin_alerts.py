@@ -9,7 +9,7 @@ import logging
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hookd.errors import Conflict
+from hookd.errors import BadRequest, Conflict
 from hookd.notify.message import ALERT_KINDS
 from hookd.ops.alert_models import Alert
 from hookd.ops.alerts import STATUS_FILTERS
@@ -43,6 +43,10 @@ class AlertsSection(Section):
     async def alerts_page(self, request: Request) -> Context:
         params = filled(request.query_params, "status", "kind", "source")
         status = params.get("status", "live")
+        if status not in (*STATUS_FILTERS, ALL):
+            raise BadRequest(
+                "status", f"Status must be one of {', '.join((*STATUS_FILTERS, ALL))}."
+            )
         listing = await self.ops.alerts.list(
             status=None if status == ALL else status,
             kind=params.get("kind"),

@@ -30,10 +30,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops.alert_models import Alert, AlertList
 from hookd.ops.coverage import CoverageOps
+from hookd.ops.queries import has_nul
 from hookd.sources import Sources
 from reconcile.coverage import IN_DUE_COURSE
 from store.admin import alerts as store_alerts
 from store.admin.alerts import Finding, Route
+from store.ids import is_id
 from store.models import (
     ACK_VIOLATIONS,
     DESTINATION_BREAKERS,
@@ -375,12 +377,16 @@ class AlertOps:
             raise BadRequest("status", f"status must be one of {', '.join(STATUS_FILTERS)}")
         if not 1 <= limit <= MAX_LIST:
             raise BadRequest("limit", f"limit must be between 1 and {MAX_LIST}")
+        if has_nul(kind, source):
+            raise BadRequest("text", "filters must not contain NUL")
         rows = await store_alerts.listed(
             self._engine, status=status, kind=kind, source=source, limit=limit
         )
         return AlertList(alerts=[alert_of(row) for row in rows])
 
     async def get(self, alert_id: str) -> Alert:
+        if not is_id(alert_id):  # not one of ours (a NUL is no id PostgreSQL could hold)
+            raise NotFound("alert")
         row = await store_alerts.get(self._engine, alert_id)
         if row is None:
             raise NotFound("alert")

@@ -21,6 +21,7 @@ from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
 from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
+from hookd.ops.alerts import AlertOps, no_route
 from hookd.runtime import sqlite_writer
 from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
@@ -176,7 +177,10 @@ def create_app(
     )
     # Bulk operations asked for here start here at once; any process may resume them.
     operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
-    served = ServedOps.over(events, source_ops, runs, operations)
+    # Who hears of an alert resolved by hand: no channel until the channels' router is here.
+    group_s = sources.alerts.group_s if hasattr(sources, "alerts") else 60.0
+    alerts = AlertOps(engine, no_route, group_s)
+    served = ServedOps.over(events, source_ops, runs, operations, alerts)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its
     # grace for the events it runs; the schedules first of all.

@@ -367,18 +367,21 @@ async def open_counts(engine: AsyncEngine) -> dict[str, int]:
 
 async def claim(engine: AsyncEngine, owner: str, now: datetime, limit: int) -> list[sa.Row[Any]]:
     """Up to ``limit`` due messages taken for ``owner`` until ``now + CLAIM_S``: pending,
-    due, and not held by another sender (or its claim ran out)."""
+    due, and not held by another sender (or its claim ran out).
+
+    The update asks again what the pick asked: on SQLite the pick takes no lock, and
+    two senders may pick the same messages; each takes only those still free when its
+    update runs (one writer at a time), and returns those it took."""
+    claimable = sa.and_(
+        NOTIFICATIONS.c.status == NotificationStatus.PENDING,
+        NOTIFICATIONS.c.next_attempt_at <= now,
+        sa.or_(NOTIFICATIONS.c.lease_owner.is_(None), NOTIFICATIONS.c.lease_expires_at < now),
+    )
+    until = now + timedelta(seconds=CLAIM_S)
     async with engine.begin() as conn:
         pick = (
             sa.select(NOTIFICATIONS.c.id)
-            .where(
-                NOTIFICATIONS.c.status == NotificationStatus.PENDING,
-                NOTIFICATIONS.c.next_attempt_at <= now,
-                sa.or_(
-                    NOTIFICATIONS.c.lease_owner.is_(None),
-                    NOTIFICATIONS.c.lease_expires_at < now,
-                ),
-            )
+            .where(claimable)
             .order_by(NOTIFICATIONS.c.next_attempt_at)
             .limit(limit)
         )
@@ -387,12 +390,16 @@ async def claim(engine: AsyncEngine, owner: str, now: datetime, limit: int) -> l
             return []
         await conn.execute(
             NOTIFICATIONS.update()
-            .where(NOTIFICATIONS.c.id.in_(ids))
-            .values(lease_owner=owner, lease_expires_at=now + timedelta(seconds=CLAIM_S))
+            .where(NOTIFICATIONS.c.id.in_(ids), claimable)
+            .values(lease_owner=owner, lease_expires_at=until)
         )
         rows = await conn.execute(
             sa.select(NOTIFICATIONS)
-            .where(NOTIFICATIONS.c.id.in_(ids))
+            .where(
+                NOTIFICATIONS.c.id.in_(ids),
+                NOTIFICATIONS.c.lease_owner == owner,
+                NOTIFICATIONS.c.lease_expires_at == until,
+            )
             .order_by(NOTIFICATIONS.c.next_attempt_at)
         )
         return list(rows)

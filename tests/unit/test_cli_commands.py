@@ -34,6 +34,7 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "send-test": ("cmd_send_test", False, False, True, False, ()),
     "notify": ("cmd_notify", False, False, True, True, ()),
     "events": ("cmd_events", False, True, False, True, ()),
+    "alerts": ("cmd_alerts", False, True, True, True, ()),
 }
 
 

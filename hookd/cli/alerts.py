@@ -27,11 +27,11 @@ DONE = {"ack": "acknowledged", "resolve": "resolved"}
 
 def alert_ops(engine: AsyncEngine, sources: Sources) -> AlertOps:
     """The alerts' operations; a resolution by hand is told to the channels that heard
-    of the alert (none until the channels' router is here)."""
-    from hookd.ops.alerts import AlertOps, no_route
+    of the alert."""
+    from hookd.notify.outbox import route_for
+    from hookd.ops.alerts import AlertOps
 
-    group_s = sources.alerts.group_s if hasattr(sources, "alerts") else 60.0
-    return AlertOps(engine, no_route, group_s)
+    return AlertOps(engine, route_for(sources), sources.alerts.group_s)
 
 
 async def cmd_alerts(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:

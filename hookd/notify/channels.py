@@ -62,6 +62,15 @@ class ChannelError(Exception):
         self.permanent = permanent
 
 
+def wants(config: NotifyConfig, item: AlertItem) -> bool:
+    """Whether the alert is for the channel of ``config``: one of its ``kinds``, about
+    one of its ``sources`` (a channel that lists sources gets no alert about none), at
+    its ``min_severity`` or above."""
+    if item.kind not in config.kinds or item.severity.rank < Severity(config.min_severity).rank:
+        return False
+    return config.sources is None or item.source in config.sources
+
+
 class Channel(ABC):
     """One ``[[notify]]`` table's channel."""
 
@@ -74,12 +83,7 @@ class Channel(ABC):
         self._min_rank = Severity(config.min_severity).rank
 
     def wants(self, item: AlertItem) -> bool:
-        """Whether the alert is for this channel: one of its ``kinds``, about one of its
-        ``sources`` (a channel that lists sources gets no alert about none), at its
-        ``min_severity`` or above."""
-        if item.kind not in self.config.kinds or item.severity.rank < self._min_rank:
-            return False
-        return self.config.sources is None or item.source in self.config.sources
+        return wants(self.config, item)
 
     @abstractmethod
     async def send(self, message: Message) -> str:

@@ -24,8 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd import metric_families as families
 from hookd.backoff import full_jitter
-from hookd.notify.channels import Channel, ChannelError
+from hookd.notify.channels import Channel, ChannelError, wants
 from hookd.notify.message import AlertItem, Message, Severity, What
+from hookd.sources import Sources
+from hookd.sources.notify import NotifyConfig
 from store.admin import alerts as store_alerts
 from store.admin.alerts import Wanted
 from store.status import NotificationStatus
@@ -78,19 +80,26 @@ def item_of(row: sa.Row[Any], base_url: str = "") -> AlertItem:
     )
 
 
-def router(channels: Sequence[Channel]) -> store_alerts.Route:
+def router(configs: Sequence[NotifyConfig]) -> store_alerts.Route:
     """Which channels want to hear of an alert: each channel's kinds, sources and
-    minimum severity (``Channel.wants``), with its quiet time before a reminder."""
+    minimum severity (``channels.wants``), with its quiet time before a reminder."""
 
     def route(row: sa.Row[Any]) -> Sequence[Wanted]:
         item = item_of(row)
         return [
-            Wanted(channel.name, float(channel.config.reminder_s))
-            for channel in channels
-            if channel.wants(item)
+            Wanted(config.name, float(config.reminder_s))
+            for config in configs
+            if wants(config, item)
         ]
 
     return route
+
+
+def route_for(sources: Sources) -> store_alerts.Route:
+    """The sources file's channels as a route (none configured: nobody is messaged)."""
+    if not sources.notify:
+        return lambda _row: ()
+    return router(sources.notify)
 
 
 class Notifier:

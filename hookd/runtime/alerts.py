@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -24,8 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd import tasks
 from hookd.notify.channels import Channel, channel_for
-from hookd.notify.outbox import Notifier, router
-from hookd.ops.alerts import Conditions, no_route
+from hookd.notify.outbox import Notifier, route_for
+from hookd.ops.alerts import Conditions
 from hookd.ops.coverage import CoverageOps
 from hookd.ops.sources import SourceOps
 from hookd.sources import Sources
@@ -48,10 +47,6 @@ def channels_of(sources: Sources, client: httpx.AsyncClient) -> list[Channel]:
     return [channel_for(config, client) for config in sources.notify]
 
 
-def route_of(channels: Sequence[Channel]) -> Route:
-    return router(channels) if channels else no_route
-
-
 class AlertSchedule:
     """Evaluate once per period per cluster; send what is due, every tick."""
 
@@ -69,7 +64,7 @@ class AlertSchedule:
         self._group_s = float(config.group_s)
         self._owner = worker_id()
         channels = channels_of(sources, client)
-        self._route = route_of(channels)
+        self._route = route_for(sources)
         self._conditions = Conditions(
             engine,
             sources,

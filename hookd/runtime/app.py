@@ -20,8 +20,9 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
+from hookd.notify.outbox import route_for
 from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
-from hookd.ops.alerts import AlertOps, no_route
+from hookd.ops.alerts import AlertOps
 from hookd.runtime import sqlite_writer
 from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
@@ -178,8 +179,8 @@ def create_app(
     # Bulk operations asked for here start here at once; any process may resume them.
     operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
     # Who hears of an alert resolved by hand: no channel until the channels' router is here.
-    group_s = sources.alerts.group_s if hasattr(sources, "alerts") else 60.0
-    alerts = AlertOps(engine, no_route, group_s)
+    # A resolution by hand is told to the channels that heard of the alert.
+    alerts = AlertOps(engine, route_for(sources), sources.alerts.group_s)
     served = ServedOps.over(events, source_ops, runs, operations, alerts)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its

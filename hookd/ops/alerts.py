@@ -19,7 +19,7 @@ resolves an alert). Thresholds come from the sources file's ``[alerts]`` table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -415,8 +415,3 @@ class AlertOps:
             group_s=self._group_s,
         )
         return await self.get(alert_id)
-
-
-def no_route(_row: sa.Row[Any]) -> Sequence[store_alerts.Wanted]:
-    """No channel configured: alerts are kept and shown, nobody is messaged."""
-    return ()

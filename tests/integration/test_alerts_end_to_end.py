@@ -72,6 +72,7 @@ def sources_file(
             "[[sources.destinations]]",
             'name = "billing"',
             f'url = "{destination}"',
+            f'secret = "{WHSEC}"',
             "allow_insecure = true",
             "max_attempts = 2",
             "retry_base_s = 0.05",
@@ -320,17 +321,17 @@ async def test_two_serves_and_a_stop_mid_send_tell_each_channel_once(
             "HOOKD_DATABASE_URL": sqlite_url,
             "HOOKD_PROCESSORS": "1",
         }
-        first, second = HookdServer(env, tmp_path), HookdServer(env, tmp_path)
-        with first, second:
+        one, two = HookdServer(env, tmp_path), HookdServer(env, tmp_path)
+        with one, two:
             headers, body = github("twice")
             async with httpx.AsyncClient(timeout=10) as client:
                 response = await client.post(
-                    f"{first.url}/hooks/github", content=body, headers=headers
+                    f"{one.url}/hooks/github", content=body, headers=headers
                 )
             assert response.status_code == 202
             await wait_for(lambda: sink.arrived >= 1, timeout_s=30, interval_s=0.05)
             # Mid-send: the message is on its way to a channel that has not answered.
-            await asyncio.gather(asyncio.to_thread(first.stop), asyncio.to_thread(second.stop))
+            await asyncio.gather(asyncio.to_thread(one.stop), asyncio.to_thread(two.stop))
         with HookdServer(env, tmp_path):
             await asyncio.sleep(4)  # evaluations and sends go on; nothing is sent twice
     for path in ("/slack", "/pagerduty", "/webhook"):

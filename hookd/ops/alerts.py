@@ -44,6 +44,7 @@ from store.models import (
     RECONCILE_RUNS,
     RECONCILE_STATE,
 )
+from store.models_alerts import ALERTS
 from store.status import AlertStatus, BreakerState, EventStatus, RunStatus
 
 log = logging.getLogger("hookd.alerts")
@@ -210,27 +211,54 @@ class Conditions:
         return findings
 
     async def _violations(self, now: datetime) -> list[Finding]:
-        rows = await self._read(
-            sa.select(ACK_VIOLATIONS.c.source, sa.func.count())
-            .where(ACK_VIOLATIONS.c.found_at >= now - ACK_WINDOW)
+        """Violations of the last day, found since the source's last alert of this kind
+        was resolved: a person who resolved it has seen those."""
+        since = now - ACK_WINDOW
+        counted = (
+            sa.select(ACK_VIOLATIONS.c.source, sa.func.count().label("n"))
+            .where(ACK_VIOLATIONS.c.found_at >= since)
             .group_by(ACK_VIOLATIONS.c.source)
         )
-        limit = max(1, self.thresholds.ack_violation)
-        return [
-            Finding(
-                "ack_violation",
-                source,
-                source,
-                CRITICAL,
-                float(n),
-                f"{n} deliver{'ies' if n != 1 else 'y'} of {source} in the last day the "
-                "provider saw acknowledged but hookd did not store (reconciliation repaired "
-                "them): something answered 2xx in hookd's place",
-                f"/admin/runs?source={source}",
+        rows = await self._read(counted)
+        if not rows:
+            return []
+        resolved = dict(
+            await self._read(
+                sa.select(ALERTS.c.key, sa.func.max(ALERTS.c.resolved_at))
+                .where(ALERTS.c.kind == "ack_violation", ALERTS.c.resolved_at.is_not(None))
+                .group_by(ALERTS.c.key)
             )
-            for source, n in rows
-            if n >= limit
-        ]
+        )
+        limit = max(1, self.thresholds.ack_violation)
+        findings = []
+        for source, in_window in rows:
+            n = in_window
+            seen = resolved.get(source)
+            if seen is not None:
+                after = max(since, seen if seen.tzinfo else seen.replace(tzinfo=UTC))
+                n = (
+                    await self._read(
+                        sa.select(sa.func.count()).where(
+                            ACK_VIOLATIONS.c.source == source, ACK_VIOLATIONS.c.found_at > after
+                        )
+                    )
+                )[0][0]
+            if n < limit:
+                continue
+            findings.append(
+                Finding(
+                    "ack_violation",
+                    source,
+                    source,
+                    CRITICAL,
+                    float(n),
+                    f"{n} deliver{'ies' if n != 1 else 'y'} of {source} the provider saw "
+                    "acknowledged but hookd did not store (reconciliation repaired them): "
+                    "something answered 2xx in hookd's place",
+                    f"/admin/runs?source={source}",
+                )
+            )
+        return findings
 
     async def _reconcile(self, now: datetime) -> list[Finding]:
         findings = []

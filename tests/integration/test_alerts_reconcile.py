@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from hookd.runtime.alerts import AlertSchedule
 from hookd.sources import Sources
 from store.admin import alerts as store_alerts
+from store.reconcile import audit
 from tests.support.data import engine_of
 from tests.support.reconcile_world import (
     AUTH,
@@ -125,3 +126,66 @@ async def test_a_failed_run_leaves_a_hole_that_a_covering_run_fills(world: World
     run = await world.reconcile()
     assert run["status"] == "succeeded", run
     assert "coverage_hole" not in await live(world, world.sources)
+
+
+PUBLIC_URL = "https://hooks.example.test/hooks/github"
+
+
+def registered_toml(api_url: str) -> str:
+    """The GitHub source with the public URL its registration must post to."""
+    return sources_toml("github", api_url).replace(
+        'provider = "github"', f'provider = "github"\npublic_url = "{PUBLIC_URL}"', 1
+    )
+
+
+@pytest.fixture
+async def registered(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[World]:
+    emulator = make_emulator("github")
+    emulator.hook_url = "https://old-host.example.test/hooks/github"  # type: ignore[union-attr]
+    async with running_world(
+        World, "github", emulator, registered_toml, pg_url, monkeypatch
+    ) as world:
+        yield world
+
+
+async def test_a_registration_that_drifted_then_is_fixed_opens_then_resolves_drift(
+    registered: World,
+) -> None:
+    world = registered
+    run = await world.reconcile()
+    assert run["registration"]["ok"] is False, run
+    assert (await live(world, world.sources)).get("registration_drift") == "github"
+    # Fixed at the provider: the hook posts to the source's public URL again.
+    world.emulator.hook_url = PUBLIC_URL  # type: ignore[attr-defined]
+    run = await world.reconcile()
+    assert run["registration"]["ok"] is True, run
+    assert "registration_drift" not in await live(world, world.sources)
+
+
+@pytest.mark.parametrize("world", ["github"], indirect=True)
+async def test_deliveries_acknowledged_but_not_stored_open_ack_violation_until_resolved(
+    world: World,
+) -> None:
+    """The provider lists deliveries it says hookd answered 2xx that hookd never stored
+    (here: every delivery of the emulator, none of which reached hookd). Resolved by hand
+    once understood, the alert stays resolved until another such delivery is found."""
+    world.emulator.add_events(3, start=time.time() - 600, step_s=1.0)  # type: ignore[attr-defined]
+    run = await world.reconcile()
+    assert run["ack_violations"] == 3, run
+    alerts = await live(world, world.sources)
+    assert alerts.get("ack_violation") == "github"
+    async with engine_of(world.db_url) as engine:
+        [row] = await store_alerts.listed(engine, status="live", kind="ack_violation")
+    assert row.severity == "critical"
+    resolved = await world.client.post(f"/api/alerts/{row.id}:resolve", headers=AUTH)
+    assert resolved.status_code == 200, resolved.text
+    assert "ack_violation" not in await live(world, world.sources)
+    # Another one found later (recorded as a run records it) opens a new alert.
+    async with engine_of(world.db_url) as engine, engine.begin() as conn:
+        await audit.record_violations(
+            conn, "github", run["id"], [audit.Acked("later-guid")], datetime.now(UTC)
+        )
+    assert (await live(world, world.sources)).get("ack_violation") == "github"
+    async with engine_of(world.db_url) as engine:
+        [again] = await store_alerts.listed(engine, status="live", kind="ack_violation")
+    assert again.id != row.id and again.value == 1

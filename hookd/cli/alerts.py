@@ -31,7 +31,7 @@ def alert_ops(engine: AsyncEngine, sources: Sources) -> AlertOps:
     from hookd.notify.outbox import route_for
     from hookd.ops.alerts import AlertOps
 
-    return AlertOps(engine, route_for(sources), sources.alerts.group_s)
+    return AlertOps(engine, route_for(sources), sources.alerts.group_s, sources.notify)
 
 
 async def cmd_alerts(args: argparse.Namespace, settings: Settings, sources: Sources) -> int:

@@ -38,3 +38,15 @@ class AlertList(Resource):
     """Alerts, newest first."""
 
     alerts: list[Alert]
+
+
+class ChannelState(Resource):
+    """A ``[[notify]]`` channel and what it was asked to send: waiting (a retry, a group
+    held, the rate limit), sent, failed for good, and the last failure's reason."""
+
+    name: str
+    kind: str
+    pending: int = Field(ge=0)
+    sent: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    last_error: str | None

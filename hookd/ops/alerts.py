@@ -19,7 +19,7 @@ resolves an alert). Thresholds come from the sources file's ``[alerts]`` table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -28,10 +28,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.errors import BadRequest, Conflict, NotFound
-from hookd.ops.alert_models import Alert, AlertList
+from hookd.ops.alert_models import Alert, AlertList, ChannelState
 from hookd.ops.coverage import CoverageOps
 from hookd.ops.queries import has_nul
 from hookd.sources import Sources
+from hookd.sources.notify import NotifyConfig
 from reconcile.coverage import IN_DUE_COURSE
 from store.admin import alerts as store_alerts
 from store.admin.alerts import Finding, Route
@@ -388,10 +389,36 @@ class AlertOps:
     """What a person does with alerts; ``route`` and ``group_s`` say who hears of a
     resolution by hand."""
 
-    def __init__(self, engine: AsyncEngine, route: Route, group_s: float) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        route: Route,
+        group_s: float,
+        channels: Sequence[NotifyConfig] = (),
+    ) -> None:
         self._engine = engine
         self._route = route
         self._group_s = group_s
+        self._channels = channels
+
+    async def channels(self) -> list[ChannelState]:
+        """Each configured channel's messages by outcome, and its last failure: a
+        failing channel is itself visible."""
+        states = await store_alerts.channel_states(self._engine)
+        out = []
+        for config in self._channels:
+            state = states.get(config.name) or store_alerts.ChannelCounts()
+            out.append(
+                ChannelState(
+                    name=config.name,
+                    kind=config.kind,
+                    pending=state.pending,
+                    sent=state.sent,
+                    failed=state.failed,
+                    last_error=state.last_error,
+                )
+            )
+        return out
 
     async def list(
         self,

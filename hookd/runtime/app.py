@@ -180,7 +180,7 @@ def create_app(
     operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
     # Who hears of an alert resolved by hand: no channel until the channels' router is here.
     # A resolution by hand is told to the channels that heard of the alert.
-    alerts = AlertOps(engine, route_for(sources), sources.alerts.group_s)
+    alerts = AlertOps(engine, route_for(sources), sources.alerts.group_s, sources.notify)
     served = ServedOps.over(events, source_ops, runs, operations, alerts)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its

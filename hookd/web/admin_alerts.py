@@ -64,6 +64,7 @@ class AlertsSection(Section):
             "kinds": ALERT_KINDS,
             "sources": self.ops.names,
             "shown": SHOWN,
+            "channels": [c.answer() for c in await self.ops.alerts.channels()],
         }
 
     @page("/alerts/{id}", "alert.html", "alerts", missing=MISSING)

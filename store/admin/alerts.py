@@ -460,8 +460,18 @@ async def alerts_of(engine: AsyncEngine, ids: Sequence[str]) -> list[sa.Row[Any]
     return sorted(rows, key=lambda row: order.get(row.id, 0))
 
 
-async def channel_states(engine: AsyncEngine) -> dict[str, dict[str, object]]:
-    """Per channel: messages waiting, failed for good, and the last error and when (a
+@dataclass
+class ChannelCounts:
+    """A channel's messages by status, and its last failure's reason."""
+
+    pending: int = 0
+    sent: int = 0
+    failed: int = 0
+    last_error: str | None = None
+
+
+async def channel_states(engine: AsyncEngine) -> dict[str, ChannelCounts]:
+    """Per channel: messages waiting, sent, failed for good, and the last error (a
     failing channel is itself visible)."""
     async with engine.connect() as conn:
         counts = await conn.execute(
@@ -469,13 +479,15 @@ async def channel_states(engine: AsyncEngine) -> dict[str, dict[str, object]]:
                 NOTIFICATIONS.c.channel, NOTIFICATIONS.c.status
             )
         )
-        states: dict[str, dict[str, object]] = {}
+        states: dict[str, ChannelCounts] = {}
         for channel, status, n in counts:
-            states.setdefault(channel, {"pending": 0, "sent": 0, "failed": 0})[status] = int(n)
+            state = states.setdefault(channel, ChannelCounts())
+            if status in ("pending", "sent", "failed"):
+                setattr(state, status, int(n))
         for channel, state in states.items():
             last = (
                 await conn.execute(
-                    sa.select(NOTIFICATIONS.c.last_error, NOTIFICATIONS.c.created_at)
+                    sa.select(NOTIFICATIONS.c.last_error)
                     .where(
                         NOTIFICATIONS.c.channel == channel,
                         NOTIFICATIONS.c.last_error.is_not(None),
@@ -483,6 +495,6 @@ async def channel_states(engine: AsyncEngine) -> dict[str, dict[str, object]]:
                     .order_by(NOTIFICATIONS.c.created_at.desc())
                     .limit(1)
                 )
-            ).first()
-            state["last_error"] = None if last is None else last.last_error
+            ).scalar()
+            state.last_error = last
     return states

@@ -340,3 +340,44 @@ async def test_two_serves_and_a_stop_mid_send_tell_each_channel_once(
     assert await first(sqlite_url, "SELECT count(*) FROM alerts") == 1
     unsent = await first(sqlite_url, "SELECT count(*) FROM notifications WHERE status <> 'sent'")
     assert unsent == 0
+
+
+async def test_a_failing_channel_is_visible_and_retried_until_it_takes_the_message(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    await handlers.prepare(sqlite_url)
+    await set_broken(sqlite_url, True)
+    async with notify_sink() as sink:
+        sink.refuse("/slack", 500)
+        config = sources_file(tmp_path, sink)
+        env = {
+            "HOOKD_CONFIG": str(config),
+            "HOOKD_DATABASE_URL": sqlite_url,
+            "HOOKD_ADMIN_TOKEN": TOKEN,
+        }
+        with HookdServer(env, tmp_path) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+                headers, body = github("refused")
+                assert (
+                    await client.post("/hooks/github", content=body, headers=headers)
+                ).status_code == 202
+                await until(sqlite_url, "dead", "open")
+                await wait_for(
+                    lambda: first(
+                        sqlite_url,
+                        "SELECT last_error FROM notifications WHERE channel = 'ops-slack'",
+                    ),
+                    timeout_s=30,
+                    interval_s=0.2,
+                )
+                text = (await client.get("/metrics", headers=AUTH)).text
+                assert 'hookd_notifications_total{channel="ops-slack",result="retry"} 1.0' in text
+                page = await client.get("/admin/alerts", headers=AUTH)
+                assert page.status_code == 200
+                assert "ops-slack" in page.text and "HTTP 500" in page.text, page.text
+                sink.accept("/slack")
+                await messages(sink, "/slack", 1, timeout_s=30)
+    error = await first(
+        sqlite_url, "SELECT last_error FROM notifications WHERE channel = 'ops-slack'"
+    )
+    assert sink.url not in str(error)  # the reason names no URL (a Slack URL is its token)

@@ -129,6 +129,15 @@ DUPLICATES = CounterFamily(
     ("source",),
 )
 
+# -- notifications (hookd.notify) -------------------------------------------------------
+
+NOTIFICATIONS = CounterFamily(
+    "hookd_notifications_total",
+    "Notifications to [[notify]] channels by result: sent, retry (a failure that will be "
+    "tried again), failed (refused for good, or out of attempts).",
+    ("channel", "result"),
+)
+
 FAMILIES: tuple[CounterFamily | HistogramFamily, ...] = (
     WEBHOOKS_RECEIVED,
     WEBHOOK_REJECTIONS,
@@ -143,4 +152,5 @@ FAMILIES: tuple[CounterFamily | HistogramFamily, ...] = (
     HANDLER_SKIPS,
     RUN_SECONDS,
     DUPLICATES,
+    NOTIFICATIONS,
 )

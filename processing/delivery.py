@@ -12,6 +12,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
@@ -214,20 +215,13 @@ class Destination:
         ``ANSWER_READ_BYTES`` of the answer are read."""
         body, extra = prepared
         headers = self._headers(event, body, extra)
+        timeout_s = self.config.timeout_s
         attributes = {"hookd.event_id": event.id, "hookd.destination": self.name}
         with tracing.span("hookd.deliver", attributes) as current:
             tracing.inject(headers)  # W3C traceparent, when tracing is on
-            # httpx's timeout bounds each connect, write and read; ``within`` bounds the
-            # exchange as a whole, so a peer that trickles its answer ends at timeout_s
-            # (plus a little slack, so that a single slow phase is still named by httpx).
-            timeout_s = self.config.timeout_s
-            status, location = await within(
-                self._exchange(body, headers, timeout_s),
-                timeout_s + EXCHANGE_SLACK_S,
-                what="delivery",
-            )
-            tracing.annotate(current, {"http.response.status_code": status})
-        self._raise_for(status, location)
+            answer = await post_bounded(self._client, self.config.url, body, headers, timeout_s)
+            tracing.annotate(current, {"http.response.status_code": answer.status})
+        self._raise_for(answer.status, answer.location)
 
     def _headers(self, event: Event, body: bytes, extra: Mapping[str, str]) -> dict[str, str]:
         """The headers of a delivery: a transform's own (``extra``) but those hookd sets,
@@ -267,23 +261,46 @@ class Destination:
                 f"destination answered {status}: {where}: configure the final URL",
             )
 
-    async def _exchange(
-        self, body: bytes, headers: dict[str, str], timeout_s: float
-    ) -> tuple[int, str | None]:
-        """POST, and read at most ``ANSWER_READ_BYTES`` of the answer (raw: a compressed
-        answer is not inflated); past them the connection is closed, unread. Redirects
-        are never followed, whatever the client's default. The status and Location."""
-        async with self._client.stream(
-            "POST",
-            self.config.url,
-            content=body,
-            headers=headers,
-            timeout=timeout_s,
-            follow_redirects=False,
-        ) as response:
-            read = 0
-            async for chunk in response.aiter_raw():
-                read += len(chunk)
-                if read > ANSWER_READ_BYTES:
-                    break
-            return response.status_code, response.headers.get("location")
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a bounded POST got back: the status, the Location (a redirect is never
+    followed), and at most ``ANSWER_READ_BYTES`` of the body, raw."""
+
+    status: int
+    location: str | None
+    head: bytes
+
+
+async def post_bounded(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+) -> Answer:
+    """POST ``body`` to ``url`` as a destination's delivery is sent (a notification
+    channel's too). httpx's timeout bounds each connect, write and read; ``within``
+    bounds the exchange as a whole, so a peer that trickles its answer ends at
+    ``timeout_s`` (plus a little slack, so that a single slow phase is still named by
+    httpx). Raises httpx's errors and ``DeadlineExceeded``."""
+    return await within(
+        _exchange(client, url, body, headers, timeout_s),
+        timeout_s + EXCHANGE_SLACK_S,
+        what="delivery",
+    )
+
+
+async def _exchange(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], timeout_s: float
+) -> Answer:
+    """POST, and read at most ``ANSWER_READ_BYTES`` of the answer (raw: a compressed
+    answer is not inflated); past them the connection is closed, unread. Redirects
+    are never followed, whatever the client's default."""
+    async with client.stream(
+        "POST", url, content=body, headers=headers, timeout=timeout_s, follow_redirects=False
+    ) as response:
+        head = bytearray()
+        async for chunk in response.aiter_raw():
+            head += chunk[: ANSWER_READ_BYTES + 1 - len(head)]
+            if len(head) > ANSWER_READ_BYTES:
+                break
+        return Answer(
+            response.status_code, response.headers.get("location"), bytes(head[:ANSWER_READ_BYTES])
+        )

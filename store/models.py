@@ -590,3 +590,7 @@ class SourceObject(SQLModel, table=True):
 
 
 SOURCE_OBJECTS: sa.Table = SourceObject.__table__  # type: ignore[attr-defined]
+
+# The alerts' tables are declared beside this module; imported here so that one
+# metadata (the migrations' target) holds every table.
+import store.models_alerts  # noqa: E402, F401

@@ -137,6 +137,22 @@ class LedgerOutcome(StrEnum):
     SKIPPED = "skipped"  # its filter did not select the event
 
 
+class AlertStatus(StrEnum):
+    """An alert's state (``ck_alerts_status``, migration 0017)."""
+
+    OPEN = "open"  # the condition holds and nobody has said they are on it
+    ACKNOWLEDGED = "acknowledged"  # a person is on it: no reminders
+    RESOLVED = "resolved"  # by hand, or the condition cleared
+
+
+class NotificationStatus(StrEnum):
+    """A queued message's state (``ck_notifications_status``, migration 0017)."""
+
+    PENDING = "pending"  # to be sent (again, after a failure, at next_attempt_at)
+    SENT = "sent"
+    FAILED = "failed"  # refused for good, or out of attempts
+
+
 def sql_in(column: str, values: tuple[StrEnum, ...]) -> str:
     """``column IN ('a', 'b')``: a predicate written as SQL text (a partial index's).
     The values are the fixed words above, none with a quote in it."""

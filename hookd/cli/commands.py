@@ -24,11 +24,13 @@ from typing import Any, TypeAlias
 
 from hookd import tracing
 from hookd.cli import parser
+from hookd.cli.alerts import cmd_alerts
 from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
 from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
+from hookd.cli.notify import cmd_notify
 from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
 from hookd.cli.send_test import cmd_send_test
@@ -108,7 +110,9 @@ COMMANDS = (
     Command("coverage", parser.add_coverage, cmd_coverage, preflight=True, sources=True),
     Command("operations", parser.add_operations, cmd_operations, preflight=True),
     Command("send-test", parser.add_send_test, cmd_send_test, sources=True),
+    Command("notify", parser.add_notify, cmd_notify, sources=True),
     Command("events", parser.add_events, cmd_events, preflight=True),
+    Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

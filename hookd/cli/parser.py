@@ -18,7 +18,7 @@ from typing import TypeAlias
 
 from hookd.errors import ConfigError
 from hookd.settings import Settings
-from store.status import EventOrigin, EventStatus
+from store.status import AlertStatus, EventOrigin, EventStatus
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # 128 + SIGPIPE: what a shell reports for a program whose reader went away (`| head`).
@@ -307,6 +307,20 @@ def add_send_test(sub: SubParsers) -> None:
     )
 
 
+def add_notify(sub: SubParsers) -> None:
+    """``hookd notify test NAME``."""
+    notify = sub.add_parser("notify", help="notification channels ([[notify]] tables)")
+    notifysub = notify.add_subparsers(dest="notify_command", required=True, metavar="ACTION")
+    test = notifysub.add_parser(
+        "test",
+        help="send a sample alert through one channel; exit 1 when it is not accepted",
+        description="Send a sample alert (kind dead, saying it is a test) through the "
+        "[[notify]] channel NAME, now, whatever its kinds, sources and min_severity; print "
+        "what the channel answered. A PagerDuty test triggers an incident and resolves it.",
+    )
+    test.add_argument("name", metavar="NAME", help="the [[notify]] table's name")
+
+
 def add_operations(sub: SubParsers) -> None:
     ops = sub.add_parser(
         "operations", help="bulk operations (replay or cancel by filter): list, show, cancel"
@@ -325,6 +339,64 @@ def add_operations(sub: SubParsers) -> None:
     )
     ops_cancel.add_argument("id", metavar="OPERATION_ID")
     _add_json(ops_cancel)
+
+
+# `hookd alerts list --status`: every status, where the API's default is the live ones.
+ALL_ALERTS = "all"
+MAX_ALERTS = 500
+
+
+def alert_limit(raw: str) -> int:
+    value = positive_int(raw)
+    if value > MAX_ALERTS:
+        raise argparse.ArgumentTypeError(f"{raw!r} is more than {MAX_ALERTS}")
+    return value
+
+
+def add_alerts(sub: SubParsers) -> None:
+    """``hookd alerts list|show|ack|resolve``."""
+    from hookd.notify.message import ALERT_KINDS
+
+    epilog = _exit_statuses(
+        (EXIT_OK, "done"),
+        (EXIT_FAIL, "no such alert, or it is not in a state the action takes"),
+        (EXIT_USAGE, "usage or configuration error"),
+    )
+    alerts = sub.add_parser(
+        "alerts", help="alerts (conditions that need a person): list, show, ack, resolve"
+    )
+    alsub = alerts.add_subparsers(dest="alerts_command", required=True, metavar="ACTION")
+    listing = alsub.add_parser(
+        "list",
+        help="alerts, by when they were last found",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    listing.add_argument(
+        "--status",
+        choices=["live", *[s.value for s in AlertStatus], ALL_ALERTS],
+        default="live",
+        help="live: open or acknowledged (default: %(default)s)",
+    )
+    listing.add_argument("--kind", choices=ALERT_KINDS, help="only this kind")
+    listing.add_argument("--source", metavar="S", help="only this source's")
+    listing.add_argument(
+        "--limit",
+        type=alert_limit,
+        default=100,
+        help=f"most to show, at most {MAX_ALERTS} (default: %(default)s)",
+    )
+    _add_json(listing, per="alert")
+    for action, said in (
+        ("show", "one alert"),
+        ("ack", "acknowledge an open alert: somebody is on it, no more reminders"),
+        ("resolve", "resolve an alert by hand: the channels that heard of it are told"),
+    ):
+        one = alsub.add_parser(
+            action, help=said, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        one.add_argument("id", metavar="ALERT_ID")
+        _add_json(one)
 
 
 def _add_switch(

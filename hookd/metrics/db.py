@@ -18,10 +18,12 @@ from prometheus_client.registry import Collector
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from hookd.metrics.destinations import families as destination_families
+from hookd.notify.message import ALERT_KINDS
 from hookd.sources import Sources
 from reconcile import coverage
 from reconcile.service import is_due, is_leased
 from store import dialect
+from store.admin import alerts as store_alerts
 from store.admin import stats
 from store.models import EVENTS
 from store.reconcile import audit
@@ -84,6 +86,7 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         oldest_kept = await stats.oldest_events(conn, [s.name for s in sources])
         sizes = await _table_sizes(engine, conn)
         routing = await destination_families(conn, sources)
+    live_alerts = await store_alerts.open_counts(engine)
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
     families: list[Family] = [
@@ -176,12 +179,30 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         *_audits(reconciled, states, violations),
         *_retention(sources, now, pruned, oldest_kept, sizes),
         *routing,
+        _alerts_open(live_alerts),
         CounterMetricFamily(
             "hookd_partitions_dropped",
             "Day partitions of events dropped whole by retention (PostgreSQL).",
             partitions_dropped,
         ),
     ]
+
+
+def _alerts_open(live: dict[str, int]) -> Family:
+    """Live alerts per kind: every kind from the first scrape on, at 0 while none is."""
+    family = GaugeMetricFamily(
+        "hookd_alerts_open",
+        "Alerts not resolved yet (open or acknowledged), per kind: see `hookd alerts list`.",
+        labels=["kind"],
+    )
+    for kind in sorted({*ALERT_KINDS, *live}, key=_kind_order):
+        family.add_metric([kind], live.get(kind, 0))
+    return family
+
+
+def _kind_order(kind: str) -> tuple[int, str]:
+    """The known kinds in their order, then any other a newer process wrote."""
+    return (ALERT_KINDS.index(kind), "") if kind in ALERT_KINDS else (len(ALERT_KINDS), kind)
 
 
 def _audits(

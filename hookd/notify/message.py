@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+# What an alert can be about: defined with the sources file's [[notify]] and [alerts]
+# tables, which are checked against it at load (hookd.sources sits below hookd.notify).
+from hookd.sources.notify import ALERT_KINDS
+
+__all__ = ["ALERT_KINDS", "AlertItem", "Message", "Severity", "What"]
+
 
 class Severity(StrEnum):
     INFO = "info"

@@ -20,8 +20,11 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.errors import ConfigError
 from hookd.logs import configure as configure_logs
+from hookd.notify.outbox import route_for
 from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
+from hookd.ops.alerts import AlertOps
 from hookd.runtime import sqlite_writer
+from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import scheduled_operations
 from hookd.runtime.prune import PruneSchedule
@@ -167,9 +170,18 @@ def create_app(
     # Without Redis there is no worker: serve keeps the reconciliation schedule too.
     scheduled = settings.reconcile_schedule and not processing.waker
     scheduler = Scheduler(runtime.reconciler, sources) if scheduled else None
+    # The alerts' evaluation and notifications, likewise kept by the worker with Redis.
+    alert_schedule = (
+        None
+        if processing.waker
+        else AlertSchedule(engine, sources, runtime.client, prune_every_s=settings.prune_every_s)
+    )
     # Bulk operations asked for here start here at once; any process may resume them.
     operations, operation_schedule = scheduled_operations(settings, engine, sources, events)
-    served = ServedOps.over(events, source_ops, runs, operations)
+    # Who hears of an alert resolved by hand: no channel until the channels' router is here.
+    # A resolution by hand is told to the channels that heard of the alert.
+    alerts = AlertOps(engine, route_for(sources), sources.alerts.group_s, sources.notify)
+    served = ServedOps.over(events, source_ops, runs, operations, alerts)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its
     # grace for the events it runs; the schedules first of all.
@@ -189,6 +201,7 @@ def create_app(
         operation_schedule,
         # Every receiver process keeps it; a lease in the database lets one prune at a time.
         PruneSchedule(engine, sources, settings.prune_every_s),
+        alert_schedule,
     ]
     services = [service for service in optional if service is not None]
 

@@ -36,6 +36,7 @@ from hookd import tracing
 from hookd.auth import Tokens
 from hookd.backoff import capped
 from hookd.ops import EventOps
+from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
@@ -499,6 +500,9 @@ async def run(
     timetable: list[Service] = [
         OperationSchedule(operations_of(settings, runtime.engine, sources, events)),
         PruneSchedule(runtime.engine, sources, settings.prune_every_s),
+        AlertSchedule(
+            runtime.engine, sources, runtime.client, prune_every_s=settings.prune_every_s
+        ),
     ]
     if settings.reconcile_schedule:
         scheduler = Scheduler(runtime.reconciler, sources)

@@ -6,7 +6,8 @@ file raises ``ConfigError`` whose text is one line naming file, source and key.
 
 The package: ``models`` (the tables, ``Source`` and ``Sources``), ``loader`` (the file
 read, each source validated and checked in turn), ``problems`` (how an error names its
-key), ``checks`` (what the models cannot say alone), ``urls`` (where secrets are sent).
+key), ``checks`` (what the models cannot say alone), ``urls`` (where secrets are sent),
+``notify`` and ``notify_checks`` (the ``[[notify]]`` channels and ``[alerts]``).
 """
 
 from hookd.sources.loader import SourcesFileMissing, load_sources, parse_sources

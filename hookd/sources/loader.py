@@ -1,5 +1,6 @@
 """Reading the sources file: TOML, ``${VAR}`` references, the top-level
-``[retention]``, then each source validated and checked in turn."""
+``[retention]``, then each source validated and checked in turn, then the ``[[notify]]``
+channels (which name sources) and ``[alerts]``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from hookd.sources.checks import (
     check_secrets,
 )
 from hookd.sources.models import RetentionConfig, Source, SourceConfig, Sources
+from hookd.sources.notify_checks import parse_alerts, parse_notify
 from hookd.sources.problems import (
     KeyProblem,
     did_you_mean_key,
@@ -33,6 +35,9 @@ from hookd.sources.problems import (
     source_problem,
 )
 from hookd.sources.urls import check_urls
+
+# The sources file's top-level keys: [[sources]], [retention], [[notify]], [alerts].
+_TOP_LEVEL = ("sources", "retention", "notify", "alerts")
 
 
 def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -> Sources:
@@ -63,7 +68,15 @@ def parse_sources(text: str, path: Path, env: Mapping[str, str] | None = None) -
         check_keys_kept(path, label, config, own_retention, default_retention)
         adapter = adapter_of(path, label, config)
         by_name[config.name] = Source(config=config, keys=keys, adapter=adapter)
-    return Sources(path=path, by_name=by_name, warnings=tuple(warnings))
+    notify, notify_warnings = parse_notify(path, data.get("notify", []), env, list(by_name))
+    alerts = parse_alerts(path, data.get("alerts", {}), env)
+    return Sources(
+        path=path,
+        by_name=by_name,
+        warnings=(*warnings, *notify_warnings),
+        notify=notify,
+        alerts=alerts,
+    )
 
 
 def _resolved(path: Path, label: str, raw: Any, env: Mapping[str, str]) -> Any:
@@ -113,9 +126,9 @@ def _top_level(
     path: Path, data: Mapping[str, Any], env: Mapping[str, str]
 ) -> tuple[list[Any], dict[str, object]]:
     """The ``[[sources]]`` tables, and the ``[retention]`` every source starts from."""
-    unknown = sorted(set(data) - {"sources", "retention"})
+    unknown = sorted(set(data) - set(_TOP_LEVEL))
     if unknown:
-        hint = did_you_mean(unknown[0], ["sources", "retention"])
+        hint = did_you_mean(unknown[0], _TOP_LEVEL)
         raise ConfigError(f"{path}: key {unknown[0]!r}: unknown top-level key{hint}")
     default_retention = _default_retention(path, data.get("retention", {}), env)
     raw_sources = data.get("sources", [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -22,6 +22,7 @@ from hookd.routing import (
     checked_name,
     handler_entries,
 )
+from hookd.sources.notify import AlertsConfig, NotifyConfig
 
 MAX_BODY_LIMIT = 64 * 1024 * 1024
 
@@ -228,6 +229,9 @@ class Sources:
     # One line each, for ``hookd serve`` and ``hookd worker`` to print at start: URLs
     # that carry a secret to an address of this machine or of a private network.
     warnings: tuple[str, ...] = ()
+    # [[notify]]: where notifications go; [alerts]: when alerts open (hookd.sources.notify).
+    notify: tuple[NotifyConfig, ...] = ()
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def get(self, name: str) -> Source | None:
         return self.by_name.get(name)

@@ -125,20 +125,32 @@ def check_urls(path: Path, label: str, config: SourceConfig) -> list[str]:
         )
     warnings = []
     for key, url, allowed, carried, table in targets:
-        scheme = url.partition("://")[0].lower() if "://" in url else ""
-        if scheme != "https" and not (scheme == "http" and allowed):
-            if scheme == "http":
-                raise ConfigError(
-                    f"{path}: {label}: key {key!r}: http:// would send {carried} "
-                    f"unencrypted; use https://, or set allow_insecure = true in {table} "
-                    "(a test server, a trusted network)"
-                )
-            raise ConfigError(f"{path}: {label}: key {key!r}: must be an https:// URL")
-        internal = internal_target(url)
-        if internal is not None:
-            host, _, said = internal
-            warnings.append(
-                f"{path}: {label}: key {key!r}: {host} is {said}: hookd sends {carried} "
-                "there; check that it is meant to"
-            )
+        warning = checked_url(path, label, key, url, allowed=allowed, carried=carried, table=table)
+        if warning is not None:
+            warnings.append(warning)
     return warnings
+
+
+def checked_url(
+    path: Path, label: str, key: str, url: str, *, allowed: bool, carried: str, table: str
+) -> str | None:
+    """One URL that carries a secret (``carried`` says which; a ``[[notify]]`` channel's
+    too): refused unless https://, or http:// with ``allow_insecure = true`` in
+    ``table``; a warning (returned) when it names this machine or a private network."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme != "https" and not (scheme == "http" and allowed):
+        if scheme == "http":
+            raise ConfigError(
+                f"{path}: {label}: key {key!r}: http:// would send {carried} "
+                f"unencrypted; use https://, or set allow_insecure = true in {table} "
+                "(a test server, a trusted network)"
+            )
+        raise ConfigError(f"{path}: {label}: key {key!r}: must be an https:// URL")
+    internal = internal_target(url)
+    if internal is None:
+        return None
+    host, _, said = internal
+    return (
+        f"{path}: {label}: key {key!r}: {host} is {said}: hookd sends {carried} "
+        "there; check that it is meant to"
+    )

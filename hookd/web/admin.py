@@ -6,10 +6,11 @@ POSTed one is refused with 403, logging out aside).
 Here are the login and what every page and action goes through; the pages are
 registered by section (``admin_pages.Section``): the sources, their pause switches
 and coverage (``admin_sources``), events (``admin_events``), reconciliation runs and
-bulk operations (``admin_runs``). The session, its CSRF token, forms, redirects and
-security headers are in ``admin_session``; the templates, their filters and the
-pages' messages in ``admin_format``. Pages run no JavaScript and load nothing from
-elsewhere; GET pages never change state. Event bodies and headers are never shown.
+bulk operations (``admin_runs``), alerts (``admin_alerts``). The session, its CSRF
+token, forms, redirects and security headers are in ``admin_session``; the templates,
+their filters and the pages' messages in ``admin_format``. Pages run no JavaScript and
+load nothing from elsewhere; GET pages never change state. Event bodies and headers are
+never shown.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.routing import Route
 
 from hookd.auth import Tokens
 from hookd.errors import NotFound
+from hookd.web.admin_alerts import AlertsSection
 from hookd.web.admin_events import EventsSection
 from hookd.web.admin_format import TEMPLATES
 from hookd.web.admin_pages import ActionRoute, PageRoute, Section, View
@@ -62,6 +64,7 @@ SECTIONS: tuple[type[Section], ...] = (
     EventsSection,
     ReconcileSection,
     OperationsSection,
+    AlertsSection,
 )
 
 

@@ -25,6 +25,8 @@ DONE = {
     "operation_cancelled": "Cancel asked: the operation stops at its next batch.",
     "paused": "Paused: events are stored and acknowledged, not processed, until resumed.",
     "resumed": "Resumed: what waited is processed in the order it came.",
+    "alert_acknowledged": "Acknowledged: no more reminders; it resolves when its condition clears.",
+    "alert_resolved": "Resolved: the channels that heard of it are told.",
 }
 ERRORS = {
     "in_progress": "Not replayed: the event is being processed right now.",
@@ -33,6 +35,8 @@ ERRORS = {
     "done": "Not cancelled: the operation had already ended.",
     "bad_reason": "Not disabled: the reason must be one line of at most 500 characters.",
     "bad_pause_reason": "Not paused: the reason must be one line of at most 500 characters.",
+    "alert_not_open": "Not acknowledged: the alert is no longer open.",
+    "alert_resolved": "Not resolved: the alert is resolved already.",
 }
 # A refused filter in this UI's words where the API's would mean nothing here.
 BAD_FILTER = {

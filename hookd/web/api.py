@@ -1,5 +1,5 @@
-"""Operations API under ``/api``: events, replay, sources, reconcile runs, bulk operations
-and the OpenAPI document of all of them (`hookd/web/openapi.py`). Bearer token required,
+"""Operations API under ``/api``: events, replay, sources, reconcile runs, bulk operations,
+alerts and the OpenAPI document of all of them (`hookd/web/openapi.py`). Bearer token required,
 also for unknown paths: the admin token for everything, the read token for the GETs
 (``hookd.auth``); wrong tokens are rate limited per client address and overall, across
 processes (``hookd.web.auth_limit``: 429 with Retry-After). Every answer under /api,
@@ -25,9 +25,10 @@ from starlette.types import Receive, Scope, Send
 from hookd.auth import Right, Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import API_REPLAY, EventQuery, OperationRequest, RunQuery, models
+from hookd.ops.queries import parse_limit
 from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
-from hookd.web.api_table import ROUTES, ApiRoute
+from hookd.web.api_table import ALERT_LIMIT, ROUTES, ApiRoute
 from hookd.web.auth_limit import AuthLimit, BearerGuard
 from hookd.web.served import ServedOps
 
@@ -232,6 +233,25 @@ class OperationsApi:
     async def operation_cancel(self, request: Request) -> Answer:
         operation = await self._ops.operations.cancel(request.path_params["id"])
         return (200 if operation.done else 202), operation
+
+    async def alerts_index(self, request: Request) -> Answer:
+        query = request.query_params
+        raw_limit = query.get("limit")
+        return await self._ops.alerts.list(
+            status=query.get("status") or "live",
+            kind=query.get("kind") or None,
+            source=query.get("source") or None,
+            limit=ALERT_LIMIT if raw_limit is None else parse_limit(raw_limit),
+        )
+
+    async def alert_detail(self, request: Request) -> Answer:
+        return await self._ops.alerts.get(request.path_params["id"])
+
+    async def alert_ack(self, request: Request) -> Answer:
+        return await self._ops.alerts.acknowledge(request.path_params["id"], API_ACTOR)
+
+    async def alert_resolve(self, request: Request) -> Answer:
+        return await self._ops.alerts.resolve(request.path_params["id"], API_ACTOR)
 
     def _endpoint(self, route: ApiRoute) -> Endpoint:
         """``route``'s handler, its answer serialised through its model."""

@@ -18,12 +18,16 @@ from pydantic import BaseModel
 
 from hookd.auth import Right
 from hookd.ops import models
+from hookd.ops.alert_models import Alert, AlertList
+from hookd.ops.alerts import STATUS_FILTERS
 from hookd.ops.queries import MAX_LIMIT
 from store.status import EventOrigin, EventStatus
 
 Schema = dict[str, object]
 ULID_EXAMPLE = "01J8Z3Q4XW6N2V7C9D0E1F2G3H"
 NAME_PATTERN = "^[a-z0-9][a-z0-9-]{0,63}$"
+# GET /api/alerts without a limit: hookd.ops.alerts' own default.
+ALERT_LIMIT = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ def _text(name: str, description: str) -> Param:
 EVENT_ID = _id("Event")
 RUN_ID = _id("Reconcile run")
 OPERATION_ID = _id("Operation")
+ALERT_ID = _id("Alert")
 SOURCE_NAME = _path(
     "name",
     "Source name, as configured in `[[sources]]`. An unknown name answers 404.",
@@ -520,6 +525,89 @@ ROUTES: tuple[ApiRoute, ...] = (
             409: Reply("The operation already succeeded or failed.", codes=("done",)),
         },
         (OPERATION_ID,),
+        right=Right.WRITE,
+    ),
+    ApiRoute(
+        "GET",
+        "/api/alerts",
+        "listAlerts",
+        "alerts_index",
+        "Alerts: conditions that need a person, newest first",
+        "alerts",
+        {200: Reply("The alerts, by when they were last found.", AlertList), 400: BAD_REQUEST},
+        (
+            Param(
+                "status",
+                "query",
+                {"type": "string", "enum": list(STATUS_FILTERS), "default": "live"},
+                "`live`: open or acknowledged (not resolved yet); or one status.",
+                required=False,
+            ),
+            _text(
+                "kind",
+                "Only this kind: `dead`, `breaker_open`, `coverage_hole`, "
+                "`registration_drift`, `ack_violation`, `reconcile_failing`, `prune_behind`, "
+                "`rejections`. Empty: any.",
+            ),
+            _text("source", "Only this source's. Empty: any."),
+            Param(
+                "limit",
+                "query",
+                {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": ALERT_LIMIT},
+                "How many alerts.",
+                required=False,
+            ),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/alerts/{id}",
+        "getAlert",
+        "alert_detail",
+        "One alert",
+        "alerts",
+        {200: Reply("The alert.", Alert), 404: NOT_FOUND},
+        (ALERT_ID,),
+    ),
+    ApiRoute(
+        "POST",
+        "/api/alerts/{id}:ack",
+        "acknowledgeAlert",
+        "alert_ack",
+        "Acknowledge an open alert: somebody is on it, no more reminders",
+        "alerts",
+        {
+            200: Reply(
+                "The alert, `acknowledged`, with who (`api token:admin`) and when. It "
+                "resolves by itself when its condition clears, or by hand.",
+                Alert,
+            ),
+            404: NOT_FOUND,
+            409: Reply(
+                "The alert is not open: acknowledged already, or resolved.",
+                codes=("not_open",),
+            ),
+        },
+        (ALERT_ID,),
+        right=Right.WRITE,
+    ),
+    ApiRoute(
+        "POST",
+        "/api/alerts/{id}:resolve",
+        "resolveAlert",
+        "alert_resolve",
+        "Resolve an alert by hand: the channels that heard of it are told",
+        "alerts",
+        {
+            200: Reply(
+                "The alert, `resolved`, with who (`api token:admin`) and when. If its "
+                "condition still holds, the next evaluation opens a new alert.",
+                Alert,
+            ),
+            404: NOT_FOUND,
+            409: Reply("The alert is resolved already.", codes=("resolved",)),
+        },
+        (ALERT_ID,),
         right=Right.WRITE,
     ),
     ApiRoute(

@@ -189,8 +189,8 @@ _DOCUMENT: dict[str, object] = {
     "info": {
         "title": "hookd operations API",
         "version": _version(),
-        "description": "Events, replay, bulk operations, sources and reconciliation runs of a "
-        "hookd webhook receiver. Every operation needs "
+        "description": "Events, replay, bulk operations, sources, reconciliation runs and "
+        "alerts of a hookd webhook receiver. Every operation needs "
         "`Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; the GET operations also take "
         "`HOOKD_READ_TOKEN`. Wrong tokens are rate limited per client address and overall "
         "(429 with `Retry-After`); no answer may be cached (`Cache-Control: no-store`).",
@@ -202,6 +202,7 @@ _DOCUMENT: dict[str, object] = {
         {"name": "reconcile", "description": "Reconciliation runs."},
         {"name": "destinations", "description": "Destinations: pause, circuit breaker, queue."},
         {"name": "operations", "description": "Bulk replay and cancel, by filter."},
+        {"name": "alerts", "description": "Conditions that need a person."},
         {"name": "meta", "description": "This document."},
     ],
     "security": [{"bearerAuth": []}],

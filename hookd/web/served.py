@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.ops import EventOps, RunOps, SourceOps
+from hookd.ops.alerts import AlertOps
 from hookd.ops.coverage import CoverageOps
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
@@ -28,6 +29,7 @@ class ServedOps:
     objects: ObjectOps
     destinations: DestinationOps
     coverage: CoverageOps
+    alerts: AlertOps
 
     @classmethod
     def over(
@@ -36,8 +38,10 @@ class ServedOps:
         sources: SourceOps,
         runs: RunOps,
         operations: OperationOps,
+        alerts: AlertOps,
     ) -> ServedOps:
-        """The process's own operations (its wake, its runs), and the reads and switches
+        """The process's own operations (its wake, its runs), its alerts (whose
+        resolution by hand tells the process's channels), and the reads and switches
         made over the same database and sources file."""
         engine = sources.engine
         return cls(
@@ -49,6 +53,7 @@ class ServedOps:
             ObjectOps(engine, sources.sources),
             DestinationOps(engine, sources.sources, events.wake),
             CoverageOps(engine, sources),
+            alerts,
         )
 
     @property

@@ -1,4 +1,6 @@
-"""The prune lease: one prune at a time, everywhere (``store.retention.prune``).
+"""The prune lease: one prune at a time, everywhere (``store.retention.prune``). The
+same rows serve other tasks done once per cluster at a time (``task``: the alerts'
+evaluation, ``hookd.runtime.alerts``).
 
 A row of ``maintenance_state`` (task ``prune``) says who prunes and until when:
 ``acquire`` takes it if nobody holds it (or it expired), every batch renews it
@@ -39,6 +41,7 @@ async def acquire(
     now: datetime,
     *,
     due_before: datetime | None = None,
+    task: str = TASK,
 ) -> bool:
     """Take the prune lease if nobody holds it (or it expired): one prune at a time,
     everywhere. With ``due_before``, only if the last prune finished before that
@@ -46,13 +49,13 @@ async def acquire(
     async with engine.begin() as conn:
         await conn.execute(
             dialect.insert(conn, MAINTENANCE_STATE)
-            .values(task=TASK, updated_at=now)
+            .values(task=task, updated_at=now)
             .on_conflict_do_nothing(index_elements=["task"])
         )
         free = sa.or_(
             MAINTENANCE_STATE.c.lease_owner.is_(None), MAINTENANCE_STATE.c.lease_expires_at < now
         )
-        query = sa.update(MAINTENANCE_STATE).where(MAINTENANCE_STATE.c.task == TASK, free)
+        query = sa.update(MAINTENANCE_STATE).where(MAINTENANCE_STATE.c.task == task, free)
         if due_before is not None:
             query = query.where(
                 sa.or_(
@@ -80,7 +83,9 @@ async def renew(conn: AsyncConnection, owner: str, lease_s: float, now: datetime
     return bool(result.rowcount)
 
 
-async def release(engine: AsyncEngine, owner: str, *, finished_at: datetime | None) -> None:
+async def release(
+    engine: AsyncEngine, owner: str, *, finished_at: datetime | None, task: str = TASK
+) -> None:
     """Give the lease back; ``finished_at`` records a prune that went to its end."""
     values: dict[str, datetime | None] = {
         "lease_owner": None,
@@ -92,7 +97,7 @@ async def release(engine: AsyncEngine, owner: str, *, finished_at: datetime | No
     async with engine.begin() as conn:
         await conn.execute(
             sa.update(MAINTENANCE_STATE)
-            .where(MAINTENANCE_STATE.c.task == TASK, MAINTENANCE_STATE.c.lease_owner == owner)
+            .where(MAINTENANCE_STATE.c.task == task, MAINTENANCE_STATE.c.lease_owner == owner)
             .values(values)
         )
 

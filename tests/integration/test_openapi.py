@@ -339,6 +339,9 @@ async def test_every_answer_conforms_to_the_document(served: Served) -> None:
         ("/api/sources/{name}/disable", "name"): served.sources,
         ("/api/operations/{id}", "id"): served.operation_ids,
         ("/api/operations/{id}/cancel", "id"): served.operation_ids,
+        ("/api/alerts/{id}", "id"): served.alert_ids,
+        ("/api/alerts/{id}:ack", "id"): served.alert_ids,
+        ("/api/alerts/{id}:resolve", "id"): served.alert_ids,
     }
     failures = await asyncio.to_thread(fuzz, served.url, AUTH, conforms, negative=True, known=known)
     assert not failures, "\n\n".join(failures)

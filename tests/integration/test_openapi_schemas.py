@@ -202,7 +202,7 @@ async def test_real_answers_validate_against_the_generated_schemas(served: Serve
 async def test_the_other_resources_answer_as_their_schemas_say(served: Served) -> None:
     """What the test above does not reach: bulk operations, the pause switches, reason
     and who on a disabled source, the destinations, an object of an unordered source,
-    and refusals of the API's other kinds."""
+    alerts in every state, and refusals of the API's other kinds."""
     async with httpx.AsyncClient(base_url=served.url, headers=AUTH, timeout=10) as client:
         answers = Answers(client)
         listed = await answers.call("OperationList", "GET", "/api/operations?limit=1", 200)
@@ -221,6 +221,15 @@ async def test_the_other_resources_answer_as_their_schemas_say(served: Served) -
         await answers.call("SourceList", "GET", "/api/sources", 200)
         await answers.call("Source", "POST", f"{path}/enable", 200)
         await answers.call("DestinationList", "GET", "/api/destinations", 200)
+        live = await answers.call("AlertList", "GET", "/api/alerts", 200)
+        every = [
+            await answers.call("Alert", "GET", f"/api/alerts/{alert_id}", 200)
+            for alert_id in served.alert_ids
+        ]
+        opened, acknowledged, _ = served.alert_ids
+        acked = await answers.call("Alert", "POST", f"/api/alerts/{opened}:ack", 200)
+        resolved = await answers.call("Alert", "POST", f"/api/alerts/{acknowledged}:resolve", 200)
+        await answers.call("AlertList", "GET", "/api/alerts?status=resolved&limit=500", 200)
         for status, method, path, kwargs in [
             (409, "GET", "/api/sources/github/objects/cus_1", {}),
             (404, "GET", "/api/sources/nope/objects/cus_1", {}),
@@ -232,6 +241,10 @@ async def test_the_other_resources_answer_as_their_schemas_say(served: Served) -
             (409, "POST", f"/api/operations/{started['id']}/cancel", {}),
             (404, "GET", f"/api/operations/{'0' * 26}", {}),
             (400, "GET", "/api/reconcile-runs?limit=x", {}),
+            (400, "GET", "/api/alerts?status=closed", {}),
+            (404, "GET", f"/api/alerts/{'0' * 26}", {}),
+            (409, "POST", f"/api/alerts/{opened}:ack", {}),
+            (409, "POST", f"/api/alerts/{acknowledged}:resolve", {}),
         ]:
             await answers.call("Error", method, path, status, **kwargs)
     assert listed["next_cursor"] is None or len(listed["operations"]) == 1
@@ -239,5 +252,10 @@ async def test_the_other_resources_answer_as_their_schemas_say(served: Served) -
     assert paused["paused"] and paused["pause"]["reason"] == "why"
     assert not resumed["paused"] and resumed["pause"]["paused"] is False
     assert disabled["reconcile"]["disabled_by"] == "api token:admin"
+    # Every state an alert has, each nullable part set and null.
+    assert [a["status"] for a in every] == ["open", "acknowledged", "resolved"]
+    assert {a["id"] for a in live["alerts"]} == set(served.alert_ids[:2])
+    assert every[0]["source"] is not None and acked["acknowledged_at"] is not None
+    assert every[0]["acknowledged_by"] is None and resolved["resolved_by"] == "api token:admin"
     failures = answers.failures()
     assert not failures, "\n".join(failures)

@@ -1,5 +1,6 @@
 """hookd on a real socket with something in every resource of the operations API:
-events of every origin, processed and dead, and a finished reconcile run. The API
+events of every origin, processed and dead, a finished reconcile run, and alerts open,
+acknowledged and resolved. The API
 tests fuzz it (``test_openapi.py``) and check its answers against the document's
 schemas (``test_openapi_schemas.py``)."""
 
@@ -9,13 +10,17 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.providers.signing import sample_event
 from hookd.sources import Sources, parse_sources
+from store.admin import alerts as store_alerts
+from tests.support.alerts import apply, breaker, dead, failing
 from tests.support.asgi import running_app
 from tests.support.constants import SECRETS, SOURCES_TOML
 from tests.support.emulators import GitHubEmulator
@@ -59,6 +64,7 @@ class Served:
     run_ids: list[str]
     sources: list[str] = field(default_factory=lambda: [RECONCILED, DOOMED, "github"])
     operation_ids: list[str] = field(default_factory=list)
+    alert_ids: list[str] = field(default_factory=list)
 
 
 async def wait_done(client: httpx.AsyncClient, path: str) -> dict[str, Any]:
@@ -108,5 +114,21 @@ async def served_api(db_url: str) -> AsyncIterator[Served]:
                 json={"action": "replay", "filter": {"source": DOOMED}, "dry_run": True},
             )
             assert counted.status_code == 200, counted.text
+            alert_ids = await alerts_of_every_state(app.state.engine)
             async with serve_app(app) as url:
-                yield Served(url, event_ids, [run["id"]], operation_ids=[counted.json()["id"]])
+                yield Served(
+                    url,
+                    event_ids,
+                    [run["id"]],
+                    operation_ids=[counted.json()["id"]],
+                    alert_ids=alert_ids,
+                )
+
+
+async def alerts_of_every_state(engine: AsyncEngine) -> list[str]:
+    """Alerts as the lifecycle makes them: one open, one acknowledged, one resolved."""
+    now = datetime.now(UTC)
+    opened = (await apply(engine, [dead(), breaker(), failing()], now)).opened
+    await store_alerts.acknowledge(engine, opened[1], "api token:admin", now)
+    await apply(engine, [dead(), breaker()], now + timedelta(seconds=1))
+    return opened

@@ -32,7 +32,9 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "coverage": ("cmd_coverage", False, True, True, True, ()),
     "operations": ("cmd_operations", False, True, False, True, ()),
     "send-test": ("cmd_send_test", False, False, True, False, ()),
+    "notify": ("cmd_notify", False, False, True, True, ()),
     "events": ("cmd_events", False, True, False, True, ()),
+    "alerts": ("cmd_alerts", False, True, True, True, ()),
 }
 
 

@@ -3,7 +3,8 @@ without Redis, or ``hookd worker``): every ``[alerts] evaluate_every_s`` one pro
 the cluster (a lease, ``maintenance_state`` task ``alerts``) evaluates the conditions
 (``hookd.ops.alerts.Conditions``) and applies what it found to the stored alerts,
 queueing their notifications in the same transaction (``store.admin.alerts.apply``);
-every ``TICK_S`` each such process sends what is due (``hookd.notify.outbox``: a claim
+the first evaluation comes one period after the process started; every ``TICK_S``
+each such process sends what is due (``hookd.notify.outbox``: a claim
 per message, so none goes out twice).
 
 At shutdown a message being sent has ``STOP_GRACE_S`` to finish (a channel's timeout
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -81,8 +83,12 @@ class AlertSchedule:
         )
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._first_at = 0.0
 
     async def start(self) -> None:
+        # The first evaluation one period after start: what a restart interrupted (a
+        # drain, a run) has that long to settle before conditions are judged.
+        self._first_at = time.monotonic() + self._every_s
         self._task = asyncio.create_task(self._loop(), name="hookd-alerts")
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
@@ -104,7 +110,7 @@ class AlertSchedule:
     async def tick(self, now: datetime | None = None) -> Changes | None:
         """An evaluation if one is due and this process takes it; then the sends."""
         now = now or datetime.now(UTC)
-        changes = await self.evaluate(now)
+        changes = await self.evaluate(now) if time.monotonic() >= self._first_at else None
         if not self._stop.is_set():
             await self._notifier.send_due()
         return changes

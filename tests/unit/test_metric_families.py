@@ -102,6 +102,13 @@ EXPORTED: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...]]] = {
         ("source",),
         (),
     ),
+    "hookd_notifications": (
+        "counter",
+        "Notifications to [[notify]] channels by result: sent, retry (a failure that will be "
+        "tried again), failed (refused for good, or out of attempts).",
+        ("channel", "result"),
+        (),
+    ),
 }
 RECEIVING = {
     "hookd_webhooks_received",
@@ -110,7 +117,9 @@ RECEIVING = {
     "hookd_commit_seconds",
 }
 RECONCILING = {"hookd_reconcile_run_seconds", "hookd_reconcile_duplicates"}
-PROCESSING = set(EXPORTED) - RECEIVING - RECONCILING
+# The alerts' schedule sends notifications (hookd serve without Redis, hookd worker).
+NOTIFYING = {"hookd_notifications"}
+PROCESSING = set(EXPORTED) - RECEIVING - RECONCILING - NOTIFYING
 
 # What a fresh process registers, listed as {name: [type, help, labels, buckets]}.
 REGISTERED = """
@@ -185,6 +194,7 @@ def test_a_process_exports_the_families_of_what_it_runs(
 
 def test_the_registered_families_are_the_declared_ones() -> None:
     """The module-level objects the observing code uses are those families."""
+    from hookd.notify import outbox
     from ingest import metrics
     from processing import destinations, processor
     from reconcile import poller
@@ -203,6 +213,7 @@ def test_the_registered_families_are_the_declared_ones() -> None:
         "HANDLER_SKIPS": destinations,
         "RUN_SECONDS": poller,
         "DUPLICATES": poller,
+        "NOTIFICATIONS": outbox,
     }
     assert len(owners) == len(FAMILIES)
     for attribute, owner in owners.items():

@@ -23,10 +23,12 @@ from store.status import (
     DONE_STATUSES,
     RUNNABLE_STATUSES,
     UNFINISHED_RUN_STATUSES,
+    AlertStatus,
     BreakerState,
     CoverageOutcome,
     EventOrigin,
     EventStatus,
+    NotificationStatus,
     OperationAction,
     OperationStatus,
     RunStatus,
@@ -81,6 +83,8 @@ def _check_constraints() -> dict[str, str]:
         ("ck_operations_action", "action", OperationAction),
         ("ck_destination_breakers_state", "state", BreakerState),
         ("ck_reconcile_coverage_outcome", "outcome", CoverageOutcome),
+        ("ck_alerts_status", "status", AlertStatus),
+        ("ck_notifications_status", "status", NotificationStatus),
     ],
 )
 def test_enum_values_are_the_check_constraint_values(
@@ -103,6 +107,8 @@ def test_the_migrations_check_nothing_else_the_enums_would_miss() -> None:
         "ck_operations_action",
         "ck_destination_breakers_state",
         "ck_reconcile_coverage_outcome",
+        "ck_alerts_status",
+        "ck_notifications_status",
     }
 
 

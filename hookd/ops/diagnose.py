@@ -239,7 +239,7 @@ def _signature(setting: Setting, left: _Left, accepted: Mapping[str, int]) -> Cl
     if not taken:
         return None
     secrets = f"{setting.secrets} secret{'s' if setting.secrets != 1 else ''}"
-    seen = [accepted[r.body_sha256] for r in taken if r.body_sha256 in accepted]
+    seen = [accepted[r.body_sha256] for r in taken if r.body_sha256 and r.body_sha256 in accepted]
     if seen:
         index = Counter(seen).most_common(1)[0][0]
         return Clue(

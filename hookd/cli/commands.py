@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 from hookd import tracing
 from hookd.cli import parser
 from hookd.cli.alerts import cmd_alerts
+from hookd.cli.rejected import cmd_rejected
 from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
@@ -113,6 +114,7 @@ COMMANDS = (
     Command("notify", parser.add_notify, cmd_notify, sources=True),
     Command("events", parser.add_events, cmd_events, preflight=True),
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
+    Command("rejected", parser.add_rejected, cmd_rejected, preflight=True),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -303,9 +303,7 @@ class Receiver:
         try:
             env = provider.envelope(admitted.headers, body, verified)
         except PayloadError as exc:
-            self._refused(
-                client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body
-            )
+            self._refused(client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
             return reply_answer(env.reply)
@@ -387,7 +385,7 @@ class Receiver:
         _received(source, "rejected").inc()
         _rejections(source, reason).inc()
 
-    def _refused(  # noqa: PLR0913 - what a refusal's record is made of
+    def _refused(
         self,
         client: ClientOf,
         source: Source,

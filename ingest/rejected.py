@@ -128,7 +128,7 @@ def scheme_inputs(
     header = getattr(scheme, "header", None)
     if isinstance(header, str):
         raw = _one(headers, header.lower()) or ""
-        if "=" in raw and "," in raw or raw.startswith("t="):
+        if ("=" in raw and "," in raw) or raw.startswith("t="):
             for part in raw.split(",")[:16]:
                 entry = ENTRY.match(part)
                 if entry is None:
@@ -247,7 +247,7 @@ class RejectedNotes:
                 try:
                     records = [row_of(refusal, self._cipher) for refusal in batch]
                 except Exception as exc:  # a row that cannot be made must not end the task
-                    log.error(
+                    log.warning(
                         "rejected requests not recorded",
                         extra={"rows": len(batch), "error": type(exc).__name__},
                     )

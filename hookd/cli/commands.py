@@ -25,7 +25,6 @@ from typing import Any, TypeAlias
 from hookd import tracing
 from hookd.cli import parser
 from hookd.cli.alerts import cmd_alerts
-from hookd.cli.rejected import cmd_rejected
 from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
@@ -34,6 +33,7 @@ from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.notify import cmd_notify
 from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
+from hookd.cli.rejected import cmd_rejected
 from hookd.cli.send_test import cmd_send_test
 from hookd.cli.serve import cmd_serve, cmd_worker
 from hookd.cli.trial import cmd_try

@@ -19,9 +19,7 @@ class RejectedRequest(Resource):
     id: Ulid
     source: str
     received_at: datetime
-    reason: str = Field(
-        description="The reason code, as hookd_webhook_rejections_total labels it."
-    )
+    reason: str = Field(description="The reason code, as hookd_webhook_rejections_total labels it.")
     status_code: int = Field(description="The HTTP status hookd answered.")
     client: str | None = Field(description="The client's address, host:port.")
     content_type: str | None

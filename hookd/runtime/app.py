@@ -36,10 +36,10 @@ from hookd.web.headers import PathHeaders
 from hookd.web.served import ServedOps
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
+from ingest.rejected import RejectedNotes
 from processing.handoff import HandoffClient, InProcess
 from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
-from ingest.rejected import RejectedNotes
 from reconcile.late import LateNotes
 from reconcile.service import Scheduler
 from store import db, dialect, migrate

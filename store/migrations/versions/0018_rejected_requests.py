@@ -43,9 +43,7 @@ def upgrade() -> None:
         sa.Column("body", sa.LargeBinary(), nullable=True),
         sa.Column("body_encrypted", sa.Boolean(), nullable=False),
     )
-    op.create_index(
-        "ix_rejected_requests_source", "rejected_requests", ["source", "received_at"]
-    )
+    op.create_index("ix_rejected_requests_source", "rejected_requests", ["source", "received_at"])
 
 
 def downgrade() -> None:

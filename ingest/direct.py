@@ -169,7 +169,11 @@ class DirectCycle:
             return
         if len(self.body) > self._source.config.max_body_bytes:
             self._finish_reading()
-            self._answer(self._receiver.refuse_body(self._source, "body_too_large", self._client))
+            self._answer(
+                self._receiver.refuse_body(
+                    self._source, "body_too_large", self._client, self._admitted
+                )
+            )
             return
         if self.more_body:
             # Past 64 KiB unread the protocol paused reading, for the application to
@@ -194,7 +198,11 @@ class DirectCycle:
         """The body deadline's sweep: 408 and close once it passed mid-body."""
         if self._state == READING and self.due <= now:
             self._finish_reading()
-            self._answer(self._receiver.refuse_body(self._source, "body_timeout", self._client))
+            self._answer(
+                self._receiver.refuse_body(
+                    self._source, "body_timeout", self._client, self._admitted
+                )
+            )
 
     def _finish_reading(self) -> None:
         self._state = DONE
@@ -208,7 +216,9 @@ class DirectCycle:
         except StoreUnavailable as exc:
             answer = self._receiver.unavailable(self._source, exc)
         except Unstorable as exc:
-            answer = self._receiver.unstorable(self._source, exc, self._client)
+            answer = self._receiver.unstorable(
+                self._source, exc, self._client, self._admitted, self.body
+            )
         except asyncio.CancelledError:
             answer = self._receiver.unavailable(self._source, StoreUnavailable("shutting_down"))
         except Exception:

@@ -32,6 +32,7 @@ from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHea
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
+from ingest.rejected import Refusal
 from store.intake.events import NewEvent, Stored
 from store.status import EventOrigin
 from store.values import Unstorable, storable
@@ -50,6 +51,9 @@ Answer = tuple[int, bytes, RawHeaders]
 # Told (source, dedupe_key) of a webhook answered as a duplicate, for a reconciled
 # source; must not block (it queues: ``reconcile.late``).
 OnDuplicate = Callable[[str, str], None]
+# Told of each refusal logged as "rejected", to be recorded; must not block (it
+# queues: ``ingest.rejected``).
+OnRejected = Callable[[Refusal], None]
 
 
 # The connection's other end, as ASGI's ``scope["client"]`` has it.
@@ -239,6 +243,7 @@ class Receiver:
     body_timeout_s: float = 10.0
     clock: Callable[[], float] = time.time
     on_duplicate: OnDuplicate | None = None
+    on_rejected: OnRejected | None = None
     deadlines: Deadlines = field(init=False, default_factory=Deadlines)
     _tally: metrics.AckTally = field(init=False, default_factory=metrics.AckTally)
 
@@ -276,12 +281,12 @@ class Receiver:
         now = self.clock()
         declared = headers.get("content-length")
         if declared and declared[0].isdigit() and int(declared[0]) > source.config.max_body_bytes:
-            self._refused(client, source.name, "body_too_large")
+            self._refused(client, source, "body_too_large", 413, headers=headers)
             return error(413, "body_too_large", "", CLOSE)
         try:
             signed = source.adapter.check_headers(headers, now, source.config.tolerance_s)
         except SignatureError as exc:
-            self._refused(client, source.name, exc.reason)
+            self._refused(client, source, exc.reason, 401, headers=headers)
             return error(401, exc.reason, "", CLOSE)
         return Admitted(source, headers, signed, now, started)
 
@@ -293,12 +298,12 @@ class Receiver:
             with tracing.span("hookd.verify"):
                 verified = provider.verify(admitted.signed, body, source.keys)
         except SignatureError as exc:
-            self._refused(client, source.name, exc.reason)
+            self._refused(client, source, exc.reason, 401, admitted=admitted, body=body)
             return error(401, exc.reason)
         try:
             env = provider.envelope(admitted.headers, body, verified)
         except PayloadError as exc:
-            self._refused(client, source.name, exc.reason, exc.detail)
+            self._refused(client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
             return reply_answer(env.reply)
@@ -321,7 +326,7 @@ class Receiver:
         try:  # alone, so that it never fails the batch it would join (store.values)
             event = storable(event)
         except Unstorable as exc:
-            return self.unstorable(source, exc, client)
+            return self.unstorable(source, exc, client, admitted, body)
         return Received(event, env)
 
     def stored(self, admitted: Admitted, received: Received, stored: Stored) -> Answer:
@@ -354,9 +359,16 @@ class Receiver:
             return source.adapter.accepted_status, stored_answer(stored.event_id, outcome), []
         return 200, stored_answer(stored.event_id, outcome), []
 
-    def unstorable(self, source: Source, exc: Unstorable, client: ClientOf) -> Answer:
+    def unstorable(
+        self,
+        source: Source,
+        exc: Unstorable,
+        client: ClientOf,
+        admitted: Admitted | None = None,
+        body: bytes | None = None,
+    ) -> Answer:
         """An authentic request with a value no row can hold: refused alone (400)."""
-        self._refused(client, source.name, exc.reason, exc.detail)
+        self._refused(client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body)
         return error(400, exc.reason, exc.detail)
 
     def unavailable(self, source: Source, exc: StoreUnavailable) -> Answer:
@@ -373,18 +385,47 @@ class Receiver:
         _received(source, "rejected").inc()
         _rejections(source, reason).inc()
 
-    def _refused(self, client: ClientOf, source: str, reason: str, detail: str = "") -> None:
-        """Count a refused delivery and log it: one "rejected" line per refusal."""
-        self._reject(source, reason)
-        extra = {"source": source, "reason": reason, "peer": peer(client())}
+    def _refused(
+        self,
+        client: ClientOf,
+        source: Source,
+        reason: str,
+        status: int,
+        detail: str = "",
+        *,
+        headers: HeaderMap | None = None,
+        admitted: Admitted | None = None,
+        body: bytes | None = None,
+    ) -> None:
+        """Count a refused delivery and log it: one "rejected" line per refusal; and
+        hand it to be recorded (``on_rejected``), which only queues it."""
+        self._reject(source.name, reason)
+        where = peer(client())
+        extra = {"source": source.name, "reason": reason, "peer": where}
         if detail:
             extra["detail"] = detail
         log.info("rejected", extra=extra)
+        if self.on_rejected is not None:
+            self.on_rejected(
+                Refusal(
+                    source,
+                    reason,
+                    status,
+                    where,
+                    admitted.now if admitted is not None else self.clock(),
+                    headers=admitted.headers if admitted is not None else headers,
+                    signed=admitted.signed if admitted is not None else None,
+                    body=body,
+                )
+            )
 
-    def refuse_body(self, source: Source, reason: str, client: ClientOf) -> Answer:
+    def refuse_body(
+        self, source: Source, reason: str, client: ClientOf, admitted: Admitted | None = None
+    ) -> Answer:
         """The body passed the source's limit (413) or its deadline (408)."""
-        self._refused(client, source.name, reason)
-        return error(413 if reason == "body_too_large" else 408, reason, "", CLOSE)
+        status = 413 if reason == "body_too_large" else 408
+        self._refused(client, source, reason, status, admitted=admitted)
+        return error(status, reason, "", CLOSE)
 
     def _challenge(self, scope: Scope, source: Source) -> Answer | None:
         """The answer to a registration challenge, or None for a delivery to verify."""
@@ -397,10 +438,11 @@ class Receiver:
             query = query_map(scope)
             reply = source.adapter.challenge(scope["method"], query, source.keys)
         except SignatureError as exc:
-            self._refused(client, source.name, exc.reason)
+            self._refused(client, source, exc.reason, 401, headers=header_map(scope["headers"]))
             return error(401, exc.reason)
         except PayloadError as exc:
-            self._refused(client, source.name, exc.reason, exc.detail)
+            headers = header_map(scope["headers"])
+            self._refused(client, source, exc.reason, 400, exc.detail, headers=headers)
             return error(400, exc.reason, exc.detail)
         if reply is not None:
             log.info("handshake answered", extra={"source": source.name})
@@ -428,9 +470,9 @@ class Receiver:
                 receive, source.config.max_body_bytes, self.body_timeout_s
             )
         except BodyTooLarge:
-            return self.refuse_body(source, "body_too_large", client)
+            return self.refuse_body(source, "body_too_large", client, admitted)
         except TimeoutError:
-            return self.refuse_body(source, "body_timeout", client)
+            return self.refuse_body(source, "body_timeout", client, admitted)
         except ClientGone:
             self.disconnected(source)
             return 400, b"", []
@@ -443,7 +485,7 @@ class Receiver:
         except StoreUnavailable as exc:
             return self.unavailable(source, exc)
         except Unstorable as exc:
-            return self.unstorable(source, exc, client)
+            return self.unstorable(source, exc, client, admitted, body)
         return self.stored(admitted, received, stored)
 
 

@@ -33,6 +33,7 @@ from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.notify import cmd_notify
 from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
 from hookd.cli.reconcile import cmd_reconcile, cmd_sources
+from hookd.cli.rejected import cmd_rejected
 from hookd.cli.send_test import cmd_send_test
 from hookd.cli.serve import cmd_serve, cmd_worker
 from hookd.cli.trial import cmd_try
@@ -113,6 +114,7 @@ COMMANDS = (
     Command("notify", parser.add_notify, cmd_notify, sources=True),
     Command("events", parser.add_events, cmd_events, preflight=True),
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
+    Command("rejected", parser.add_rejected, cmd_rejected, preflight=True),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

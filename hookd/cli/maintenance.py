@@ -163,7 +163,7 @@ async def cmd_prune(args: argparse.Namespace, settings: Settings, sources: Sourc
                 )
             )
     else:
-        print_table(rows, ("source", "body", "event", "key", "run"))
+        print_table(rows, ("source", "body", "event", "key", "run", "rejected"))
         if done.partitioned:
             print(
                 _partitions_line(

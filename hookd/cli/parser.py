@@ -399,6 +399,26 @@ def add_alerts(sub: SubParsers) -> None:
         _add_json(one)
 
 
+def add_rejected(sub: SubParsers) -> None:
+    """``hookd rejected list``."""
+    rejected = sub.add_parser(
+        "rejected", help="rejected requests on record (why, names, safe inputs): list"
+    )
+    rsub = rejected.add_subparsers(dest="rejected_command", required=True, metavar="ACTION")
+    listing = rsub.add_parser("list", help="rejected requests, newest first")
+    listing.add_argument("--source", metavar="S", help="only this source's")
+    listing.add_argument(
+        "--reason", metavar="R", help="only this reason (e.g. bad_signature, body_too_large)"
+    )
+    listing.add_argument(
+        "--limit",
+        type=alert_limit,
+        default=50,
+        help=f"most to show, at most {MAX_ALERTS} (default: %(default)s)",
+    )
+    _add_json(listing, per="rejected request")
+
+
 def _add_switch(
     sub: SubParsers,
     command: str,

@@ -13,6 +13,7 @@ resolves an alert). Thresholds come from the sources file's ``[alerts]`` table.
 | ``registration_drift`` | source | the last registration check found the provider's endpoint differs | warning |
 | ``ack_violation`` | source | at least ``ack_violation`` deliveries in the last day that the provider saw acknowledged and hookd did not store | critical |
 | ``reconcile_failing`` | source | its last ``reconcile_failing`` runs failed, or its reconciliation is switched off | warning |
+| ``rejections`` | source | at least ``rejections`` requests of the source refused in the last 5 minutes (``rejected_requests``) | warning |
 | ``prune_behind`` | prune | pruning is scheduled and the last prune finished ``prune_behind_s`` ago | warning |
 """  # noqa: E501
 
@@ -37,6 +38,7 @@ from reconcile.coverage import IN_DUE_COURSE
 from store.admin import alerts as store_alerts
 from store.admin.alerts import Finding, Route
 from store.ids import is_id
+from store.intake import rejected as rejected_rows
 from store.models import (
     ACK_VIOLATIONS,
     DESTINATION_BREAKERS,
@@ -54,6 +56,8 @@ CRITICAL = "critical"
 WARNING = "warning"
 # How far back ack violations count.
 ACK_WINDOW = timedelta(days=1)
+# How far back refused requests count.
+REJECTIONS_WINDOW = timedelta(minutes=5)
 MAX_LIST = 500
 
 
@@ -67,6 +71,7 @@ class Thresholds(Protocol):
     ack_violation: int
     reconcile_failing: int
     prune_behind_s: float
+    rejections: int
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class Conditions:
             "ack_violation": self._violations,
             "reconcile_failing": self._reconcile,
             "prune_behind": self._prune,
+            "rejections": self._rejections,
         }
         findings: list[Finding] = []
         evaluated: set[str] = set()
@@ -296,6 +302,31 @@ class Conditions:
                             f"/admin/runs?source={source.name}",
                         )
                     )
+        return findings
+
+    async def _rejections(self, now: datetime) -> list[Finding]:
+        async with self.engine.connect() as conn:
+            counts = await rejected_rows.counts_since(conn, now - REJECTIONS_WINDOW)
+        limit = max(1, self.thresholds.rejections)
+        findings = []
+        for source, reasons in sorted(counts.items()):
+            n = sum(reasons.values())
+            if n < limit:
+                continue
+            top = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))[:3]
+            said = ", ".join(f"{reason} {count}" for reason, count in top)
+            findings.append(
+                Finding(
+                    "rejections",
+                    source,
+                    source,
+                    WARNING,
+                    float(n),
+                    f"{n} requests to {source} refused in the last 5 minutes ({said}): "
+                    "a sender with a wrong secret, a clock off, or someone probing",
+                    f"/admin/rejected?source={source}",
+                )
+            )
         return findings
 
     async def _prune(self, now: datetime) -> list[Finding]:

@@ -36,6 +36,7 @@ from hookd.web.headers import PathHeaders
 from hookd.web.served import ServedOps
 from ingest.batcher import GroupCommitter
 from ingest.receiver import HookdApp, Receiver
+from ingest.rejected import RejectedNotes
 from processing.handoff import HandoffClient, InProcess
 from processing.pool import ProcessorPool
 from processing.wakeups import ArqWaker, InProcessConsumer, LocalWaker
@@ -155,12 +156,15 @@ def create_app(
     )
     # Duplicates of reconciled keys: late deliveries, written off the request path.
     late_notes = LateNotes(engine)
+    # Refused requests, recorded the same way: queued, written in batches, bounded.
+    rejected_notes = RejectedNotes(engine, BodyCipher(settings.encryption_keys))
     receiver = Receiver(
         sources,
         committer,
         body_timeout_s=settings.body_timeout_s,
         clock=clock,
         on_duplicate=late_notes.note,
+        on_rejected=rejected_notes.note,
     )
     # One set of operations behind both the API and the admin UI: a replay from either
     # wakes this process's dispatcher, a run started from either is cancelled below.
@@ -196,6 +200,7 @@ def create_app(
         Adapted(processing.handoff.close, processing.handoff.start) if processing.handoff else None,
         Adapted(inserter.close, inserter.start),
         late_notes,
+        rejected_notes,
         committer,
         Adapted(receiver.deadlines.stop, receiver.deadlines.start),
         operation_schedule,

@@ -139,6 +139,9 @@ class SourceConfig(_Strict):
     retention: RetentionConfig = RetentionConfig()
     # [sources.order]: per-object ordering of its events (hookd.ordering).
     order: OrderConfig | None = None
+    # Keep the body of each refused request with its record (``rejected_requests``),
+    # sealed with HOOKD_ENCRYPTION_KEYS when keys are set, as event bodies are.
+    keep_rejected_bodies: bool = False
 
     @field_validator("name")
     @classmethod

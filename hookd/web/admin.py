@@ -6,7 +6,8 @@ POSTed one is refused with 403, logging out aside).
 Here are the login and what every page and action goes through; the pages are
 registered by section (``admin_pages.Section``): the sources, their pause switches
 and coverage (``admin_sources``), events (``admin_events``), reconciliation runs and
-bulk operations (``admin_runs``), alerts (``admin_alerts``). The session, its CSRF
+bulk operations (``admin_runs``), alerts (``admin_alerts``), rejected requests
+(``admin_rejected``). The session, its CSRF
 token, forms, redirects and security headers are in ``admin_session``; the templates,
 their filters and the pages' messages in ``admin_format``. Pages run no JavaScript and
 load nothing from elsewhere; GET pages never change state. Event bodies and headers are
@@ -29,6 +30,7 @@ from hookd.web.admin_alerts import AlertsSection
 from hookd.web.admin_events import EventsSection
 from hookd.web.admin_format import TEMPLATES
 from hookd.web.admin_pages import ActionRoute, PageRoute, Section, View
+from hookd.web.admin_rejected import RejectedSection
 from hookd.web.admin_runs import OperationsSection, ReconcileSection
 from hookd.web.admin_session import (
     PREFIX,
@@ -65,6 +67,7 @@ SECTIONS: tuple[type[Section], ...] = (
     ReconcileSection,
     OperationsSection,
     AlertsSection,
+    RejectedSection,
 )
 
 

@@ -26,6 +26,7 @@ from hookd.auth import Right, Tokens
 from hookd.errors import BadRequest, Conflict, NotFound
 from hookd.ops import API_REPLAY, EventQuery, OperationRequest, RunQuery, models
 from hookd.ops.queries import parse_limit
+from hookd.ops.rejected import DEFAULT_LIMIT as DEFAULT_REJECTED
 from hookd.ops.sources import API_ACTOR
 from hookd.web import openapi
 from hookd.web.api_table import ALERT_LIMIT, ROUTES, ApiRoute
@@ -242,6 +243,15 @@ class OperationsApi:
             kind=query.get("kind") or None,
             source=query.get("source") or None,
             limit=ALERT_LIMIT if raw_limit is None else parse_limit(raw_limit),
+        )
+
+    async def rejected_index(self, request: Request) -> Answer:
+        query = request.query_params
+        raw_limit = query.get("limit")
+        return await self._ops.rejected.list(
+            source=query.get("source") or None,
+            reason=query.get("reason") or None,
+            limit=DEFAULT_REJECTED if raw_limit is None else parse_limit(raw_limit),
         )
 
     async def alert_detail(self, request: Request) -> Answer:

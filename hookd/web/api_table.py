@@ -21,6 +21,7 @@ from hookd.ops import models
 from hookd.ops.alert_models import Alert, AlertList
 from hookd.ops.alerts import STATUS_FILTERS
 from hookd.ops.queries import MAX_LIMIT
+from hookd.ops.rejected_models import RejectedList
 from store.status import EventOrigin, EventStatus
 
 Schema = dict[str, object]
@@ -557,6 +558,24 @@ ROUTES: tuple[ApiRoute, ...] = (
                 "How many alerts.",
                 required=False,
             ),
+        ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/rejected",
+        "listRejected",
+        "rejected_index",
+        "Rejected requests on record, newest first (names and safe inputs; never a body)",
+        "rejected",
+        {200: Reply("The rejected requests, newest first.", RejectedList), 400: BAD_REQUEST},
+        (
+            _text("source", "Only this source's. Empty: any."),
+            _text(
+                "reason",
+                "Only this reason (as hookd_webhook_rejections_total labels it, e.g. "
+                "`bad_signature`). Empty: any.",
+            ),
+            _limit("How many rejected requests."),
         ),
     ),
     ApiRoute(

@@ -203,6 +203,7 @@ _DOCUMENT: dict[str, object] = {
         {"name": "destinations", "description": "Destinations: pause, circuit breaker, queue."},
         {"name": "operations", "description": "Bulk replay and cancel, by filter."},
         {"name": "alerts", "description": "Conditions that need a person."},
+        {"name": "rejected", "description": "Refused webhook requests on record."},
         {"name": "meta", "description": "This document."},
     ],
     "security": [{"bearerAuth": []}],

@@ -15,6 +15,7 @@ from hookd.ops.coverage import CoverageOps
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
 from hookd.ops.operations import OperationOps
+from hookd.ops.rejected import RejectedOps
 from hookd.ops.watch import WatchOps
 from hookd.sources import Sources
 
@@ -59,6 +60,11 @@ class ServedOps:
     @property
     def engine(self) -> AsyncEngine:
         return self.sources.engine
+
+    @property
+    def rejected(self) -> RejectedOps:
+        """Reads only, over the same database: nothing of the process's own to hold."""
+        return RejectedOps(self.engine)
 
     @property
     def configured(self) -> Sources:

@@ -22,6 +22,9 @@ point and run again:
    never deleted while its event row exists.
 4. ``run``: finished reconcile runs started more than ``keep_events_days`` ago (never
    a source's last run), their counters first added to ``reconcile_run_totals``.
+5. ``rejected``: refused requests (``rejected_requests``) received more than 7 days
+   ago, and beyond the 1,000 newest of their source (``store.intake.rejected``); a
+   source no longer configured is pruned the same way.
 
 Events pending, retrying or being processed are never touched, nor their bodies.
 
@@ -60,6 +63,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store import db, dialect
+from store.intake import rejected as rejected_rows
 from store.intake.sqlite_write import SQLITE_PRAGMAS
 from store.models import EVENT_KEYS, EVENTS, RECONCILE_RUNS, RECONCILE_STATE
 from store.retention import analyze, partition_catalog, partition_create, partition_drop
@@ -89,7 +93,7 @@ BATCH = 500
 # after it stays ``PAUSE_RATIO`` times as long.
 MARK_BATCH = 5_000
 # What a prune counts, as hookd_pruned_total's ``what`` label says it.
-WHATS = ("body", "event", "key", "run")
+WHATS = ("body", "event", "key", "run", "rejected")
 # Pages handed back to the file system per statement after a prune (SQLite, 4 KiB
 # each): each statement is a short write transaction of its own.
 VACUUM_PAGES = 2_000
@@ -113,9 +117,10 @@ class Counts:
     event: int = 0
     key: int = 0
     run: int = 0
+    rejected: int = 0
 
     def total(self) -> int:
-        return self.body + self.event + self.key + self.run
+        return self.body + self.event + self.key + self.run + self.rejected
 
     def as_dict(self) -> dict[str, int]:
         return {what: getattr(self, what) for what in WHATS}
@@ -167,6 +172,7 @@ async def _source(pruner: Pruner, source: str, policy: Policy) -> Counts:
     counts.body += await pruner.bodies(source, cuts)
     counts.key += await pruner.keys(source, cuts.keys)
     counts.run += await pruner.runs(source, cuts.events)
+    counts.rejected += await pruner.rejected(source)
     return counts
 
 
@@ -230,6 +236,8 @@ async def _dry_run(engine: AsyncEngine, policies: Mapping[str, Policy], now: dat
     horizons = {s: _horizon(p, now) for s, p in policies.items()}
     async with engine.connect() as conn:
         done = Pruned({s: await _would(conn, s, p, now) for s, p in policies.items()})
+        for source, n in (await rejected_rows.would_prune(conn, now)).items():
+            done.counts.setdefault(source, Counts()).rejected = n
         done.partitioned = await partition_catalog.is_partitioned(conn)
     would = await parts.would_drop(engine, horizons, wall_clock())
     done.partitions_dropped, done.partitions_kept = would.names, would.kept
@@ -258,6 +266,14 @@ async def _prune(
         counts = await _source(pruner, source, policy)
         counts.event += done.counts.get(source, Counts()).event
         done.counts[source] = counts
+    async with engine.connect() as conn:
+        others = [s for s in await rejected_rows.sources_with_rows(conn) if s not in policies]
+    for source in others:  # refusals filed under a source no longer configured
+        if pruner.stopping():
+            break
+        gone = await pruner.rejected(source)
+        if gone:
+            done.counts[source] = Counts(rejected=gone)
     if any(c.total() for c in done.counts.values()):
         done.vacuumed_pages = await incremental_vacuum(engine, pruner.stop)
     # PostgreSQL: statistics a prune (or the traffic since the last) left stale.

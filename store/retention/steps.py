@@ -3,8 +3,9 @@
 ``Pruner`` removes, a batch a transaction (each renewing the prune lease, then a
 pause ``PAUSE_RATIO`` times as long as it took): processed, superseded and dead
 events past their retention (``events``), bodies past ``keep_body_days``
-(``bodies``), tombstones past ``keep_keys_days`` (``keys``) and finished reconcile
-runs (``runs``). The conditions below say which rows each step takes; a dry run
+(``bodies``), tombstones past ``keep_keys_days`` (``keys``), finished reconcile
+runs (``runs``) and refused requests past their age or their source's cap
+(``rejected``). The conditions below say which rows each step takes; a dry run
 counts them (``store.retention.prune``).
 """
 
@@ -25,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from store import dialect, queries
 from store.dialect import one_of
 from store.ids import id_floor
+from store.intake import rejected as rejected_rows
 from store.intake.events import mark_pruned
 from store.models import (
     EVENT_HISTORY,
@@ -341,6 +343,18 @@ class Pruner:
                 await _count(conn, source, "run", len(picked))
             done += len(picked)
             if len(picked) < self.batch:
+                return done
+        return done
+
+    async def rejected(self, source: str) -> int:
+        """Refused requests of ``source`` past ``store.intake.rejected``'s age or cap."""
+        done = 0
+        while not self.stopping():
+            async with self.tx() as conn:
+                gone = await rejected_rows.prune_batch(conn, source, self.now, self.batch)
+                await _count(conn, source, "rejected", gone)
+            done += gone
+            if gone < self.batch:
                 return done
         return done
 

@@ -124,7 +124,13 @@ async def test_a_pruned_event_redelivered_or_reconciled_stays_one_event_one_effe
     assert await world.scalar("SELECT count(*) FROM effects") == 20
 
     pruned = await prune_at(world.db_url, world.sources, 31)
-    assert pruned.counts["stripe"].as_dict() == {"body": 0, "event": 20, "key": 0, "run": 0}
+    assert pruned.counts["stripe"].as_dict() == {
+        "body": 0,
+        "event": 20,
+        "key": 0,
+        "run": 0,
+        "rejected": 0,
+    }
     assert await world.scalar("SELECT count(*) FROM events") == 0
     assert (
         await world.scalar(
@@ -328,10 +334,10 @@ async def test_policy_step_by_step(db_url: str, sources: Sources) -> None:
 
     # A dry run counts, in the order a prune would, and changes nothing.
     for days, expected in [
-        (8, {"body": 4, "event": 0, "key": 0, "run": 0}),
-        (31, {"body": 0, "event": 4, "key": 0, "run": 2}),
-        (91, {"body": 0, "event": 6, "key": 0, "run": 2}),
-        (401, {"body": 0, "event": 6, "key": 6, "run": 2}),
+        (8, {"body": 4, "event": 0, "key": 0, "run": 0, "rejected": 0}),
+        (31, {"body": 0, "event": 4, "key": 0, "run": 2, "rejected": 0}),
+        (91, {"body": 0, "event": 6, "key": 0, "run": 2, "rejected": 0}),
+        (401, {"body": 0, "event": 6, "key": 6, "run": 2, "rejected": 0}),
     ]:
         dry = await prune_at(db_url, sources, days, dry_run=True, only="github")
         assert dry.counts["github"].as_dict() == expected, days
@@ -359,7 +365,13 @@ async def test_policy_step_by_step(db_url: str, sources: Sources) -> None:
 
     # Past keep_events_days: processed rows and their ledger go, their keys stay.
     done = await prune_at(db_url, sources, 31, only="github")
-    assert done.counts["github"].as_dict() == {"body": 0, "event": 4, "key": 0, "run": 2}
+    assert done.counts["github"].as_dict() == {
+        "body": 0,
+        "event": 4,
+        "key": 0,
+        "run": 2,
+        "rejected": 0,
+    }
     rows = await event_rows(db_url)
     assert not set(ids["processed"]) & set(rows)
     assert set(ids["dead"]) <= set(rows)
@@ -576,6 +588,7 @@ async def test_hookd_prune_command(sqlite_url: str, sources_file: Path) -> None:
         "event": 3,
         "key": 0,
         "run": 0,
+        "rejected": 0,
         "as_of": None,
         "dry_run": True,
     }
@@ -584,14 +597,16 @@ async def test_hookd_prune_command(sqlite_url: str, sources_file: Path) -> None:
     only = prune_cli(sqlite_url, sources_file, "--source", "github", "--as-of", later)
     assert only.returncode == 0, only.stderr
     out = only.stdout.splitlines()
-    assert out[0].split() == ["SOURCE", "BODY", "EVENT", "KEY", "RUN"]
-    assert out[1].split() == ["github", "0", "3", "0", "0"]
+    assert out[0].split() == ["SOURCE", "BODY", "EVENT", "KEY", "RUN", "REJECTED"]
+    assert out[1].split() == ["github", "0", "3", "0", "0", "0"]
     assert out[-1].endswith(": removed")
     assert await scalar(sqlite_url, "SELECT count(*) FROM events") == 3
 
     now = prune_cli(sqlite_url, sources_file)  # as of now: nothing is old enough
     assert now.returncode == 0, now.stderr
-    assert all(line.split()[1:] == ["0", "0", "0", "0"] for line in now.stdout.splitlines()[1:-1])
+    assert all(
+        line.split()[1:] == ["0", "0", "0", "0", "0"] for line in now.stdout.splitlines()[1:-1]
+    )
 
     for args, said in [
         (("--as-of", "next tuesday"), "hookd: prune: --as-of: 'next tuesday' is neither"),

@@ -24,6 +24,7 @@ EVALUATED = (
     "ack_violation",
     "reconcile_failing",
     "prune_behind",
+    "rejections",
 )
 T0 = datetime(2026, 12, 5, 1, 0, tzinfo=UTC)
 

@@ -28,6 +28,7 @@ from hookd.cli.alerts import cmd_alerts
 from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
+from hookd.cli.diagnose import cmd_diagnose
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
 from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.notify import cmd_notify
@@ -115,6 +116,7 @@ COMMANDS = (
     Command("events", parser.add_events, cmd_events, preflight=True),
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
     Command("rejected", parser.add_rejected, cmd_rejected, preflight=True),
+    Command("diagnose", parser.add_diagnose, cmd_diagnose, preflight=True, sources=True),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -419,6 +419,22 @@ def add_rejected(sub: SubParsers) -> None:
     _add_json(listing, per="rejected request")
 
 
+def add_diagnose(sub: SubParsers) -> None:
+    """``hookd diagnose SOURCE``."""
+    diag = sub.add_parser(
+        "diagnose",
+        help="why a source's requests are refused: the likely cause and what to do",
+        epilog=_exit_statuses(
+            (EXIT_OK, "nothing refused in the last day"),
+            (EXIT_FAIL, "requests were refused: the causes are printed; or no such source"),
+            (EXIT_USAGE, "usage or configuration error"),
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    diag.add_argument("source", metavar="SOURCE")
+    diag.add_argument("--json", action="store_true", help="one JSON object")
+
+
 def _add_switch(
     sub: SubParsers,
     command: str,

@@ -20,10 +20,24 @@ is wrong.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from hookd.errors import NotFound
+from hookd.sources import Sources
+from store.crypto import BodyCipher
+from store.intake import rejected
+from store.intake.rejected import RejectedRow
+from store.models import EVENTS
+from store.status import EventOrigin
 
 # Each provider's own signature headers, lower-case: what says "this request was signed
 # by that provider". Two providers that share one (X-Hub-Signature) name each other.
@@ -257,3 +271,80 @@ def _signature(setting: Setting, left: _Left, accepted: Mapping[str, int]) -> Cl
         f"from {setting.name}'s (copied with a space, without its prefix, or another "
         "endpoint's)",
     )
+
+
+# How far back ``hookd diagnose`` looks, and how many of each it reads at most.
+WINDOW = timedelta(hours=24)
+READ = 500
+_KEY = re.compile(r";key=(\d+)")
+
+
+def rejection_of(row: RejectedRow) -> Rejection:
+    """A stored refusal as ``diagnose`` reads it. The table's skew is how far this
+    server's clock was past the signed timestamp; here it is the timestamp's offset
+    from this clock (negative: behind)."""
+    skew = row.scheme_inputs.get("skew_s") if row.scheme_inputs else None
+    return Rejection(
+        reason=row.reason,
+        header_names=tuple(row.header_names),
+        content_type=row.content_type,
+        content_length=row.content_length,
+        content_encoding=row.content_encoding,
+        skew_s=None if not isinstance(skew, int | float) else -float(skew),
+        body_sha256=row.body_sha256,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    source: str
+    looked_at: int  # refusals of the last day read
+    clues: list[Clue]
+
+
+class DiagnoseOps:
+    """``hookd diagnose SOURCE``: the source's refusals of the last day, and the bodies
+    it stored lately (their digests, and which secret verified each)."""
+
+    def __init__(self, engine: AsyncEngine, sources: Sources, cipher: BodyCipher) -> None:
+        self._engine = engine
+        self._sources = sources
+        self._cipher = cipher
+
+    async def diagnose(self, name: str, now: datetime | None = None) -> Diagnosis:
+        source = self._sources.get(name)
+        if source is None:
+            raise NotFound("source")
+        since = (now or datetime.now(UTC)) - WINDOW
+        async with self._engine.connect() as conn:
+            rows = await rejected.recent(conn, source=name, limit=READ)
+            stored = await conn.execute(
+                sa.select(EVENTS.c.body, EVENTS.c.body_encrypted, EVENTS.c.verified_with)
+                .where(EVENTS.c.source == name, EVENTS.c.origin == EventOrigin.WEBHOOK)
+                .order_by(EVENTS.c.id.desc())
+                .limit(READ)
+            )
+            accepted: dict[str, int] = {}
+            for body, encrypted, verified_with in stored:
+                key = _KEY.search(verified_with or "")
+                if body is None or key is None:
+                    continue
+                try:
+                    plain = self._cipher.open(bytes(body), bool(encrypted))
+                except Exception:  # noqa: S112 - a body under a key no longer configured
+                    continue
+                accepted.setdefault(hashlib.sha256(plain).hexdigest(), int(key.group(1)))
+        recent = [rejection_of(r) for r in rows if _aware(r.received_at) >= since]
+        config = source.config
+        setting = Setting(
+            name=name,
+            provider=config.provider,
+            secrets=len(config.secrets),
+            tolerance_s=float(config.tolerance_s),
+            max_body_bytes=config.max_body_bytes,
+        )
+        return Diagnosis(name, len(recent), diagnose(setting, recent, accepted))
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

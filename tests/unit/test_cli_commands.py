@@ -36,6 +36,7 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "events": ("cmd_events", False, True, False, True, ()),
     "alerts": ("cmd_alerts", False, True, True, True, ()),
     "rejected": ("cmd_rejected", False, True, False, True, ()),
+    "diagnose": ("cmd_diagnose", False, True, True, True, ()),
 }
 
 

@@ -37,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd import tasks
 from hookd.providers.base import HeaderMap, Provider, SignedHeaders
+from hookd.providers.signatures import HmacEntries
 from hookd.sources import Source
 from store.crypto import BodyCipher
 from store.intake import rejected as rows
@@ -56,8 +57,9 @@ MAX_NAME = 100
 # Words of a header name that carries a signature, a timestamp or a token, for a
 # provider whose scheme does not name its headers.
 SIGNATURE_WORDS = ("signature", "timestamp", "hmac", "token", "webhook-id", "authorization")
-# A signature header's entries, ``name=value`` separated by commas (``t=…,v1=…``).
+# A signature header's entry names (``t=…,v1=…``, ``ts=…;h1=…``).
 ENTRY = re.compile(r"\s*([A-Za-z][A-Za-z0-9_-]{0,15})=")
+MAX_ENTRIES = 16
 
 
 @dataclass(slots=True)
@@ -74,15 +76,16 @@ class Refusal:
     body: bytes | None = None
 
 
-_signature_names: dict[int, tuple[str, ...]] = {}
+# By the provider's id, the provider kept beside its names: alive, its id is not reused.
+_signature_names: dict[int, tuple[Provider, tuple[str, ...]]] = {}
 
 
 def signature_header_names(provider: Provider) -> tuple[str, ...]:
     """The lower-case names of the headers ``provider`` signs with: those its scheme
     names, else those of its sample event that look like a signature's."""
     known = _signature_names.get(id(provider))
-    if known is not None:
-        return known
+    if known is not None and known[0] is provider:
+        return known[1]
     scheme = provider.scheme
     names = {
         value.lower()
@@ -98,7 +101,7 @@ def signature_header_names(provider: Provider) -> tuple[str, ...]:
                 if any(word in name.lower() for word in SIGNATURE_WORDS)
             }
     found = tuple(sorted(names))
-    _signature_names[id(provider)] = found
+    _signature_names[id(provider)] = (provider, found)
     return found
 
 
@@ -125,20 +128,20 @@ def scheme_inputs(
         raw = (_one(headers, ts_header.lower()) or "").strip()
         if raw.isdigit() and len(raw) <= 12:
             timestamp = int(raw)
-    header = getattr(scheme, "header", None)
-    if isinstance(header, str):
-        raw = _one(headers, header.lower()) or ""
-        if ("=" in raw and "," in raw) or raw.startswith("t="):
-            for part in raw.split(",")[:16]:
-                entry = ENTRY.match(part)
-                if entry is None:
-                    continue
-                name = entry.group(1)
-                if name == "t":
-                    value = part.split("=", 1)[1].strip()
-                    if timestamp is None and value.isdigit() and len(value) <= 12:
-                        timestamp = int(value)
-                versions.add(name)
+    # Only a header of entries is read for names: any other (a shared token, say) may
+    # hold a secret in any shape, and nothing of its value is kept.
+    if isinstance(scheme, HmacEntries):
+        raw = _one(headers, scheme.header.lower()) or ""
+        for part in raw.split(scheme.separator)[:MAX_ENTRIES]:
+            entry = ENTRY.match(part)
+            if entry is None:
+                continue
+            name = entry.group(1)
+            if name == scheme.timestamp:
+                value = part.split("=", 1)[1].strip()
+                if timestamp is None and value.isdigit() and len(value) <= 12:
+                    timestamp = int(value)
+            versions.add(name)
     if timestamp is not None:
         found["timestamp"] = timestamp
         found["skew_s"] = round(now - timestamp, 3)

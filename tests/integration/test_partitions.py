@@ -362,7 +362,7 @@ async def test_hookd_prune_says_which_partitions_it_dropped(
     done = hookd(pg_url, sources_file, "prune")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[1].split() == ["github", "0", "2", "0", "0"]
+    assert lines[1].split() == ["github", "0", "2", "0", "0", "0"]
     said = next(line for line in lines if line.startswith("partitions dropped: "))
     assert day_name(d40) in said
     assert "1 past ones kept: they hold events still kept" in said

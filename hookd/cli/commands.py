@@ -29,6 +29,7 @@ from hookd.cli.context import preflight
 from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
+from hookd.cli.listen import cmd_listen
 from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.notify import cmd_notify
 from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
@@ -111,6 +112,7 @@ COMMANDS = (
     Command("operations", parser.add_operations, cmd_operations, preflight=True),
     Command("send-test", parser.add_send_test, cmd_send_test, sources=True),
     Command("notify", parser.add_notify, cmd_notify, sources=True),
+    Command("listen", parser.add_listen, cmd_listen),
     Command("events", parser.add_events, cmd_events, preflight=True),
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
 )

@@ -15,6 +15,7 @@ from hookd.ops.coverage import CoverageOps
 from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
 from hookd.ops.operations import OperationOps
+from hookd.ops.stream import EventStream
 from hookd.ops.watch import WatchOps
 from hookd.sources import Sources
 
@@ -30,6 +31,7 @@ class ServedOps:
     destinations: DestinationOps
     coverage: CoverageOps
     alerts: AlertOps
+    stream: EventStream
 
     @classmethod
     def over(
@@ -39,6 +41,8 @@ class ServedOps:
         runs: RunOps,
         operations: OperationOps,
         alerts: AlertOps,
+        *,
+        stream: EventStream,
     ) -> ServedOps:
         """The process's own operations (its wake, its runs), its alerts (whose
         resolution by hand tells the process's channels), and the reads and switches
@@ -54,6 +58,7 @@ class ServedOps:
             DestinationOps(engine, sources.sources, events.wake),
             CoverageOps(engine, sources),
             alerts,
+            stream,
         )
 
     @property

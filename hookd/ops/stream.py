@@ -27,6 +27,9 @@ A fresh stream (from now, ``since``, ``last``) starts with what is visible behin
 start marked as sent, so it sends only what lies after the start.
 
 Memory is bounded by the look-back window: ids below it are forgotten.
+
+Each event carries its stored headers and body, with a signature made now as its
+provider signs (``provider_signer``): the provider's own is not stored.
 """
 
 from __future__ import annotations

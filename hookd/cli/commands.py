@@ -112,9 +112,10 @@ COMMANDS = (
     Command("operations", parser.add_operations, cmd_operations, preflight=True),
     Command("send-test", parser.add_send_test, cmd_send_test, sources=True),
     Command("notify", parser.add_notify, cmd_notify, sources=True),
-    Command("listen", parser.add_listen, cmd_listen),
     Command("events", parser.add_events, cmd_events, preflight=True),
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
+    # No database, no sources file: it talks to a hookd over HTTP.
+    Command("listen", parser.add_listen, cmd_listen),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -35,6 +35,7 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "notify": ("cmd_notify", False, False, True, True, ()),
     "events": ("cmd_events", False, True, False, True, ()),
     "alerts": ("cmd_alerts", False, True, True, True, ()),
+    "listen": ("cmd_listen", False, False, False, False, ()),
 }
 
 

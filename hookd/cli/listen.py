@@ -1,7 +1,8 @@
 """``hookd listen --from URL --to LOCAL_URL``: a deployed hookd's newly stored events,
-POSTed to an app on this machine as the provider sent them, so the app's own signature
-check passes with the provider's secret (or re-signed with a local Standard Webhooks
-secret, ``--resign``).
+POSTed to an app on this machine with their stored headers and exact body, and the
+signature the server made for them now as the provider signs (``hookd.ops.stream``),
+so the app's own signature check passes with the provider's secret; or re-signed with
+a local Standard Webhooks secret (``--resign``).
 
 It reads the server's event stream (``GET /api/events:stream``, server-sent events,
 ``hookd.ops.stream``) with ``HOOKD_LISTEN_TOKEN`` (or the admin token) and changes

@@ -313,11 +313,13 @@ def add_listen(sub: SubParsers) -> None:
         help="forward a running hookd's new events to an app on this machine",
         description=(
             "Receive each newly stored event of a running hookd (its event stream, with\n"
-            "HOOKD_LISTEN_TOKEN or its admin token) and POST it to LOCAL_URL with the\n"
-            "provider's original headers and body, so the app's own signature check\n"
-            "passes with the provider's secret; or, with --resign, signed as Standard\n"
-            "Webhooks with HOOKD_LISTEN_RESIGN_SECRET. One line per event. Resumes after a\n"
-            "disconnect without losing or repeating events. Changes nothing on the server."
+            "HOOKD_LISTEN_TOKEN or its admin token) and POST it to LOCAL_URL with its\n"
+            "stored headers and exact body, signed afresh by the server as the provider\n"
+            "signs (GitHub, Stripe, Slack, Standard Webhooks sources), so the app's own\n"
+            "check passes with the provider's secret; or, with --resign, signed as\n"
+            "Standard Webhooks with HOOKD_LISTEN_RESIGN_SECRET. One line per event.\n"
+            "Resumes after a disconnect without losing or repeating events. Changes\n"
+            "nothing on the server."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_exit_statuses(
@@ -341,7 +343,7 @@ def add_listen(sub: SubParsers) -> None:
         "--resign",
         action="store_true",
         help="sign as Standard Webhooks with HOOKD_LISTEN_RESIGN_SECRET instead of "
-        "sending the provider's headers",
+        "sending the provider's signature",
     )
     start = listen.add_mutually_exclusive_group()
     start.add_argument(

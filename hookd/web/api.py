@@ -165,6 +165,8 @@ class OperationsApi:
             request.headers.get("last-event-id"),
         )
         stream = self._ops.stream
+        if request.method == "HEAD":  # the headers only: no endless body nobody reads
+            return Response(media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
         cursor, sent = await stream.start(query)
         request.scope[ENDLESS] = True
         return StreamingResponse(

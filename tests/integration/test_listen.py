@@ -274,6 +274,8 @@ async def test_the_stream_takes_the_listen_or_admin_token_and_bad_starts_are_one
                     assert opened.status_code == 200
                     assert opened.headers["content-type"].startswith("text/event-stream")
                     assert opened.headers["cache-control"] == "no-store"
+                head = await client.head(path, headers=bearer(token))
+                assert (head.status_code, head.content) == (200, b"")
                 bad = await client.get(path, params={"after": "nope"}, headers=bearer(token))
                 assert bad.status_code == 400 and bad.json()["error"] == "bad_request"
             # The listen token opens nothing else.

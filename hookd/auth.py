@@ -1,9 +1,12 @@
 """Bearer tokens and what each one opens.
 
-Three tokens, each optional: ``HOOKD_ADMIN_TOKEN`` opens everything;
+Four tokens, each optional: ``HOOKD_ADMIN_TOKEN`` opens everything;
 ``HOOKD_READ_TOKEN`` the operations API's GETs and the admin UI's pages (no
 replay, no enable, no reconcile, no POST of any kind); ``HOOKD_METRICS_TOKEN``
-``/metrics`` alone, so that Prometheus holds a token that can do nothing else.
+``/metrics`` alone, so that Prometheus holds a token that can do nothing else;
+``HOOKD_LISTEN_TOKEN`` the event stream of ``hookd listen`` alone (``GET
+/api/events:stream``), so that a developer's laptop holds a token that can change
+nothing (it reads bodies, though: it is as sensitive as the admin token for reading).
 A token not configured opens nothing.
 """
 
@@ -21,11 +24,13 @@ class Right(StrEnum):
     METRICS = "metrics"  # GET /metrics (the receiver's and the worker's)
     READ = "read"  # the API's GETs, the admin UI's pages
     WRITE = "write"  # the API's POSTs, the admin UI's actions
+    LISTEN = "listen"  # GET /api/events:stream (hookd listen)
 
 
 ADMIN_RIGHTS = frozenset(Right)
 READ_RIGHTS = frozenset({Right.READ})
 METRICS_RIGHTS = frozenset({Right.METRICS})
+LISTEN_RIGHTS = frozenset({Right.LISTEN})
 NO_RIGHTS: frozenset[Right] = frozenset()
 
 
@@ -36,10 +41,11 @@ class Tokens:
     admin: str = ""
     read: str = ""
     metrics: str = ""
+    listen: str = ""
 
     @property
     def configured(self) -> bool:
-        return bool(self.admin or self.read or self.metrics)
+        return bool(self.admin or self.read or self.metrics or self.listen)
 
     def rights(self, given: str) -> frozenset[Right]:
         """What ``given`` opens. Every configured token is compared, each in constant
@@ -50,6 +56,7 @@ class Tokens:
             (self.admin, ADMIN_RIGHTS),
             (self.read, READ_RIGHTS),
             (self.metrics, METRICS_RIGHTS),
+            (self.listen, LISTEN_RIGHTS),
         ):
             if token and hmac.compare_digest(raw, token.encode()):
                 found = found | rights

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     # Narrower tokens (see hookd.auth): the read-only API and admin pages; /metrics alone.
     read_token: str = ""
     metrics_token: str = ""
+    # `hookd listen`'s token: GET /api/events:stream alone (hookd.auth). The stream
+    # carries bodies, so it reads as much as the admin token does.
+    listen_token: str = ""
     encryption_keys: str = ""
     # Group commit: the most rows one INSERT carries, and how long the first
     # request of a batch may wait for company (0: take what is queued).
@@ -87,6 +90,8 @@ class Settings(BaseSettings):
     # `hookd send-test`'s private key for a source verified with a public key, when
     # --signing-key does not give one.
     send_test_key: str = ""
+    # `hookd listen --resign`: the local Standard Webhooks secret (whsec_...) it signs with.
+    listen_resign_secret: str = ""
 
     @field_validator("log_level")
     @classmethod
@@ -168,7 +173,9 @@ class Settings(BaseSettings):
                 ) from None
         return value
 
-    @field_validator("admin_token", "read_token", "metrics_token", "encryption_keys")
+    @field_validator(
+        "admin_token", "read_token", "metrics_token", "listen_token", "encryption_keys"
+    )
     @classmethod
     def _not_blank(cls, value: str, info: ValidationInfo) -> str:
         # Set, but to spaces: a token no request can carry (a bearer token is read
@@ -186,7 +193,7 @@ class Settings(BaseSettings):
         # holds the one meant for Prometheus could replay events.
         named = [
             (f"HOOKD_{field.upper()}", getattr(self, field))
-            for field in ("admin_token", "read_token", "metrics_token")
+            for field in ("admin_token", "read_token", "metrics_token", "listen_token")
         ]
         for i, (name, value) in enumerate(named):
             for other, other_value in named[i + 1 :]:

@@ -107,6 +107,12 @@ def _receiver_of(app: Any) -> tuple[Receiver | None, ProxyHeadersMiddleware | No
     return getattr(app, "receiver", None), proxy
 
 
+# Set to True in a request's ASGI scope by a response that never ends on its own (the
+# event stream of ``hookd listen``): at shutdown its connection is closed rather than
+# waited for, which uvicorn would do for ever.
+ENDLESS = "hookd.endless"
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """``hookd serve``'s HTTP protocol: ``uvicorn.run(http="ingest.httpguard:…")``.
 
@@ -146,6 +152,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         _WATCH.protocols.discard(self)
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful stop waits for every response in progress to end; an
+        endless one is cut instead (its client resumes elsewhere or later: the event
+        stream's ``Last-Event-ID``). Losing the connection tells the application the
+        client went away, so its response task ends and the stop goes on."""
+        scope = getattr(self.cycle, "scope", None)
+        if isinstance(scope, dict) and scope.get(ENDLESS) and not self.transport.is_closing():
+            self.transport.close()
+            return
+        super().shutdown()
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:

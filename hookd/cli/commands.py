@@ -30,6 +30,7 @@ from hookd.cli.coverage import cmd_coverage
 from hookd.cli.destinations import cmd_destinations, cmd_source_pause
 from hookd.cli.diagnose import cmd_diagnose
 from hookd.cli.events import cmd_events, cmd_replay, cmd_wait
+from hookd.cli.listen import cmd_listen
 from hookd.cli.maintenance import cmd_db_upgrade, cmd_keys_rotate, cmd_prune
 from hookd.cli.notify import cmd_notify
 from hookd.cli.operations import bulk_replay_asked, cmd_bulk_replay, cmd_operations
@@ -117,6 +118,8 @@ COMMANDS = (
     Command("alerts", parser.add_alerts, cmd_alerts, preflight=True, sources=True),
     Command("rejected", parser.add_rejected, cmd_rejected, preflight=True),
     Command("diagnose", parser.add_diagnose, cmd_diagnose, preflight=True, sources=True),
+    # No database, no sources file: it talks to a hookd over HTTP.
+    Command("listen", parser.add_listen, cmd_listen),
 )
 BY_NAME = {command.name: command for command in COMMANDS}
 

@@ -307,6 +307,66 @@ def add_send_test(sub: SubParsers) -> None:
     )
 
 
+def add_listen(sub: SubParsers) -> None:
+    listen = sub.add_parser(
+        "listen",
+        help="forward a running hookd's new events to an app on this machine",
+        description=(
+            "Receive each newly stored event of a running hookd (its event stream, with\n"
+            "HOOKD_LISTEN_TOKEN or its admin token) and POST it to LOCAL_URL with its\n"
+            "stored headers and exact body, signed afresh by the server as the provider\n"
+            "signs (GitHub, Stripe, Slack, Standard Webhooks sources), so the app's own\n"
+            "check passes with the provider's secret; or, with --resign, signed as\n"
+            "Standard Webhooks with HOOKD_LISTEN_RESIGN_SECRET. One line per event.\n"
+            "Resumes after a disconnect without losing or repeating events. Changes\n"
+            "nothing on the server."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_exit_statuses(
+            (EXIT_OK, "stopped with Ctrl-C"),
+            (EXIT_FAIL, "the server refused the token or the query, or could not be reached"),
+            (EXIT_USAGE, "usage or configuration error (a URL, no token, no --resign secret)"),
+        ),
+    )
+    listen.add_argument(
+        "--from", dest="from_url", required=True, metavar="URL", help="the hookd to listen to"
+    )
+    listen.add_argument("--to", required=True, metavar="LOCAL_URL", help="where to POST each event")
+    listen.add_argument(
+        "--source",
+        action="append",
+        metavar="SOURCE",
+        help="only this source's events (repeat for several; default: every source)",
+    )
+    listen.add_argument("--type", metavar="GLOB", help="only event types matching GLOB (* and ?)")
+    listen.add_argument(
+        "--resign",
+        action="store_true",
+        help="sign as Standard Webhooks with HOOKD_LISTEN_RESIGN_SECRET instead of "
+        "sending the provider's signature",
+    )
+    start = listen.add_mutually_exclusive_group()
+    start.add_argument(
+        "--since",
+        metavar="TIME",
+        help="first send the events received since TIME: ISO 8601 (UTC unless it says "
+        "otherwise), unix seconds, or a time ago (90m, 24h, 7d)",
+    )
+    start.add_argument(
+        "--last",
+        type=_last_count,
+        metavar="N",
+        help="first send the newest N events already stored (at most 10000)",
+    )
+
+
+def _last_count(raw: str) -> int:
+    count = positive_int(raw)
+    if count > 10_000:
+        raise argparse.ArgumentTypeError("at most 10000")
+    return count
+
+
 def add_notify(sub: SubParsers) -> None:
     """``hookd notify test NAME``."""
     notify = sub.add_parser("notify", help="notification channels ([[notify]] tables)")

@@ -120,6 +120,37 @@ class Event(Resource):
     )
 
 
+class StreamedEvent(Resource):
+    """One event of the event stream (`GET /api/events:stream`): the `data:` line of a
+    server-sent event whose `id:` is the event's id. The provider's original headers and
+    body, so that a local app's own signature check passes with the provider's secret."""
+
+    id: Ulid
+    source: str
+    provider: ProviderName
+    type: str | None
+    received_at: datetime
+    headers: dict[str, str] = Field(
+        description="The request's headers as stored at receipt (the sender's, e.g. "
+        "`content-type`, `user-agent`; never its signature, which is checked and not kept) "
+        "and, when `signed_now`, the provider's signature headers made now."
+    )
+    signed_now: bool = Field(
+        description="True: `headers` carry a signature made now, as the provider signs, with "
+        "the source's first configured secret, so an app that checks the provider's "
+        "signature with that secret accepts the request. False: hookd cannot sign for this "
+        "provider or source (no signer, a public key, the source gone)."
+    )
+    body: str | None = Field(
+        description="The request's body as received (decrypted), in standard base64; null "
+        "when it is gone (`body_missing` says why)."
+    )
+    body_missing: Literal["pruned", "undecryptable"] | None = Field(
+        description="`pruned`: the retention policy removed the body; `undecryptable`: no "
+        "key in `HOOKD_ENCRYPTION_KEYS` opens it. Null when `body` is there."
+    )
+
+
 class WatchedEvent(Event):
     """An event of a watch list (stuck, many attempts; the admin UI and the command line):
     whose claim it is (``host:pid:…``), until when."""

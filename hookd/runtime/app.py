@@ -23,6 +23,7 @@ from hookd.logs import configure as configure_logs
 from hookd.notify.outbox import route_for
 from hookd.ops import EventOps, OperationOps, RunOps, SourceOps
 from hookd.ops.alerts import AlertOps
+from hookd.ops.stream import EventStream
 from hookd.runtime import sqlite_writer
 from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
@@ -185,7 +186,10 @@ def create_app(
     # Who hears of an alert resolved by hand: no channel until the channels' router is here.
     # A resolution by hand is told to the channels that heard of the alert.
     alerts = AlertOps(engine, route_for(sources), sources.alerts.group_s, sources.notify)
-    served = ServedOps.over(events, source_ops, runs, operations, alerts)
+    # The event stream of `hookd listen` (read-only): its look-back covers a commit's bound.
+    cipher = BodyCipher(settings.encryption_keys)
+    stream = EventStream(engine, cipher, settings.commit_timeout_s, sources)
+    served = ServedOps.over(events, source_ops, runs, operations, alerts, stream=stream)
     # Started in this order, stopped in the reverse: the receiving path (committer,
     # then the inserter and handoff it writes to) before processing, which has its
     # grace for the events it runs; the schedules first of all.
@@ -249,7 +253,9 @@ def create_app(
 
 def tokens_of(settings: Settings) -> Tokens:
     """The bearer tokens the settings configure (``hookd.auth``)."""
-    return Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
+    return Tokens(
+        settings.admin_token, settings.read_token, settings.metrics_token, settings.listen_token
+    )
 
 
 async def check_schema(engine: AsyncEngine, url: str) -> None:

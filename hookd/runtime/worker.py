@@ -475,7 +475,9 @@ async def run(
     loop = asyncio.get_running_loop()
 
     since = _stop_on_signals(loop, runtime, stop)
-    tokens = Tokens(settings.admin_token, settings.read_token, settings.metrics_token)
+    tokens = Tokens(
+        settings.admin_token, settings.read_token, settings.metrics_token, settings.listen_token
+    )
     metrics = (
         asyncio.create_task(workermetrics.serve(sock, tokens, stop)) if sock is not None else None
     )

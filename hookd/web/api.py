@@ -1,9 +1,10 @@
 """Operations API under ``/api``: events, replay, sources, reconcile runs, bulk operations,
 alerts and the OpenAPI document of all of them (`hookd/web/openapi.py`). Bearer token required,
-also for unknown paths: the admin token for everything, the read token for the GETs
-(``hookd.auth``); wrong tokens are rate limited per client address and overall, across
-processes (``hookd.web.auth_limit``: 429 with Retry-After). Every answer under /api,
-errors included, is ``Cache-Control: no-store`` (``hookd.web.headers``).
+also for unknown paths: the admin token for everything, the read token for the GETs but
+the event stream, the listen token for the event stream alone (``hookd.auth``); wrong
+tokens are rate limited per client address and overall, across processes
+(``hookd.web.auth_limit``: 429 with Retry-After). Every answer under /api, errors
+included, is ``Cache-Control: no-store`` (``hookd.web.headers``).
 
 The routes are the route table's (`hookd/web/api_table.py`: method, path, handler, who
 may call it, parameters, answers). Each handler reads its request, asks ``hookd.ops``
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Never
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, NoMatchFound, Route
 from starlette.types import Receive, Scope, Send
 
@@ -28,10 +29,12 @@ from hookd.ops import API_REPLAY, EventQuery, OperationRequest, RunQuery, models
 from hookd.ops.queries import parse_limit
 from hookd.ops.rejected import DEFAULT_LIMIT as DEFAULT_REJECTED
 from hookd.ops.sources import API_ACTOR
+from hookd.ops.stream import parse_stream_query
 from hookd.web import openapi
 from hookd.web.api_table import ALERT_LIMIT, ROUTES, ApiRoute
 from hookd.web.auth_limit import AuthLimit, BearerGuard
 from hookd.web.served import ServedOps
+from ingest.httpguard import ENDLESS
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # What a handler answers: a resource (with the route's status, or its own), or a response.
@@ -69,6 +72,8 @@ def problem(status: int, code: str, detail: str = "") -> JSONResponse:
 NOT_OURS = {
     Right.WRITE: "this token may only read: changes need HOOKD_ADMIN_TOKEN",
     Right.READ: "this token does not open the operations API",
+    Right.LISTEN: "this token does not open the event stream: it needs HOOKD_LISTEN_TOKEN "
+    "or HOOKD_ADMIN_TOKEN",
 }
 
 
@@ -151,6 +156,26 @@ class OperationsApi:
 
     async def events_index(self, request: Request) -> Answer:
         return await self._ops.events.page(EventQuery.parse(request.query_params))
+
+    async def events_stream(self, request: Request) -> Answer:
+        """Server-sent events until the client goes away (``hookd.ops.stream``). The
+        query is checked and the start found before the 200, so a bad one is a 400."""
+        query = parse_stream_query(
+            request.query_params.getlist("source"),
+            request.query_params,
+            request.headers.get("last-event-id"),
+        )
+        stream = self._ops.stream
+        if request.method == "HEAD":  # the headers only: no endless body nobody reads
+            return Response(media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+        cursor, sent = await stream.start(query)
+        request.scope[ENDLESS] = True
+        return StreamingResponse(
+            stream.frames(query, cursor, sent),
+            media_type="text/event-stream",
+            # Proxies that buffer (nginx) would hold the events back.
+            headers={"X-Accel-Buffering": "no"},
+        )
 
     async def event_detail(self, request: Request) -> Answer:
         return (await self._ops.events.show(request.path_params["id"])).resource

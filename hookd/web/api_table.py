@@ -54,6 +54,9 @@ class Reply:
     body: type[BaseModel] = models.Error
     codes: tuple[str, ...] = ()
     links: tuple[str, ...] = ()
+    # The answer's media type: JSON but for the event stream (server-sent events, each
+    # event's data a ``body``).
+    media: str = "application/json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,8 @@ class ApiRoute:
     tag: str
     replies: dict[int, Reply]
     parameters: tuple[Param, ...] = ()
-    # READ: the read token or the admin token; WRITE: the admin token only.
+    # READ: the read token or the admin token; WRITE: the admin token only; LISTEN: the
+    # listen token or the admin token.
     right: Right = Right.READ
     request: type[models.Resource] | None = None
     request_description: str = ""
@@ -176,6 +180,61 @@ ROUTES: tuple[ApiRoute, ...] = (
                 "`[sources.order]`; with `source`, of that source's object. Empty: any.",
             ),
         ),
+    ),
+    ApiRoute(
+        "GET",
+        "/api/events:stream",
+        "streamEvents",
+        "events_stream",
+        "Stream newly stored events, in id order, as server-sent events (`hookd listen`)",
+        "events",
+        {
+            200: Reply(
+                "`text/event-stream`, open until the client closes it: one server-sent event "
+                "per stored event (`id:` its id, `event: event`, `data:` one line of JSON, "
+                "this schema), in id order, each once; a comment line every 15 s when idle. "
+                "An event is sent once its id is 2 s old; every poll also re-reads the ids of "
+                "the last `HOOKD_COMMIT_TIMEOUT_S` + 5 s behind the cursor, so one committed "
+                "late is still sent (once). On a resume, that window is sent again: the "
+                "client skips the ids it has. Read-only: no event changes.",
+                models.StreamedEvent,
+                media="text/event-stream",
+            ),
+            400: BAD_REQUEST,
+        },
+        (
+            Param(
+                "source",
+                "query",
+                {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+                "Only these sources (repeat the parameter). None: every source.",
+                required=False,
+            ),
+            _text("type", "Only event types matching this glob (`*`, `?`). Empty: any."),
+            Param(
+                "after",
+                "query",
+                {"type": "string", "pattern": models.ULID},
+                "Resume after this event id (the last one received); the `Last-Event-ID` "
+                "header, when sent, overrides it. Not with `last` or `since`.",
+                required=False,
+            ),
+            Param(
+                "last",
+                "query",
+                {"type": "integer", "minimum": 1, "maximum": 10_000},
+                "Start with the newest `last` matching events already stored.",
+                required=False,
+            ),
+            Param(
+                "since",
+                "query",
+                {"type": "string", "format": "date-time"},
+                "Start with the events received since this moment (ISO 8601 with its offset).",
+                required=False,
+            ),
+        ),
+        right=Right.LISTEN,
     ),
     ApiRoute(
         "GET",

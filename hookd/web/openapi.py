@@ -62,8 +62,8 @@ def schemas() -> dict[str, dict[str, object]]:
     return generated
 
 
-def _json(schema: dict[str, object], description: str) -> dict[str, object]:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
+def _json(schema: dict[str, object], description: str, media: str = JSON) -> dict[str, object]:
+    return {"description": description, "content": {media: {"schema": schema}}}
 
 
 def _error(description: str, *codes: str) -> dict[str, object]:
@@ -100,7 +100,9 @@ UNAUTHORIZED = _refusal(
 
 FORBIDDEN = _refusal(
     "A token of this server that does not open this operation: the read "
-    "token (`HOOKD_READ_TOKEN`) on a POST, the metrics token (`HOOKD_METRICS_TOKEN`) anywhere.",
+    "token (`HOOKD_READ_TOKEN`) on a POST or on the event stream, the metrics token "
+    "(`HOOKD_METRICS_TOKEN`) anywhere, the listen token (`HOOKD_LISTEN_TOKEN`) anywhere but "
+    "the event stream.",
     "forbidden",
     "WWW-Authenticate",
     'Always `Bearer error="insufficient_scope"` (RFC 6750).',
@@ -136,7 +138,7 @@ def _link(operation_id: str) -> dict[str, object]:
 
 def _reply(reply: Reply) -> dict[str, object]:
     if reply.body is not models.Error:
-        out = _json(_ref(reply.body.__name__), reply.description)
+        out = _json(_ref(reply.body.__name__), reply.description, reply.media)
     else:
         out = _error(reply.description, *reply.codes)
     if reply.links:
@@ -192,7 +194,8 @@ _DOCUMENT: dict[str, object] = {
         "description": "Events, replay, bulk operations, sources, reconciliation runs and "
         "alerts of a hookd webhook receiver. Every operation needs "
         "`Authorization: Bearer <HOOKD_ADMIN_TOKEN>`; the GET operations also take "
-        "`HOOKD_READ_TOKEN`. Wrong tokens are rate limited per client address and overall "
+        "`HOOKD_READ_TOKEN`, but for the event stream, which takes `HOOKD_LISTEN_TOKEN`. "
+        "Wrong tokens are rate limited per client address and overall "
         "(429 with `Retry-After`); no answer may be cached (`Cache-Control: no-store`).",
         "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
     },
@@ -213,8 +216,9 @@ _DOCUMENT: dict[str, object] = {
             "bearerAuth": {
                 "type": "http",
                 "scheme": "bearer",
-                "description": "The `HOOKD_ADMIN_TOKEN` of the server (every operation) or "
-                "its `HOOKD_READ_TOKEN` (the GET operations).",
+                "description": "The `HOOKD_ADMIN_TOKEN` of the server (every operation), "
+                "its `HOOKD_READ_TOKEN` (the GET operations but the event stream) or its "
+                "`HOOKD_LISTEN_TOKEN` (the event stream alone).",
             }
         },
         "schemas": schemas(),

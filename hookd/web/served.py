@@ -16,6 +16,7 @@ from hookd.ops.destinations import DestinationOps
 from hookd.ops.objects import ObjectOps
 from hookd.ops.operations import OperationOps
 from hookd.ops.rejected import RejectedOps
+from hookd.ops.stream import EventStream
 from hookd.ops.watch import WatchOps
 from hookd.sources import Sources
 
@@ -31,6 +32,7 @@ class ServedOps:
     destinations: DestinationOps
     coverage: CoverageOps
     alerts: AlertOps
+    stream: EventStream
 
     @classmethod
     def over(
@@ -40,6 +42,8 @@ class ServedOps:
         runs: RunOps,
         operations: OperationOps,
         alerts: AlertOps,
+        *,
+        stream: EventStream,
     ) -> ServedOps:
         """The process's own operations (its wake, its runs), its alerts (whose
         resolution by hand tells the process's channels), and the reads and switches
@@ -55,6 +59,7 @@ class ServedOps:
             DestinationOps(engine, sources.sources, events.wake),
             CoverageOps(engine, sources),
             alerts,
+            stream,
         )
 
     @property

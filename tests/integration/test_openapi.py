@@ -269,8 +269,10 @@ def fuzz(
     *,
     negative: bool = False,
     known: Known | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """Edge cases, then generated ones, for every operation of the served document; what failed."""
+    """Edge cases, then generated ones, for every operation of the served document but
+    those ``skip`` names (by operationId); what failed."""
     known = known or {}
     failures: list[str] = []
     with requests.Session() as session:
@@ -280,6 +282,8 @@ def fuzz(
         schema = schemathesis.openapi.from_dict(served.json())
         for result in schema.get_all_operations():
             operation = result.ok()
+            if operation.definition.raw.get("operationId") in skip:
+                continue
 
             def call(case: schemathesis.Case) -> None:
                 case = without_framing(case)
@@ -343,7 +347,17 @@ async def test_every_answer_conforms_to_the_document(served: Served) -> None:
         ("/api/alerts/{id}:ack", "id"): served.alert_ids,
         ("/api/alerts/{id}:resolve", "id"): served.alert_ids,
     }
-    failures = await asyncio.to_thread(fuzz, served.url, AUTH, conforms, negative=True, known=known)
+    # The event stream's 200 never ends (a request would time out, not fail): its answers
+    # are tests/integration/test_listen.py's; without the token it is fuzzed below.
+    failures = await asyncio.to_thread(
+        fuzz,
+        served.url,
+        AUTH,
+        conforms,
+        negative=True,
+        known=known,
+        skip=frozenset({"streamEvents"}),
+    )
     assert not failures, "\n\n".join(failures)
 
 

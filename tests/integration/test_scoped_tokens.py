@@ -1,6 +1,7 @@
 """Scoped tokens: ``HOOKD_METRICS_TOKEN`` opens ``/metrics`` only (the receiver's and
-the worker's), ``HOOKD_READ_TOKEN`` the API's GETs and the admin UI's pages without
-their actions, ``HOOKD_ADMIN_TOKEN`` everything. Each token is refused everywhere
+the worker's), ``HOOKD_READ_TOKEN`` the API's GETs but the event stream and the admin
+UI's pages without their actions, ``HOOKD_LISTEN_TOKEN`` the event stream alone (``GET
+/api/events:stream``), ``HOOKD_ADMIN_TOKEN`` everything. Each token is refused everywhere
 outside its scope (401 without a token or with a wrong one, 403 for a token of ours
 that does not open the route) and accepted inside it.
 
@@ -39,20 +40,41 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 ADMIN, READ, METRICS = "admin-token-scoped", "read-token-scoped", "metrics-token-scoped"
-TOKENS = {"admin": ADMIN, "read": READ, "metrics": METRICS}
+LISTEN = "listen-token-scoped"
+TOKENS = {"admin": ADMIN, "read": READ, "metrics": METRICS, "listen": LISTEN}
+# The event stream never ends once let in: a bad cursor gets its 400 past the token.
+STREAM = "/api/events:stream"
+STREAM_LET_IN = "?after=not-an-id"
 # What each token gets from each route; no token and a wrong one get 401 everywhere.
 ROUTES: list[tuple[str, str, dict[str, int]]] = [
-    ("GET", "/metrics", {"admin": 200, "read": 403, "metrics": 200}),
-    ("GET", "/api/events", {"admin": 200, "read": 200, "metrics": 403}),
-    ("GET", "/api/events/{id}", {"admin": 200, "read": 200, "metrics": 403}),
-    ("GET", "/api/sources", {"admin": 200, "read": 200, "metrics": 403}),
-    ("GET", "/api/reconcile-runs", {"admin": 200, "read": 200, "metrics": 403}),
-    ("GET", "/api/openapi.json", {"admin": 200, "read": 200, "metrics": 403}),
-    ("GET", "/api/no-such-thing", {"admin": 404, "read": 404, "metrics": 403}),
+    ("GET", "/metrics", {"admin": 200, "read": 403, "metrics": 200, "listen": 403}),
+    ("GET", "/api/events", {"admin": 200, "read": 200, "metrics": 403, "listen": 403}),
+    ("GET", "/api/events/{id}", {"admin": 200, "read": 200, "metrics": 403, "listen": 403}),
+    ("GET", "/api/sources", {"admin": 200, "read": 200, "metrics": 403, "listen": 403}),
+    ("GET", "/api/reconcile-runs", {"admin": 200, "read": 200, "metrics": 403, "listen": 403}),
+    ("GET", "/api/openapi.json", {"admin": 200, "read": 200, "metrics": 403, "listen": 403}),
+    ("GET", "/api/no-such-thing", {"admin": 404, "read": 404, "metrics": 403, "listen": 403}),
+    (
+        "GET",
+        STREAM + STREAM_LET_IN,
+        {"admin": 400, "read": 403, "metrics": 403, "listen": 400},
+    ),
     # The source has no [sources.reconcile]: the admin token is let in and told 409.
-    ("POST", "/api/sources/github/enable", {"admin": 409, "read": 403, "metrics": 403}),
-    ("POST", "/api/sources/github/reconcile", {"admin": 409, "read": 403, "metrics": 403}),
-    ("POST", "/api/events/{id}/replay", {"admin": 202, "read": 403, "metrics": 403}),
+    (
+        "POST",
+        "/api/sources/github/enable",
+        {"admin": 409, "read": 403, "metrics": 403, "listen": 403},
+    ),
+    (
+        "POST",
+        "/api/sources/github/reconcile",
+        {"admin": 409, "read": 403, "metrics": 403, "listen": 403},
+    ),
+    (
+        "POST",
+        "/api/events/{id}/replay",
+        {"admin": 202, "read": 403, "metrics": 403, "listen": 403},
+    ),
 ]
 READ_PAGES = [
     "/admin",
@@ -88,6 +110,7 @@ def env_for(tmp_path: Path, pg_url: str) -> dict[str, str]:
         "HOOKD_ADMIN_TOKEN": ADMIN,
         "HOOKD_READ_TOKEN": READ,
         "HOOKD_METRICS_TOKEN": METRICS,
+        "HOOKD_LISTEN_TOKEN": LISTEN,
         "HOOKD_PRUNE_EVERY_S": "0",
     }
 
@@ -133,6 +156,9 @@ def test_a_narrower_token_equal_to_another_is_refused() -> None:
         ("admin_token", "read_token"),
         ("admin_token", "metrics_token"),
         ("read_token", "metrics_token"),
+        ("admin_token", "listen_token"),
+        ("read_token", "listen_token"),
+        ("metrics_token", "listen_token"),
     ):
         with pytest.raises(ConfigError) as refused:
             Settings.from_env(**dict.fromkeys(pair, "same-token"))
@@ -150,7 +176,7 @@ async def test_each_token_opens_its_scope_and_nothing_else(tmp_path: Path, pg_ur
                 for method, path, expected in ROUTES:
                     url = path.format(id=event_id)
                     # The admin token last: its replay changes the event.
-                    for name in ("metrics", "read", "admin"):
+                    for name in ("metrics", "read", "listen", "admin"):
                         response = await client.request(method, url, headers=bearer(TOKENS[name]))
                         assert response.status_code == expected[name], (
                             name,
@@ -192,6 +218,7 @@ async def test_each_token_opens_its_scope_and_nothing_else(tmp_path: Path, pg_ur
             assert await wait_for(lambda: worker_metrics(METRICS), timeout_s=30) == 200
             assert await worker_metrics(ADMIN) == 200
             assert await worker_metrics(READ) == 403
+            assert await worker_metrics(LISTEN) == 403
             assert await worker_metrics("wrong") == 401
 
 
@@ -202,8 +229,9 @@ async def test_the_read_token_signs_in_to_pages_without_actions(
     with HookdServer(env, tmp_path) as server:
         event_id = await dead_event(server.url, pg_url)
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-            refused = await client.post("/admin/login", data={"token": METRICS})
-            assert refused.status_code == 401
+            for narrow in (METRICS, LISTEN):
+                refused = await client.post("/admin/login", data={"token": narrow})
+                assert refused.status_code == 401
             assert "hookd_admin" not in refused.headers.get("set-cookie", "")
             signed_in = await client.post("/admin/login", data={"token": READ})
             assert signed_in.status_code == 303
@@ -307,7 +335,12 @@ async def test_every_route_of_the_app_is_refused_outside_each_tokens_scope(
     tmp_path: Path, pg_url: str
 ) -> None:
     sources = parse_sources(SOURCES_TOML, tmp_path / "hookd.toml")
-    tokens = {"admin_token": ADMIN, "read_token": READ, "metrics_token": METRICS}
+    tokens = {
+        "admin_token": ADMIN,
+        "read_token": READ,
+        "metrics_token": METRICS,
+        "listen_token": LISTEN,
+    }
     async with running_app(sources, pg_url, prune_every_s=0, **tokens) as (app, client):
         routes = app_routes(app)
         assert set(routes) >= PUBLIC, "the public routes are where this test expects them"
@@ -322,8 +355,9 @@ async def test_every_route_of_the_app_is_refused_outside_each_tokens_scope(
         bearer_routes = [("GET", "/metrics", True), ("HEAD", "/metrics", True)]
         for pattern in [*api, "/api/no-such-thing"]:
             listed = {m for m, p in routes if p == pattern}
-            path = concrete(pattern, event_id)
+            path = concrete(pattern, event_id) + (STREAM_LET_IN if pattern == STREAM else "")
             bearer_routes += [(m, path, m in listed) for m in METHODS]
+        assert any(path.startswith(STREAM) for _, path, _ in bearer_routes), "the stream moved"
 
         # No token, a wrong one, one sent as another scheme: only PUBLIC answers. Past
         # the limit's 5 a minute, a wrong token gets 429 instead of 401.
@@ -362,10 +396,20 @@ async def test_every_route_of_the_app_is_refused_outside_each_tokens_scope(
         refused = await client.post(LOGIN, data={"token": METRICS})
         assert refused.status_code == 401 and "hookd_admin" not in client.cookies
 
-        # The read token: every read, no write.
+        # The listen token: the event stream, and nothing else; it cannot sign in either.
+        for method, path, listed in bearer_routes:
+            response = await client.request(method, path, headers=bearer(LISTEN))
+            if listed and path.startswith(STREAM):
+                assert response.status_code == 400, (method, path, response.status_code)
+            else:
+                assert insufficient_scope(response), (method, path, response.status_code)
+        refused = await client.post(LOGIN, data={"token": LISTEN})
+        assert refused.status_code == 401 and "hookd_admin" not in client.cookies
+
+        # The read token: every read but the event stream, no write.
         for method, path, listed in bearer_routes:
             response = await client.request(method, path, headers=bearer(READ))
-            if path == "/metrics" or (listed and method not in READS):
+            if path == "/metrics" or (listed and (method not in READS or path.startswith(STREAM))):
                 assert insufficient_scope(response), (method, path, response.status_code)
             elif not listed:  # the fallback: told what is not there, nothing done
                 assert response.status_code in (404, 405), (method, path, response.status_code)

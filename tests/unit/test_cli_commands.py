@@ -37,6 +37,7 @@ WIRING: dict[str, tuple[str, bool, bool, bool, bool, tuple[str, ...]]] = {
     "alerts": ("cmd_alerts", False, True, True, True, ()),
     "rejected": ("cmd_rejected", False, True, False, True, ()),
     "diagnose": ("cmd_diagnose", False, True, True, True, ()),
+    "listen": ("cmd_listen", False, False, False, False, ()),
 }
 
 

@@ -45,6 +45,8 @@ METHODS: dict[tuple[type, str], tuple[str, ...]] = {
     (HttpToolsProtocol, "on_response_complete"): ("self",),
     (HttpToolsProtocol, "timeout_keep_alive_handler"): ("self",),
     (HttpToolsProtocol, "_start_asgi_task"): ("self", "cycle", "app"),
+    # Overridden to cut an endless response (the event stream) at a graceful stop.
+    (HttpToolsProtocol, "shutdown"): ("self",),
     (FlowControl, "pause_reading"): ("self",),
     (FlowControl, "resume_reading"): ("self",),
     (ProxyHeadersMiddleware, "__init__"): ("self", "app", "trusted_hosts"),

@@ -1,7 +1,8 @@
 """``hookd diagnose SOURCE`` naming the cause of each usual misconfiguration, each
 produced by a real misconfigured sender against a real ``hookd serve``: a wrong
 secret, a secret rotated at the provider, a sender's clock 412 s behind, Stripe's
-headers at a GitHub source, a proxy that gzips the body, bodies over the limit; and a
+headers at a GitHub source, a proxy that gzips the body, a form content type chosen at
+the provider, bodies over the limit; and a
 source that nobody sends wrong, which exits 0."""
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ name = "small"
 provider = "github"
 secrets = ["sm"]
 max_body_bytes = 1024
+
+[[sources]]
+name = "form"
+provider = "stripe"
+secrets = ["whsec_diagnose"]
 
 [[sources]]
 name = "quiet"
@@ -129,11 +135,16 @@ async def test_diagnose_names_each_misconfiguration_a_real_sender_makes(
                 headers["Content-Encoding"] = "gzip"
                 status = await post("gzipped", gzip.compress(body(n)), headers)
                 assert status >= 400
+            for n in range(2):  # a sender set to post a form where JSON is expected
+                form = f"type=invoice.paid&n={n}".encode()
+                headers = stripe_headers(STRIPE_SECRET, form, int(time.time()))
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
+                assert await post("form", form, headers) >= 400
             big = body(0, size=4096)
             assert await post("small", big, github_headers("sm", big, "issues", "big")) == 413
 
         async def recorded() -> bool:
-            return await scalar(sqlite_url, "SELECT count(*) FROM rejected_requests") >= 13
+            return await scalar(sqlite_url, "SELECT count(*) FROM rejected_requests") >= 15
 
         await wait_for(recorded, timeout_s=30, interval_s=0.2)
         expected = {
@@ -143,6 +154,7 @@ async def test_diagnose_names_each_misconfiguration_a_real_sender_makes(
             "misrouted": "stripe's signature headers but the source misrouted is provider 'github'",
             "gzipped": "Content-Encoding: gzip",
             "small": "max_body_bytes = 1,024",
+            "form": "not what stripe sends (Content-Type: application/x-www-form-urlencoded)",
         }
         results = await asyncio.gather(
             *(asyncio.to_thread(diagnose, env, source) for source in [*expected, "quiet"])

@@ -11,6 +11,7 @@ import asyncio
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -147,10 +148,11 @@ async def test_diagnose_names_each_misconfiguration_a_real_sender_makes(
             return await scalar(sqlite_url, "SELECT count(*) FROM rejected_requests") >= 15
 
         await wait_for(recorded, timeout_s=30, interval_s=0.2)
-        expected = {
+        expected: dict[str, str | re.Pattern[str]] = {
             "wrong-secret": "matches none of 1 secret",
             "rotated": "verified earlier with secret #2",
-            "skewed": "412 s behind this server's clock",
+            # 412 s as signed, a second or two more by the time it arrives on a busy box.
+            "skewed": re.compile(r"41[2-6] s behind this server's clock"),
             "misrouted": "stripe's signature headers but the source misrouted is provider 'github'",
             "gzipped": "Content-Encoding: gzip",
             "small": "max_body_bytes = 1,024",
@@ -161,7 +163,10 @@ async def test_diagnose_names_each_misconfiguration_a_real_sender_makes(
         )
     for (source, said), result in zip(expected.items(), results, strict=False):
         assert result.returncode == 1, (source, result.stdout, result.stderr)
-        assert said in result.stdout, (source, result.stdout)
+        found = (
+            said.search(result.stdout) if isinstance(said, re.Pattern) else said in result.stdout
+        )
+        assert found, (source, result.stdout)
     quiet = results[-1]
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "nothing looks wrong" in quiet.stdout

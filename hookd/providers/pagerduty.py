@@ -9,25 +9,105 @@ spoil a valid entry beside it.
 PagerDuty signs no timestamp, so replays are bounded by deduplication on ``event.id``,
 which is inside the signed body (``X-Webhook-Id``, also repeated on each attempt, is
 kept with the event but is not signed). Each payload holds exactly one event.
+
+One exception, for reconciliation: an ``incident.triggered`` event is keyed
+``incident.triggered:<incident id>`` (its ``event.data.id``), not by its ``event.id``.
+PagerDuty's REST API never shows a webhook event's id (its log entries have ids of
+their own), but it does list each incident's trigger (a ``trigger_log_entry`` naming
+the incident), and an incident is triggered once: the key is one both paths can
+compute. It is as signed as ``event.id`` (it is in the body too), so replays and
+retries still dedupe. Every other event type keeps ``event.id``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import secrets
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
     JsonEnvelope,
     Provider,
+    Verified,
     bounded_type,
+    checked_key,
     compact_json,
+    parse_json_object,
 )
+from hookd.providers.reconciling import EventNames, ReconcileConfig, Reconciling, matching
 from hookd.providers.rfc3339 import parse_isoformat
 from hookd.providers.signatures import HmacEntries, hmac_secret, hmac_sha256_hex
 
 NAME = "pagerduty"
 SIGNATURE_HEADER = "x-pagerduty-signature"
 KEPT_HEADERS = ("x-webhook-id", "x-webhook-subscription", "content-type", "user-agent")
+# The one event type whose key both the webhook and the REST API can name.
+TRIGGERED = "incident.triggered"
+# PagerDuty's object IDs ("PT4KHLK", "Q02JTSNZWHSEKV").
+OBJECT_ID = r"[A-Z0-9]{1,32}"
+
+
+def triggered_key(incident_id: str) -> str:
+    """The dedupe key of an incident's ``incident.triggered`` event."""
+    return f"{TRIGGERED}:{incident_id}"
+
+
+_FIELDS = JsonEnvelope(
+    key=("id", "event.id"),
+    type=("event_type", bounded_type),
+    time=("occurred_at", parse_isoformat),
+    inside="event",
+    kept=KEPT_HEADERS,
+)
+
+
+def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
+    """``event.id`` as the key (see above: an ``incident.triggered`` event is keyed by
+    its incident instead), ``event.event_type`` and ``event.occurred_at``."""
+    found = _FIELDS(headers, body, verified)
+    if found.type != TRIGGERED:
+        return found
+    data = parse_json_object(body).get("event")
+    incident = data.get("data") if isinstance(data, dict) else None
+    incident_id = incident.get("id") if isinstance(incident, dict) else None
+    if not isinstance(incident_id, str) or not incident_id:
+        return found
+    key = checked_key(triggered_key(incident_id), "event.data.id")
+    return dataclasses.replace(found, dedupe_key=key)
+
+
+def _object_ids(value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        if not re.fullmatch(OBJECT_ID, item):
+            raise ValueError(f"{item!r} is not a PagerDuty ID (upper-case letters and digits)")
+    return value
+
+
+ObjectIds = Annotated[tuple[str, ...], AfterValidator(_object_ids)]
+
+
+class PagerDutyReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a PagerDuty source: a REST API key that reads log
+    entries (and webhook subscriptions, for the registration check), which incidents
+    the subscription sends (``service_ids``, ``team_ids``: all of the account's when
+    neither is set), and what the registration check compares."""
+
+    # The incidents' services the subscription's filter takes (checked on our side).
+    service_ids: ObjectIds = ()
+    # The teams (asked of the API: ``team_ids[]``).
+    team_ids: ObjectIds = ()
+    # The subscription ("P…"); without it, the one whose URL is the source's public_url.
+    webhook_subscription_id: Annotated[
+        str | None, matching(OBJECT_ID, 'must be a webhook subscription ID ("PY1OL64")')
+    ] = None
+    expect_events: EventNames = ()
+    check_registration: bool = True
 
 
 def pagerduty_headers(secret: str, body: bytes) -> dict[str, str]:
@@ -87,12 +167,17 @@ PROVIDER = Provider(
         strict=False,
         parse_secret=hmac_secret("a PagerDuty webhook subscription secret is empty"),
     ),
-    envelope=JsonEnvelope(
-        key=("id", "event.id"),
-        type=("event_type", bounded_type),
-        time=("occurred_at", parse_isoformat),
-        inside="event",
-        kept=KEPT_HEADERS,
-    ),
+    envelope=envelope,
     sample_event=sample_event,
+    # Its log entries list each incident's trigger: incident.triggered is reconciled.
+    reconcile=Reconciling(
+        settings=PagerDutyReconcile,
+        api_url="https://api.pagerduty.com",
+        adapter="reconcile.providers.pagerduty:PagerDutyAdapter",
+        # Five attempts over about twenty minutes, with room for skew: half an hour.
+        settle_s=1800.0,
+        # PagerDuty documents no limit to its log: hookd looks back half a year at most.
+        retention_days=180,
+        registration=True,
+    ),
 )

@@ -24,18 +24,35 @@ Twilio signs no timestamp, so replays are bounded by deduplication alone. The de
 key is a digest of what Twilio signed (the sorted parameters, or the JSON body):
 ``I-Twilio-Idempotency-Token`` is kept but is not signed, so a replay carrying a fresh
 one would otherwise be stored again.
+
+Two kinds of form body are keyed by what they report instead, so that reconciliation
+(which lists messages and calls, never the callbacks' parameters) can name them:
+
+- a message status callback (``MessageSid`` and ``MessageStatus``):
+  ``message:<MessageSid>:<MessageStatus>``;
+- a call status callback (``CallSid`` and ``CallStatus``, with ``CallbackSource`` =
+  ``call-progress-events``, which only status callbacks carry; a TwiML request or a
+  ``<Gather>`` action has the same two but is no status change): ``call:<CallSid>:<CallStatus>``.
+
+One resource reports each status once, so the key is as unique as the digest, and as
+signed (both are parameters Twilio signed). A recording or transcription callback,
+which names its call too, keeps the digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import partial
+from typing import Annotated, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import Field, field_validator
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.base import (
@@ -53,6 +70,7 @@ from hookd.providers.base import (
     one_header,
     select_headers,
 )
+from hookd.providers.reconciling import ReconcileConfig, Reconciling, matching
 from hookd.providers.rfc3339 import parse_isoformat
 from hookd.providers.signatures import hmac_b64, hmac_secret, matching_key, parse_b64_digest
 
@@ -83,6 +101,85 @@ STATUS_PARAMETERS = (
     ("SmsStatus", "message"),
     ("CallStatus", "call"),
 )
+
+
+# What only a call's status callback carries (its other parameters a TwiML request has).
+CALL_PROGRESS = "call-progress-events"
+# A callback that names these reports a recording or a transcription, not its call.
+NOT_THE_RESOURCE = ("RecordingStatus", "TranscriptionStatus")
+
+
+def status_key(params: dict[str, str]) -> str | None:
+    """``message:<sid>:<status>`` or ``call:<sid>:<status>`` for a message's or call's
+    status callback; None for any other form body."""
+    if any(params.get(name) for name in NOT_THE_RESOURCE):
+        return None
+    sid, status = params.get("MessageSid"), params.get("MessageStatus")
+    if sid and status:
+        return message_key(sid, status)
+    sid, status = params.get("CallSid"), params.get("CallStatus")
+    if sid and status and params.get("CallbackSource") == CALL_PROGRESS:
+        return call_key(sid, status)
+    return None
+
+
+def message_key(sid: str, status: str) -> str:
+    return f"message:{sid}:{status}"
+
+
+def call_key(sid: str, status: str) -> str:
+    return f"call:{sid}:{status}"
+
+
+class TwilioReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Twilio source: the account whose Messages (and
+    Calls) are listed, ``token`` its auth token (or the secret of ``api_key_sid``),
+    which lists, and which of their items post their status callbacks to this source."""
+
+    account_sid: Annotated[
+        str | None, matching(r"AC[0-9a-f]{32}", 'must be an Account SID ("AC" and 32 hex digits)')
+    ] = None
+    # An API key ("SK…") to authenticate with instead of the account's auth token.
+    api_key_sid: Annotated[
+        str | None, matching(r"SK[0-9a-f]{32}", 'must be an API key SID ("SK" and 32 hex digits)')
+    ] = None
+    lists: tuple[Literal["messages", "calls"], ...] = ("messages",)
+    # Only what these numbers (E.164, or "whatsapp:+…") send, asked of the API (From).
+    from_numbers: tuple[str, ...] = ()
+    # Only messages of these Messaging Services (checked on our side).
+    messaging_service_sids: tuple[str, ...] = ()
+    # How long after it was sent (a call: started) a message or call may still reach
+    # the status the list shows: the list is asked from this much before the window.
+    status_delay_s: float = Field(default=14_400.0, ge=0, le=7 * 86_400)
+
+    @field_validator("from_numbers")
+    @classmethod
+    def _numbers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for number in value:
+            if not re.fullmatch(r"([a-z]+:)?\+[1-9][0-9]{6,14}", number):
+                raise ValueError(f'{number!r} is not an E.164 number ("+15551234567")')
+        return value
+
+    @field_validator("messaging_service_sids")
+    @classmethod
+    def _services(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for sid in value:
+            if not re.fullmatch(r"MG[0-9a-f]{32}", sid):
+                raise ValueError(f'{sid!r} is not a Messaging Service SID ("MG…")')
+        return value
+
+    @field_validator("lists")
+    @classmethod
+    def _lists(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError('names no list: "messages", "calls" or both')
+        return value
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is None and self.account_sid is None:
+            return "account_sid", "is required for twilio"
+        return missing
 
 
 def algorithm_of(headers: HeaderMap) -> str:
@@ -160,6 +257,19 @@ def signed_parameters(pairs: Sequence[tuple[str, str]]) -> bytes:
     return "".join(name + value for name, value in canonical_pairs(pairs)).encode("utf-8")
 
 
+# Its Messages and Calls lists show each one's status: the callback of the status
+# they show is reconciled.
+RECONCILING = Reconciling(
+    settings=TwilioReconcile,
+    api_url="https://api.twilio.com",
+    adapter="reconcile.providers.twilio:TwilioAdapter",
+    # Twilio posts a status callback within seconds of the change: five minutes.
+    settle_s=300.0,
+    # Twilio keeps message and call records about 13 months (395 days).
+    retention_days=395,
+)
+
+
 def bind(public_url: str) -> Provider:
     """The Twilio provider for a source whose webhooks Twilio posts to ``public_url``."""
 
@@ -201,6 +311,7 @@ def bind(public_url: str) -> Provider:
         envelope=envelope,
         sample_event=partial(sample_for, public_url),
         with_public_url=bind,
+        reconcile=RECONCILING,
     )
 
 
@@ -235,11 +346,13 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
         pairs = form_parameters(body)
     except (UnicodeDecodeError, ValueError):
         raise PayloadError("malformed_payload", "body is not a form body") from None
-    canonical = json.dumps(canonical_pairs(pairs), ensure_ascii=False, separators=(",", ":"))
-    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     params = dict(pairs)
+    key = status_key(params)
+    if key is None:
+        canonical = json.dumps(canonical_pairs(pairs), ensure_ascii=False, separators=(",", ":"))
+        key = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     return Envelope(
-        dedupe_key=checked_key(f"sha256:{digest}", "parameters digest"),
+        dedupe_key=checked_key(key, "status callback key"),
         type=form_type(params),
         occurred_at=rfc2822_time(params.get("Timestamp")),
         headers=kept,

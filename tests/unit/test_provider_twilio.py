@@ -169,7 +169,8 @@ def test_library_signed_status_callback_verifies_and_is_enveloped() -> None:
     envelope = accept(signed())
     assert envelope.type == "message.delivered"
     assert envelope.occurred_at is None
-    assert envelope.dedupe_key.startswith("sha256:")
+    # A message status callback is keyed by what it reports, as reconciliation keys it.
+    assert envelope.dedupe_key == "message:SM0123456789abcdef0123456789abcdef:delivered"
     assert envelope.headers == {
         "i-twilio-idempotency-token": "d1b2c3d4-0000-4000-8000-000000000001",
         "content-type": FORM,

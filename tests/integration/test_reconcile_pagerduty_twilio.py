@@ -24,7 +24,9 @@ import sqlalchemy as sa
 from hookd.errors import ConfigError
 from hookd.sources import parse_sources
 from reconcile.http import RETRIES
+from reconcile.providers import pagerduty as pd_adapter
 from reconcile.providers import twilio as twilio_adapter
+from tests.support import emulators_pagerduty_twilio as pd_emulator
 from tests.support.data import engine_of
 from tests.support.emulators_pagerduty_twilio import PagerDutyEmulator, TwilioEmulator
 from tests.support.reconcile_world import AUTH, ReconcileWorld, running_world
@@ -312,3 +314,27 @@ async def test_twilio_authenticates_with_an_api_key_and_filters_by_sender(
             "SELECT count(*) FROM events WHERE type IN ('message.delivered', 'message.undelivered')"
         )
         assert bodies == len(stored) == run["items_repaired"]
+
+
+async def test_pagerduty_goes_on_below_the_oldest_time_past_the_offset_limit(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PagerDuty answers no offset past 10,000 (here: 300, to keep the log small): the
+    run goes on from offset 0 below the oldest entry it saw, and checks every trigger
+    once."""
+    monkeypatch.setattr(pd_emulator, "PD_MAX_OFFSET_END", 300)
+    monkeypatch.setattr(pd_adapter, "MAX_OFFSET_END", 300)
+    emulator = PagerDutyEmulator(PD_KEY, subscription_url=PD_URL)
+    keys = emulator.add_events(400, start=time.time() - 6 * 3600, step_s=30)
+
+    def toml(api_url: str) -> str:
+        return sources_toml("pagerduty", api_url)
+
+    async with running_world(World, "pagerduty", emulator, toml, pg_url, monkeypatch) as world:
+        run = await world.reconcile()
+        assert run["status"] == "succeeded", run
+        assert (run["items_checked"], run["items_repaired"]) == (400, 400)
+        assert await keys_of(world, "origin = 'reconcile'") == set(keys)
+    offsets = [int(q["offset"]) for q in emulator.queries]
+    assert max(offsets) + 100 <= 300
+    assert offsets.count(0) >= 2, "started again from offset 0, lower down"

@@ -240,3 +240,44 @@ def test_signature_header_is_never_kept() -> None:
 def test_empty_secret_is_refused() -> None:
     with pytest.raises(ValueError, match="empty"):
         PROVIDER.parse_secret("")
+
+
+# --- the key reconciliation can name ------------------------------------------------
+
+
+def triggered(incident: object, event_id: str = "01BWDWL3NYY7LUFPZCC28QUCMK") -> bytes:
+    event = {
+        "id": event_id,
+        "event_type": "incident.triggered",
+        "resource_type": "incident",
+        "occurred_at": "2021-04-26T17:36:27.458Z",
+        "agent": None,
+        "client": None,
+        "data": {"id": incident, "type": "incident"},
+    }
+    return json.dumps({"event": event}).encode()
+
+
+def test_an_incident_trigger_is_keyed_by_its_incident_as_the_log_names_it() -> None:
+    body = triggered("PT4KHLK")
+    envelope = accept(request(signature(body)), body)
+    assert envelope.dedupe_key == "incident.triggered:PT4KHLK"
+    # Another delivery of the same trigger (another subscription, a new event.id) is
+    # the same event; another incident's trigger is not.
+    again = triggered("PT4KHLK", event_id="01OTHEREVENTID0000000000000")
+    assert accept(request(signature(again)), again).dedupe_key == envelope.dedupe_key
+    other = triggered("PGR0VU2")
+    assert accept(request(signature(other)), other).dedupe_key == "incident.triggered:PGR0VU2"
+
+
+@pytest.mark.parametrize("incident", [None, "", 7])
+def test_a_trigger_without_an_incident_id_keeps_its_event_id(incident: object) -> None:
+    body = triggered(incident)
+    assert accept(request(signature(body)), body).dedupe_key == "01BWDWL3NYY7LUFPZCC28QUCMK"
+
+
+def test_other_event_types_keep_their_event_id() -> None:
+    # The published vector is an incident.priority_updated event of incident PGR0VU2.
+    assert accept(request(VECTOR_SIGNATURE), VECTOR_BODY, VECTOR_SECRET).dedupe_key == (
+        "01BWDWL3NYY7LUFPZCC28QUCMK"
+    )

@@ -467,3 +467,61 @@ def test_signature_is_computed_over_utf8() -> None:
     ).decode()
     assert sdk_signature(URL, dict(params)) == expected
     assert verify(request(expected), body).key_index == 0
+
+
+# --- the keys reconciliation can name ----------------------------------------------
+
+CALL = [
+    ("CallSid", "CA0123456789abcdef0123456789abcdef"),
+    ("CallStatus", "completed"),
+    ("AccountSid", "AC0123456789abcdef0123456789abcdef"),
+    ("From", "+15017122661"),
+    ("To", "+15558675310"),
+    ("Direction", "outbound-api"),
+    ("Timestamp", "Mon, 16 Aug 2010 03:45:01 +0000"),
+    ("CallbackSource", "call-progress-events"),
+    ("SequenceNumber", "3"),
+    ("CallDuration", "42"),
+    ("ApiVersion", "2010-04-01"),
+]
+
+
+def enveloped(params: list[tuple[str, str]]) -> Envelope:
+    body = urlencode(params).encode()
+    return accept(signed(body), body)
+
+
+def test_a_message_status_callback_is_keyed_by_its_sid_and_status() -> None:
+    delivered = enveloped(PARAMS)
+    assert delivered.dedupe_key == "message:SM0123456789abcdef0123456789abcdef:delivered"
+    # The same status again with other parameters (a retry carrying a later
+    # RawDlrDoneDate) is the same callback; another status is another.
+    later = enveloped([*PARAMS, ("RawDlrDoneDate", "2401021530")])
+    assert later.dedupe_key == delivered.dedupe_key
+    sent = [(k, "sent" if k in {"SmsStatus", "MessageStatus"} else v) for k, v in PARAMS]
+    assert enveloped(sent).dedupe_key == "message:SM0123456789abcdef0123456789abcdef:sent"
+
+
+def test_a_call_status_callback_is_keyed_by_its_sid_and_status() -> None:
+    envelope = enveloped(CALL)
+    assert envelope.dedupe_key == "call:CA0123456789abcdef0123456789abcdef:completed"
+    assert envelope.type == "call.completed"
+    assert envelope.occurred_at is not None
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        # A <Gather> action: CallSid and CallStatus, but no call-progress CallbackSource.
+        [(k, v) for k, v in CALL if k != "CallbackSource"] + [("Digits", "1234")],
+        # A recording callback names its call but reports the recording.
+        [*CALL, ("RecordingSid", "RE01"), ("RecordingStatus", "completed")],
+        # An incoming message: SmsStatus only.
+        [(k, "received" if k == "SmsStatus" else v) for k, v in PARAMS if k != "MessageStatus"],
+    ],
+    ids=["gather-action", "recording", "incoming-message"],
+)
+def test_other_form_posts_keep_the_digest_of_their_parameters(
+    params: list[tuple[str, str]],
+) -> None:
+    assert enveloped(params).dedupe_key.startswith("sha256:")

@@ -124,7 +124,8 @@ def pagerduty_headers(secret: str, body: bytes) -> dict[str, str]:
 def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes]:
     """An ``incident.triggered`` event, signed as PagerDuty signs it."""
     occurred = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-    incident = f"Q{seq:06d}"
+    # A fresh incident each time: its trigger is keyed by the incident's id.
+    incident = "Q" + secrets.token_hex(6).upper()
     payload = {
         "event": {
             "id": "01" + secrets.token_hex(12).upper(),

@@ -133,15 +133,21 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
     rng = random.Random(11)
     now = time.time()
     checkable = add_traffic(world.emulator, now - 4 * 3600)
+    before = set(world.emulator.webhook_keys())
+    # Younger than the settle window (PagerDuty 1,800 s, Twilio 300 s), their webhooks
+    # not sent yet: not judged, so neither missed nor stored.
+    world.emulator.add_events(4, start=now - 200, step_s=20)
     every = world.emulator.webhook_keys()
+    young = set(every) - before
     others = sorted(set(every) - set(checkable))
     assert others, "webhooks no list shows: acknowledgements, intermediate statuses"
     dropped = set(rng.sample(checkable, len(checkable) // 10))
-    dropped_others = set(rng.sample(others, 5))
+    dropped_others = set(rng.sample(sorted(set(others) - young), 5))
     doubled = set(rng.sample(sorted(set(checkable) - dropped), 8))
-    statuses = await world.send(drop=dropped | dropped_others, duplicate=doubled, shuffle=rng)
+    unsent = dropped | dropped_others | young
+    statuses = await world.send(drop=unsent, duplicate=doubled, shuffle=rng)
     assert set(statuses.values()) <= {200, 202}
-    sent = len(every) - len(dropped) - len(dropped_others)
+    sent = len(every) - len(unsent)
     assert await world.scalar("SELECT count(*) FROM events") == sent
 
     run = await world.reconcile()
@@ -155,8 +161,11 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
     )
     repaired = await keys_of(world, "origin = 'reconcile'")
     assert repaired == dropped, "exactly the dropped checkable webhooks, each once"
+    # The cursor stops at the run's start less the settle window: short of the young.
+    settle_end = now - settle_of(world.provider)
+    assert settle_end <= run["cursor_after"] < settle_end + 120
     # The acknowledgements and intermediate callbacks no list shows stay missing.
-    assert not dropped_others & await keys_of(world, "true")
+    assert not (dropped_others | young) & await keys_of(world, "true")
     await world.wait_processed(sent + len(dropped))
     assert await world.scalar("SELECT count(*) FROM calls") == sent + len(dropped)
 
@@ -167,7 +176,7 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
 
     # The window the first run judged is covered, with no hole: from its start (a day
     # back, the look-back) to its end (now less the settle window).
-    settle = 1800 if world.provider == "pagerduty" else 300
+    settle = settle_of(world.provider)
     report = await world.coverage(now - 86_000, now - settle - 60)
     assert report["covered"] is True, report
     assert [i["state"] for i in report["intervals"]] == ["checked"]
@@ -185,6 +194,10 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
 
     await wait_for(counted, timeout_s=30, interval_s=0.1)
     assert await world.scalar("SELECT count(*) FROM events") == sent + len(dropped)
+
+
+def settle_of(provider: str) -> float:
+    return 1800.0 if provider == "pagerduty" else 300.0
 
 
 async def keys_of(world: World, where: str) -> set[str]:

@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 from typing import TypedDict
 from urllib.parse import urlencode
 
+from hookd.errors import ReconcileError
 from hookd.providers.pagerduty import TRIGGERED, PagerDutyReconcile, triggered_key
 from hookd.providers.rfc3339 import epoch, utc_z
 from hookd.sources import Source, api_url
@@ -204,7 +205,11 @@ class PagerDutyAdapter(ListAdapter):
                 # Below the oldest seen, from the start: entries at that very time are
                 # listed again (and passed over by ``seen``).
                 if oldest >= until:
-                    return
+                    # 10,000 entries within one millisecond: nothing lower to go on from.
+                    raise ReconcileError(
+                        "too_many_entries",
+                        f"more than {MAX_OFFSET_END} log entries at {utc_z(oldest)}",
+                    )
                 until, offset = oldest + 1e-3, 0
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:

@@ -405,15 +405,19 @@ class TwilioEmulator(_Emulator):
             "uri": f"/2010-04-01/Accounts/{self.account_sid}/{kind}/{sid}.json",
         }
 
-    def add_message(self, at: float, sender: str | None = None) -> str | None:
+    def add_message(
+        self, at: float, sender: str | None = None, stuck: str | None = None
+    ) -> str | None:
         """A message created and sent at ``at`` and updated to its final status a few
         seconds later; returns the key of its final status callback (None for an
-        inbound one, which posts none)."""
+        inbound one, which posts none). ``stuck``: an outbound message still in that
+        status (``queued``, ``sending``), whose callbacks so far are not sent."""
         number = len(self.messages) + 1
         sid = self.sid("SM")
-        inbound = number % self.inbound_every == 0
-        failed = not inbound and number % self.fail_every == 0
+        inbound = stuck is None and number % self.inbound_every == 0
+        failed = not inbound and stuck is None and number % self.fail_every == 0
         status = "received" if inbound else ("undelivered" if failed else "delivered")
+        status = stuck or status
         sender = sender or self.numbers[(number - 1) % len(self.numbers)]
         to = f"+1555{number:07d}"
         message: dict[str, Any] = self._base(sid, "Messages") | {
@@ -437,7 +441,7 @@ class TwilioEmulator(_Emulator):
             "to": sender if inbound else to,
         }
         self.messages.append(message)
-        if inbound:
+        if inbound or stuck:
             return None
         for shown in ("sent", status):
             params = [

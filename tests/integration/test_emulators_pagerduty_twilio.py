@@ -18,7 +18,15 @@ from hookd.providers.base import Verified
 from hookd.providers.pagerduty import PROVIDER as PAGERDUTY
 from tests.support import emulator_servers
 from tests.support.emulator_servers import Target
-from tests.support.emulators_pagerduty_twilio import PagerDutyEmulator, TwilioEmulator
+from tests.support.emulators_pagerduty_twilio import (
+    PAGERDUTY_PAGE_FIELDS,
+    PAGERDUTY_TRIGGER_FIELDS,
+    TWILIO_CALL_FIELDS,
+    TWILIO_MESSAGE_FIELDS,
+    TWILIO_PAGE_FIELDS,
+    PagerDutyEmulator,
+    TwilioEmulator,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -70,6 +78,10 @@ async def test_pagerduty_log_entries_page_filter_and_expand(serve: Any) -> None:
             if not page["more"]:
                 break
             offset += len(page["log_entries"])
+        # The shapes of PagerDuty's published example.
+        assert set(page) == PAGERDUTY_PAGE_FIELDS
+        first_trigger = next(e for e in seen if e["type"] == "trigger_log_entry")
+        assert set(first_trigger) >= PAGERDUTY_TRIGGER_FIELDS
         # The overview leaves the notifications out: triggers and acknowledgements.
         kinds = {e["type"] for e in seen}
         assert kinds == {"trigger_log_entry", "acknowledge_log_entry"}
@@ -154,6 +166,8 @@ async def test_twilio_lists_page_with_next_page_uri_and_filter(serve: Any) -> No
             listed += page["messages"]
             url = page["next_page_uri"]
         assert pages == 5
+        assert set(page) == TWILIO_PAGE_FIELDS | {"messages"}
+        assert all(set(m) == TWILIO_MESSAGE_FIELDS for m in listed)
         assert sorted(m["sid"] for m in listed) == sorted(m["sid"] for m in emulator.messages)
         assert all(m["date_sent"].endswith("+0000") for m in listed), "RFC 2822"
 
@@ -167,6 +181,7 @@ async def test_twilio_lists_page_with_next_page_uri_and_filter(serve: Any) -> No
             await client.get(f"/2010-04-01/Accounts/{ACCOUNT}/Calls.json", params={"PageSize": 5})
         ).json()
         assert len(calls["calls"]) == 5 and calls["next_page_uri"]
+        assert all(set(c) == TWILIO_CALL_FIELDS for c in calls["calls"])
 
         refused = await client.get(path, headers=basic(ACCOUNT, "wrong"))
         assert (refused.status_code, refused.json()["code"]) == (401, 20003)

@@ -52,6 +52,95 @@ from hookd.providers.pagerduty import pagerduty_headers, triggered_key
 from hookd.providers.twilio import call_key, message_key, twilio_signature
 from tests.support.emulators import WebhookRequest, _compact, _Emulator, _retry_after
 
+# The properties of a message, a call and a page of either in Twilio's OpenAPI
+# description (twilio/twilio-oai, spec/json/twilio_api_v2010.json:
+# ``api.v2010.account.message``, ``api.v2010.account.call``, ``ListMessageResponse``).
+TWILIO_MESSAGE_FIELDS = frozenset(
+    [
+        "account_sid",
+        "api_version",
+        "body",
+        "date_created",
+        "date_sent",
+        "date_updated",
+        "direction",
+        "error_code",
+        "error_message",
+        "from",
+        "messaging_service_sid",
+        "num_media",
+        "num_segments",
+        "price",
+        "price_unit",
+        "sid",
+        "status",
+        "subresource_uris",
+        "to",
+        "uri",
+    ]
+)
+TWILIO_CALL_FIELDS = frozenset(
+    [
+        "account_sid",
+        "answered_by",
+        "api_version",
+        "caller_name",
+        "date_created",
+        "date_updated",
+        "direction",
+        "duration",
+        "end_time",
+        "forwarded_from",
+        "from",
+        "from_formatted",
+        "group_sid",
+        "parent_call_sid",
+        "phone_number_sid",
+        "price",
+        "price_unit",
+        "queue_time",
+        "sid",
+        "start_time",
+        "status",
+        "subresource_uris",
+        "to",
+        "to_formatted",
+        "trunk_sid",
+        "uri",
+    ]
+)
+TWILIO_PAGE_FIELDS = frozenset(
+    [
+        "end",
+        "first_page_uri",
+        "next_page_uri",
+        "page",
+        "page_size",
+        "previous_page_uri",
+        "start",
+        "uri",
+    ]
+)
+# The fields of the ``trigger_log_entry`` of the ``GET /log_entries`` response example
+# in PagerDuty's OpenAPI description (PagerDuty/api-schema,
+# reference/REST/openapiv3.json), and of its page.
+PAGERDUTY_TRIGGER_FIELDS = frozenset(
+    [
+        "id",
+        "type",
+        "summary",
+        "self",
+        "html_url",
+        "created_at",
+        "agent",
+        "channel",
+        "incident",
+        "teams",
+        "contexts",
+        "event_details",
+    ]
+)
+PAGERDUTY_PAGE_FIELDS = frozenset({"log_entries", "limit", "offset", "more", "total"})
 ULID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 PD_MAX_LIMIT = 100
 PD_MAX_OFFSET_END = 10_000
@@ -189,6 +278,7 @@ class PagerDutyEmulator(_Emulator):
         trigger = self._entry("trigger_log_entry", at, incident, "Triggered through the API")
         trigger["agent"] = self._ref("service", service_id, "API Service")
         trigger["channel"] = {"type": "api"}
+        trigger["event_details"] = {"description": incident["title"]}
         self.log_entries.append(trigger)
         self.log_entries.append(self._entry("notify_log_entry", at + 1, incident, "Notified"))
         data = {k: v for k, v in incident.items() if k not in {"assignments", "summary"}}
@@ -468,7 +558,6 @@ class TwilioEmulator(_Emulator):
         number = len(self.calls) + 1
         sid = self.sid("CA")
         call: dict[str, Any] = self._base(sid, "Calls") | {
-            "annotation": None,
             "answered_by": None,
             "caller_name": None,
             "date_created": _rfc2822(at),
@@ -487,6 +576,9 @@ class TwilioEmulator(_Emulator):
             "queue_time": "0",
             "start_time": _rfc2822(at),
             "status": "completed",
+            "subresource_uris": {
+                "recordings": f"/2010-04-01/Accounts/{self.account_sid}/Calls/{sid}/Recordings.json"
+            },
             "to": f"+1555{number:07d}",
             "to_formatted": f"(555) {number:07d}",
             "trunk_sid": None,

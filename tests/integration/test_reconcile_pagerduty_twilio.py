@@ -11,6 +11,7 @@ dropped ``incident.acknowledged`` or an intermediate ``sent`` callback stays mis
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from hookd.errors import ConfigError
+from hookd.providers.base import Envelope, Verified
 from hookd.sources import parse_sources
 from reconcile.http import RETRIES
 from reconcile.providers import pagerduty as pd_adapter
@@ -164,6 +166,21 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
     # The cursor stops at the run's start less the settle window: short of the young.
     settle_end = now - settle_of(world.provider)
     assert settle_end <= run["cursor_after"] < settle_end + 120
+    # Each repair, read as the webhook path reads a body, has the key and type it was
+    # stored under.
+    async with engine_of(world.db_url) as engine, engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text(
+                "SELECT dedupe_key, type, occurred_at, body, body_encrypted, headers "
+                "FROM events WHERE origin = 'reconcile'"
+            )
+        )
+        for key, kind, occurred, body, encrypted, headers in rows:
+            assert not encrypted
+            as_read = enveloped(world, bytes(body), headers)
+            assert (as_read.dedupe_key, as_read.type) == (key, kind)
+            # The time it reached its status; a message's callback names none itself.
+            assert occurred is not None
     # The acknowledgements and intermediate callbacks no list shows stay missing.
     assert not (dropped_others | young) & await keys_of(world, "true")
     await world.wait_processed(sent + len(dropped))
@@ -194,6 +211,17 @@ async def test_one_pass_repairs_exactly_the_missed_then_a_second_finds_none(
 
     await wait_for(counted, timeout_s=30, interval_s=0.1)
     assert await world.scalar("SELECT count(*) FROM events") == sent + len(dropped)
+
+
+def enveloped(world: World, body: bytes, headers: object) -> Envelope:
+    """``body`` as the receiver's envelope reads it (its signature aside)."""
+    shown = json.loads(headers) if isinstance(headers, str) else headers
+    assert isinstance(shown, dict)
+    source = world.sources.get(world.provider)
+    assert source is not None
+    provider = source.adapter
+    as_lists = {k: [v] for k, v in shown.items()}
+    return provider.envelope(as_lists, body, Verified("reconcile", 0, None))
 
 
 def settle_of(provider: str) -> float:

@@ -310,4 +310,26 @@ def subscription_registration(source: Source, subscription: Subscription) -> Reg
         problems.append(
             f"the subscription does not send {TRIGGERED}, the one event reconciliation checks"
         )
+    scope = scope_drift(rc, subscription.get("filter"))
+    if scope:
+        problems.append(scope)
     return Registration(registered, tuple(problems))
+
+
+def scope_drift(rc: PagerDutyReconcile, scope: object) -> str | None:
+    """Whether the incidents reconciliation checks (``service_ids``, ``team_ids``) are
+    those the subscription's filter sends: a trigger it never sends would be stored as
+    missed."""
+    kind = scope.get("type") if isinstance(scope, dict) else None
+    ident = _id_of(scope)
+    if kind == "service_reference" and ident is not None and rc.service_ids != (ident,):
+        return (
+            f"the subscription sends the incidents of service {ident} only: set "
+            f'service_ids = ["{ident}"], or triggers of other services are stored as missed'
+        )
+    if kind == "team_reference" and ident is not None and rc.team_ids != (ident,):
+        return (
+            f"the subscription sends the incidents of team {ident} only: set "
+            f'team_ids = ["{ident}"], or triggers of other teams are stored as missed'
+        )
+    return None

@@ -313,11 +313,18 @@ async def test_pagerduty_registration_check_reads_the_subscription(
     emulator.add_events(3, start=time.time() - 4 * 3600, step_s=30)
 
     def toml(api_url: str) -> str:
-        return sources_toml("pagerduty", api_url)
+        return sources_toml("pagerduty", api_url, extra='service_ids = ["PF9KMXH"]')
 
     async with running_world(World, "pagerduty", emulator, toml, pg_url, monkeypatch) as world:
         run = await world.reconcile()
         assert run["registration"]["state"] == "ok", run["registration"]
+        # A subscription for another service than the one reconciled: said, with the fix.
+        emulator.subscriptions[0]["filter"] = {"id": "PQ9K7I8", "type": "service_reference"}
+        run = await world.reconcile()
+        assert run["registration"]["problems"] == [
+            "the subscription sends the incidents of service PQ9K7I8 only: set "
+            'service_ids = ["PQ9K7I8"], or triggers of other services are stored as missed'
+        ]
         emulator.subscriptions[0]["active"] = False
         emulator.subscriptions[0]["events"] = ["incident.resolved"]
         run = await world.reconcile()
@@ -326,6 +333,7 @@ async def test_pagerduty_registration_check_reads_the_subscription(
         problems = " | ".join(registration["problems"])
         assert "not active" in problems
         assert "does not send incident.triggered" in problems
+        assert "service PQ9K7I8 only" in problems
 
 
 async def test_twilio_authenticates_with_an_api_key_and_filters_by_sender(

@@ -204,7 +204,7 @@ class PagerDutyAdapter(ListAdapter):
             if offset + LIMIT > MAX_OFFSET_END:
                 # Below the oldest seen, from the start: entries at that very time are
                 # listed again (and passed over by ``seen``).
-                if oldest >= until:
+                if oldest + 1e-3 >= until:
                     # 10,000 entries within one millisecond: nothing lower to go on from.
                     raise ReconcileError(
                         "too_many_entries",

@@ -395,3 +395,22 @@ async def test_pagerduty_goes_on_below_the_oldest_time_past_the_offset_limit(
     offsets = [int(q["offset"]) for q in emulator.queries]
     assert max(offsets) + 100 <= 300
     assert offsets.count(0) >= 2, "started again from offset 0, lower down"
+
+
+async def test_pagerduty_fails_a_run_whose_log_is_too_dense_to_page_below(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More entries at one time than the offset limit reaches: nothing lower to go on
+    from, so the run fails (its window a hole) rather than ending short of it."""
+    monkeypatch.setattr(pd_emulator, "PD_MAX_OFFSET_END", 300)
+    monkeypatch.setattr(pd_adapter, "MAX_OFFSET_END", 300)
+    emulator = PagerDutyEmulator(PD_KEY, subscription_url=PD_URL)
+    emulator.add_events(400, start=time.time() - 6 * 3600, step_s=0)
+
+    def toml(api_url: str) -> str:
+        return sources_toml("pagerduty", api_url)
+
+    async with running_world(World, "pagerduty", emulator, toml, pg_url, monkeypatch) as world:
+        run = await world.reconcile()
+    assert run["status"] == "failed", run
+    assert run["error"].startswith("too_many_entries: more than 300 log entries at "), run

@@ -25,6 +25,11 @@ class SignatureError(HookdError):
     """The request is not proven to come from the provider (HTTP 401)."""
 
 
+class HandshakeRefused(SignatureError):
+    """A registration handshake hookd will not answer (HTTP 403): its verify token is
+    wrong, or it would replace a secret already learned. Nothing is stored."""
+
+
 class PayloadError(HookdError):
     """The request is authentic but its payload cannot be understood (HTTP 400)."""
 

@@ -23,7 +23,9 @@ TOKENS = ["handshake-token-0123456789", "handshake-token-abcdefghij"]
 TOKEN_KEYS = [ASANA.parse_secret(t) for t in TOKENS]
 
 
-def event(resource_type: str = "task", action: str = "changed", gid: str = "1337") -> dict:  # type: ignore[type-arg]
+def event(
+    resource_type: str = "task", action: str = "changed", gid: str = "1337"
+) -> dict[str, object]:
     return {
         "user": {"gid": "1516", "resource_type": "user"},
         "created_at": "2012-02-22T02:06:58.147Z",
@@ -33,7 +35,7 @@ def event(resource_type: str = "task", action: str = "changed", gid: str = "1337
     }
 
 
-def body_of(*events: dict) -> bytes:  # type: ignore[type-arg]
+def body_of(*events: dict[str, object]) -> bytes:
     return json.dumps({"events": list(events)}).encode()
 
 

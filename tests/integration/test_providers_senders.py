@@ -9,6 +9,7 @@ Requests are made here from the senders' documented schemes, not with
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -22,6 +23,9 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
+from hookd.cli.parser import build_parser
+from hookd.cli.send_test import cmd_send_test
+from hookd.settings import Settings
 from hookd.sources import Sources, parse_sources
 from ingest.learned import RETRY_S, LearnedKeys
 from store.crypto import BodyCipher
@@ -29,6 +33,7 @@ from store.models import EVENTS
 from store.models_learned import LEARNED_SECRETS
 from tests.support.asgi import running_app
 from tests.support.data import engine_of
+from tests.support.http import serve_app
 
 pytestmark = pytest.mark.anyio
 
@@ -379,3 +384,26 @@ async def test_basic(sqlite_url: str) -> None:
         "bad_signature",
     )
     assert await stored(sqlite_url, "basic") == [("evt_1", "order.paid")]
+
+
+# --- hookd send-test ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "status"), [("wa", "200"), ("twitch", "202"), ("okta", "200"), ("basic", "202")]
+)
+async def test_send_test_sends_what_the_source_accepts(
+    name: str, status: str, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hookd send-test`` signs (or authenticates) with the source's first secret:
+    each sample is a new event, accepted with the status the sender expects."""
+    all_sources = sources()
+    async with running_app(all_sources, sqlite_url, reconcile_schedule=False) as (app, _):
+        args = build_parser().parse_args(["send-test", name, "--count", "2"])
+        async with serve_app(app) as hookd_url:
+            args.url = f"{hookd_url}/hooks/{name}"
+            settings = Settings(database_url=sqlite_url)
+            assert await asyncio.to_thread(cmd_send_test, args, settings, all_sources) == 0
+    sent = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 1)[0] for line in sent] == [status, status]
+    assert len(await stored(sqlite_url, name)) == 2

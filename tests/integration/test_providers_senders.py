@@ -29,6 +29,7 @@ from hookd.settings import Settings
 from hookd.sources import Sources, parse_sources
 from ingest.learned import RETRY_S, LearnedKeys
 from store.crypto import BodyCipher
+from store.keys import rotate_bodies
 from store.models import EVENTS
 from store.models_learned import LEARNED_SECRETS
 from tests.support.asgi import running_app
@@ -407,3 +408,25 @@ async def test_send_test_sends_what_the_source_accepts(
     sent = capsys.readouterr().out.splitlines()
     assert [line.split(" ", 1)[0] for line in sent] == [status, status]
     assert len(await stored(sqlite_url, name)) == 2
+
+
+async def test_keys_rotate_reseals_learned_secrets(sqlite_url: str) -> None:
+    """After ``hookd keys rotate`` the old key can go: the learned secret opens with the
+    new one alone."""
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    body = asana_body("42")
+    signed = {"X-Hook-Signature": hmac_hex(HOOK_SECRET, body)}
+    handshake_url = f"/hooks/asana?token={ASANA_TOKENS[0]}"
+    async with running_app(
+        sources(), sqlite_url, reconcile_schedule=False, encryption_keys=old
+    ) as (_, client):
+        learned = await client.post(handshake_url, headers={"X-Hook-Secret": HOOK_SECRET})
+    assert learned.status_code == 200
+    async with engine_of(sqlite_url) as engine:
+        rotated = await rotate_bodies(engine, BodyCipher(f"{new},{old}"))
+    assert rotated.learned == 1
+    async with running_app(
+        sources(), sqlite_url, reconcile_schedule=False, encryption_keys=new
+    ) as (_, client):
+        delivered = await client.post("/hooks/asana", content=body, headers=signed)
+    assert delivered.status_code == 202, delivered.text

@@ -26,8 +26,12 @@ class SignatureError(HookdError):
 
 
 class HandshakeRefused(SignatureError):
-    """A registration handshake hookd will not answer (HTTP 403): its verify token is
-    wrong, or it would replace a secret already learned. Nothing is stored."""
+    """A registration handshake hookd will not answer (HTTP 403, reason
+    ``handshake_refused``; ``detail`` says why): its verify token is wrong, or it would
+    replace a secret already learned. Nothing is stored."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("handshake_refused", detail)
 
 
 class PayloadError(HookdError):

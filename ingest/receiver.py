@@ -56,6 +56,9 @@ NO_CONTENT = 204
 JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
 
+# Why a second handshake through the same token is refused (``_learn``).
+ALREADY_LEARNED = "this token opened a handshake before; configure a new token to register again"
+
 RawHeaders = list[tuple[bytes, bytes]]
 Answer = tuple[int, bytes, RawHeaders]
 # Told (source, dedupe_key) of a webhook answered as a duplicate, for a reconciled
@@ -463,8 +466,9 @@ class Receiver:
                 assert provider.challenge is not None
                 reply = provider.challenge(scope["method"], query, source.keys)
         except HandshakeRefused as exc:
-            self._refused(client, source, exc.reason, 403, headers=header_map(scope["headers"]))
-            return error(403, exc.reason)
+            headers = header_map(scope["headers"])
+            self._refused(client, source, exc.reason, 403, exc.detail, headers=headers)
+            return error(403, exc.reason, exc.detail)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, headers=header_map(scope["headers"]))
             return error(401, exc.reason, "", *unauthorized(source))
@@ -495,8 +499,8 @@ class Receiver:
             secret = one_header(headers, learns.header)
             learns.parse(secret)
         except HandshakeRefused as exc:
-            self._refused(client, source, exc.reason, 403, headers=headers)
-            return error(403, exc.reason)
+            self._refused(client, source, exc.reason, 403, exc.detail, headers=headers)
+            return error(403, exc.reason, exc.detail)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, headers=headers)
             return error(401, exc.reason)
@@ -511,9 +515,9 @@ class Receiver:
             self._reject(source.name, "unavailable")
             return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
         if not kept:
-            reason = "secret_already_learned"
-            self._refused(client, source, reason, 403, headers=headers)
-            return error(403, reason, "this token opened a handshake before; configure a new one")
+            refused = HandshakeRefused(ALREADY_LEARNED)
+            self._refused(client, source, refused.reason, 403, refused.detail, headers=headers)
+            return error(403, refused.reason, refused.detail)
         log.info("handshake answered", extra={"source": source.name})
         return reply_answer(learns.answer(secret))
 

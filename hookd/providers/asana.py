@@ -64,6 +64,7 @@ KEPT_HEADERS = ("content-type", "user-agent")
 MIN_TOKEN_CHARS = 16
 MAX_SECRET_CHARS = 256
 HEARTBEAT = "heartbeat"
+UNOPENED = "the URL carries no token of the source (?token=)"
 
 
 def parse_token(raw: str) -> HmacKey:
@@ -82,7 +83,7 @@ def opened_by(query: QueryMap, keys: Sequence[Key]) -> int:
     """The index of the configured token the handshake's URL carries, or 403."""
     values = query.get(TOKEN_PARAM)
     if not values or len(values) != 1:
-        raise HandshakeRefused("bad_handshake_token")
+        raise HandshakeRefused(UNOPENED)
     presented = hashlib.sha256(values[0].encode("utf-8", "surrogatepass")).digest()
     found = -1
     for index, key in enumerate(keys):
@@ -91,7 +92,7 @@ def opened_by(query: QueryMap, keys: Sequence[Key]) -> int:
             if same and found < 0:
                 found = index
     if found < 0:
-        raise HandshakeRefused("bad_handshake_token")
+        raise HandshakeRefused(UNOPENED)
     return found
 
 

@@ -175,7 +175,7 @@ def bind(settings: MetaSettings) -> Provider:
         token = _one(query, "hub.verify_token") or ""
         presented = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         if not hmac.compare_digest(presented, expected):
-            raise HandshakeRefused("bad_verify_token")
+            raise HandshakeRefused("hub.verify_token is not the source's verify_token")
         answer = echoed(query, "hub.challenge")
         if answer is None:
             raise PayloadError("malformed_payload", "hub.challenge is missing")

@@ -125,7 +125,8 @@ async def test_meta(sqlite_url: str) -> None:
         )
     assert (answered.status_code, answered.text) == (200, "1158201444")
     assert answered.headers["content-type"].startswith("text/plain")
-    assert (forged.status_code, forged.json()["error"]) == (403, "bad_verify_token")
+    assert (forged.status_code, forged.json()["error"]) == (403, "handshake_refused")
+    assert "verify_token" in forged.json()["detail"] and "guess" not in forged.text
     assert bare.status_code == 405
     assert (first.status_code, first.json()["status"]) == (200, "accepted")
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
@@ -251,10 +252,12 @@ async def test_asana_handshake_is_learned_once_and_verifies_every_process(db_url
         replaced = await client.post(token, headers={"X-Hook-Secret": FORGED_SECRET})
     assert (early.status_code, early.json()["error"]) == (401, "bad_signature")
     for refused in (no_token, bad_token):
-        assert (refused.status_code, refused.json()["error"]) == (403, "bad_handshake_token")
+        assert (refused.status_code, refused.json()["error"]) == (403, "handshake_refused")
+        assert "?token=" in refused.json()["detail"]
     assert handshake.status_code == 200
     assert handshake.headers["x-hook-secret"] == HOOK_SECRET
-    assert (replaced.status_code, replaced.json()["error"]) == (403, "secret_already_learned")
+    assert (replaced.status_code, replaced.json()["error"]) == (403, "handshake_refused")
+    assert "opened a handshake before" in replaced.json()["detail"]
     rows = await learned_rows(db_url)
     assert [source for source, _ in rows] == ["asana"]
     assert HOOK_SECRET.encode() not in rows[0][1]  # sealed with HOOKD_ENCRYPTION_KEYS

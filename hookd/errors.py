@@ -25,6 +25,15 @@ class SignatureError(HookdError):
     """The request is not proven to come from the provider (HTTP 401)."""
 
 
+class HandshakeRefused(SignatureError):
+    """A registration handshake hookd will not answer (HTTP 403, reason
+    ``handshake_refused``; ``detail`` says why): its verify token is wrong, or it would
+    replace a secret already learned. Nothing is stored."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("handshake_refused", detail)
+
+
 class PayloadError(HookdError):
     """The request is authentic but its payload cannot be understood (HTTP 400)."""
 

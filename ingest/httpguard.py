@@ -236,7 +236,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         source = receiver.sources.get(name)
         if (
             source is None
-            or source.adapter.challenge is not None
+            or source.adapter.handshakes
             or self.limit_concurrency is not None
             or self.parser.should_upgrade()
         ):

@@ -59,6 +59,8 @@ REJECTION_REASONS = (
     "body_timeout",
     "client_disconnected",
     "unavailable",
+    # A registration handshake refused (403): Meta's verify token, Asana's token.
+    "handshake_refused",
 )
 # Refusals before a source is known, counted with source="_unknown".
 UNKNOWN_SOURCE_REASONS = ("unknown_source", "header_timeout", "headers_too_large")

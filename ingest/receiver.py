@@ -12,6 +12,7 @@ objects, no routing table, metric children looked up once per label set.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -27,11 +28,20 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from hookd import tasks, tracing
-from hookd.errors import PayloadError, SignatureError
-from hookd.providers.base import Envelope, HeaderMap, QueryMap, Reply, SignedHeaders
+from hookd.errors import HandshakeRefused, PayloadError, SignatureError
+from hookd.providers.base import (
+    Envelope,
+    HeaderMap,
+    LearnsSecret,
+    QueryMap,
+    Reply,
+    SignedHeaders,
+    one_header,
+)
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
+from ingest.learned import LearnedKeys, LearnedUnavailable
 from ingest.rejected import Refusal
 from store.intake.events import NewEvent, Stored
 from store.status import EventOrigin
@@ -45,6 +55,9 @@ CONTENT_TYPE = b"content-type"
 NO_CONTENT = 204
 JSON_TYPE = (CONTENT_TYPE, b"application/json")
 CLOSE = (b"connection", b"close")
+
+# Why a second handshake through the same token is refused (``_learn``).
+ALREADY_LEARNED = "this token opened a handshake before; configure a new token to register again"
 
 RawHeaders = list[tuple[bytes, bytes]]
 Answer = tuple[int, bytes, RawHeaders]
@@ -210,6 +223,14 @@ def reply_answer(reply: Reply) -> Answer:
     return reply.status, reply.body, headers
 
 
+def unauthorized(source: Source) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers a 401 carries for ``source`` (HTTP Basic's ``WWW-Authenticate``)."""
+    return tuple(
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in source.adapter.unauthorized_headers
+    )
+
+
 def query_map(scope: Scope) -> QueryMap:
     raw: bytes = scope.get("query_string", b"")
     if not raw:
@@ -244,6 +265,8 @@ class Receiver:
     clock: Callable[[], float] = time.time
     on_duplicate: OnDuplicate | None = None
     on_rejected: OnRejected | None = None
+    # Secrets learned in handshakes (Asana's), for the sources whose provider learns one.
+    learned: LearnedKeys | None = None
     deadlines: Deadlines = field(init=False, default_factory=Deadlines)
     _tally: metrics.AckTally = field(init=False, default_factory=metrics.AckTally)
 
@@ -256,7 +279,7 @@ class Receiver:
         name = scope["path"][len(PREFIX) :]
         source = self.sources.get(name)
         method = scope["method"]
-        challenged = source is not None and source.adapter.challenge is not None
+        challenged = source is not None and source.adapter.handshakes
         if method != "POST" and not challenged:
             status, body, headers = error(405, "method_not_allowed", "", (b"allow", b"POST"))
         elif source is None:
@@ -287,7 +310,7 @@ class Receiver:
             signed = source.adapter.check_headers(headers, now, source.config.tolerance_s)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, headers=headers)
-            return error(401, exc.reason, "", CLOSE)
+            return error(401, exc.reason, "", CLOSE, *unauthorized(source))
         return Admitted(source, headers, signed, now, started)
 
     def event_of(self, admitted: Admitted, body: bytes, client: ClientOf) -> Received | Answer:
@@ -299,7 +322,7 @@ class Receiver:
                 verified = provider.verify(admitted.signed, body, source.keys)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, admitted=admitted, body=body)
-            return error(401, exc.reason)
+            return error(401, exc.reason, "", *unauthorized(source))
         try:
             env = provider.envelope(admitted.headers, body, verified)
         except PayloadError as exc:
@@ -429,17 +452,26 @@ class Receiver:
 
     def _challenge(self, scope: Scope, source: Source) -> Answer | None:
         """The answer to a registration challenge, or None for a delivery to verify."""
-        assert source.adapter.challenge is not None
+        provider = source.adapter
 
         def client() -> Client:
             return scope.get("client")
 
         try:
             query = query_map(scope)
-            reply = source.adapter.challenge(scope["method"], query, source.keys)
+            if provider.header_challenge is not None:
+                headers = header_map(scope["headers"])
+                reply = provider.header_challenge(scope["method"], query, headers, source.keys)
+            else:
+                assert provider.challenge is not None
+                reply = provider.challenge(scope["method"], query, source.keys)
+        except HandshakeRefused as exc:
+            headers = header_map(scope["headers"])
+            self._refused(client, source, exc.reason, 403, exc.detail, headers=headers)
+            return error(403, exc.reason, exc.detail)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, headers=header_map(scope["headers"]))
-            return error(401, exc.reason)
+            return error(401, exc.reason, "", *unauthorized(source))
         except PayloadError as exc:
             headers = header_map(scope["headers"])
             self._refused(client, source, exc.reason, 400, exc.detail, headers=headers)
@@ -451,13 +483,75 @@ class Receiver:
             return error(405, "method_not_allowed", "", (b"allow", b"POST"))
         return None
 
+    async def _learn(  # noqa: PLR0911 - one return per documented HTTP outcome
+        self, scope: Scope, source: Source, learns: LearnsSecret
+    ) -> Answer:
+        """A handshake that hands a secret over: kept when a configured token opens it
+        and that token opened none before (403 otherwise, nothing kept), then answered
+        as the sender expects."""
+
+        def client() -> Client:
+            return scope.get("client")
+
+        headers = header_map(scope["headers"])
+        try:
+            index = learns.opened_by(query_map(scope), source.keys)
+            secret = one_header(headers, learns.header)
+            learns.parse(secret)
+        except HandshakeRefused as exc:
+            self._refused(client, source, exc.reason, 403, exc.detail, headers=headers)
+            return error(403, exc.reason, exc.detail)
+        except SignatureError as exc:
+            self._refused(client, source, exc.reason, 401, headers=headers)
+            return error(401, exc.reason)
+        except PayloadError as exc:
+            self._refused(client, source, exc.reason, 400, exc.detail, headers=headers)
+            return error(400, exc.reason, exc.detail)
+        if self.learned is None:
+            return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+        try:
+            kept = await self.learned.learn(source, index, secret)
+        except LearnedUnavailable:
+            self._reject(source.name, "unavailable")
+            return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+        if not kept:
+            refused = HandshakeRefused(ALREADY_LEARNED)
+            self._refused(client, source, refused.reason, 403, refused.detail, headers=headers)
+            return error(403, refused.reason, refused.detail)
+        log.info("handshake answered", extra={"source": source.name})
+        return reply_answer(learns.answer(secret))
+
+    async def _with_learned(self, scope: Scope, source: Source) -> Source | Answer:
+        """``source`` with the secrets it learned as its keys, or a handshake's answer."""
+        learns = source.adapter.learns_secret
+        assert learns is not None
+        if scope["method"] != "POST":
+            return error(405, "method_not_allowed", "", (b"allow", b"POST"))
+        if learns.header in header_map(scope["headers"]):
+            return await self._learn(scope, source, learns)
+        if self.learned is None:
+            return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+        try:
+            keys = await self.learned.keys(source)
+        except LearnedUnavailable:
+            self._reject(source.name, "unavailable")
+            return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+        return dataclasses.replace(source, keys=keys)
+
     async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
         self, scope: Scope, receive: Receive, source: Source, started: float
     ) -> Answer:
-        if source.adapter.challenge is not None:
+        if source.adapter.learns_secret is not None:
+            learned = await self._with_learned(scope, source)
+            if not isinstance(learned, Source):
+                return learned
+            source = learned
+        if source.adapter.challenge is not None or source.adapter.header_challenge is not None:
             answered = self._challenge(scope, source)
             if answered is not None:
                 return answered
+        elif scope["method"] != "POST":
+            return error(405, "method_not_allowed", "", (b"allow", b"POST"))
 
         def client() -> Client:
             return scope.get("client")

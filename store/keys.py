@@ -1,4 +1,5 @@
-"""Key rotation for stored bodies (``hookd keys rotate``)."""
+"""Key rotation for stored bodies (``hookd keys rotate``), and for the signing secrets
+learned in handshakes (``learned_secrets``), sealed with the same keys."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from hookd.errors import ConfigError
 from store.crypto import BodyCipher
 from store.models import EVENTS
+from store.models_learned import LEARNED_SECRETS
 
 BATCH = 500
 # How many ids of bodies no key opens a rotation keeps, to name them (it counts all).
@@ -23,6 +25,8 @@ class Rotated:
     # Encrypted bodies no key of the cipher opens: left as they were.
     unopened: int = 0
     unopened_ids: list[str] = field(default_factory=list)  # the first SHOWN_IDS
+    # Learned signing secrets (Asana's) sealed again with the first key.
+    learned: int = 0
 
 
 class BodyUnopened(Exception):
@@ -73,6 +77,7 @@ async def rotate_bodies(
                 )
             ).all()
             if not rows:
+                done.learned = await _reseal_learned(engine, cipher)
                 return done
             for row in rows:
                 try:
@@ -97,6 +102,31 @@ async def rotate_bodies(
             after = rows[-1].id
         if stopped is not None:
             raise BodyUnopened(stopped, done)
+
+
+async def _reseal_learned(engine: AsyncEngine, cipher: BodyCipher) -> int:
+    """Seal every learned secret with the first key (a handful of rows: one
+    transaction); one no key opens is left as it was (its source logs it when read)."""
+    t = LEARNED_SECRETS
+    resealed = 0
+    async with engine.begin() as conn:
+        rows = (
+            await conn.execute(
+                sa.select(t.c.source, t.c.opened_by, t.c.secret, t.c.secret_encrypted)
+            )
+        ).all()
+        for row in rows:
+            try:
+                sealed = cipher.reseal(bytes(row.secret), row.secret_encrypted)
+            except ConfigError:
+                continue
+            await conn.execute(
+                sa.update(t)
+                .where(t.c.source == row.source, t.c.opened_by == row.opened_by)
+                .values(secret=sealed, secret_encrypted=True)
+            )
+            resealed += 1
+    return resealed
 
 
 async def _opens_any(engine: AsyncEngine, cipher: BodyCipher, batch: int) -> bool:

@@ -594,4 +594,5 @@ SOURCE_OBJECTS: sa.Table = SourceObject.__table__  # type: ignore[attr-defined]
 # The alerts' tables are declared beside this module; imported here so that one
 # metadata (the migrations' target) holds every table.
 import store.models_alerts  # noqa: E402
+import store.models_learned  # noqa: E402
 import store.models_rejected  # noqa: E402, F401

@@ -8,6 +8,8 @@ provider is a module and one line below.
 from __future__ import annotations
 
 from hookd.providers import (
+    asana,
+    basic,
     bitbucket,
     custom_hmac,
     discord,
@@ -17,6 +19,8 @@ from hookd.providers import (
     intercom,
     linear,
     mailgun,
+    meta,
+    okta,
     paddle,
     pagerduty,
     sendgrid,
@@ -27,6 +31,7 @@ from hookd.providers import (
     standard,
     stripe,
     twilio,
+    twitch,
     zendesk,
     zoom,
 )
@@ -64,3 +69,9 @@ register(twilio.PROVIDER)
 register(hubspot.PROVIDER)
 register(pagerduty.PROVIDER)
 register(mailgun.PROVIDER)
+# Senders with a handshake of their own, or only a shared credential.
+register(meta.PROVIDER)
+register(twitch.PROVIDER)
+register(asana.PROVIDER)
+register(okta.PROVIDER)
+register(basic.PROVIDER)

@@ -23,7 +23,7 @@ from hookd.errors import PayloadError, SignatureError
 from hookd.providers.reconciling import Reconciling
 
 if TYPE_CHECKING:
-    from hookd.providers.generic import SourceSettings
+    from hookd.providers.generic import VerifySettings
 
 # Lower-case header name -> every value received under it, in order.
 HeaderMap = Mapping[str, Sequence[str]]
@@ -161,6 +161,29 @@ QueryMap = Mapping[str, Sequence[str]]
 # ``validationToken``), or None when the request is no such challenge. It raises
 # ``SignatureError``/``PayloadError`` for a challenge it must refuse.
 Challenge = Callable[[str, QueryMap, Sequence["Key"]], "Reply | None"]
+# (method, query, headers, keys) -> as ``Challenge``, for a challenge that travels in a
+# header or must prove itself with one (Okta's ``X-Okta-Verification-Challenge``, sent
+# with the hook's authorization header). A provider declares one or the other.
+HeaderChallenge = Callable[[str, QueryMap, HeaderMap, Sequence["Key"]], "Reply | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnsSecret:
+    """A sender that hands its signing secret over in a handshake instead of having it
+    configured (Asana's ``X-Hook-Secret``). The receiver keeps what it learns in the
+    database (``store.learned``), sealed like bodies, and verifies the source's
+    deliveries with those secrets instead of its configured ``secrets``, which only open
+    the handshake (see the provider's module).
+
+    ``header``: the request header that carries the secret (lower case); a request that
+    has it is a handshake. ``opened_by(query, keys)``: the index of the configured key
+    that opens this handshake, or ``HandshakeRefused``. ``parse``: the learned secret's
+    text as a key, or ``PayloadError``. ``answer(secret)``: the reply the sender expects."""
+
+    header: str
+    opened_by: Callable[[QueryMap, Sequence[Key]], int]
+    parse: Callable[[str], Key]
+    answer: Callable[[str], Reply]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +194,7 @@ class Configurable:
     the ``Provider`` that source uses (its verifier, envelope and signer closed over
     the settings), so the receiver and ``send-test`` call it like any other."""
 
-    settings: type[SourceSettings]
+    settings: type[VerifySettings]
     bind: Callable[[Any], Provider]
 
 
@@ -221,6 +244,12 @@ class Provider:
     with_public_url: Callable[[str], Provider] | None = None
     # Answers registration challenges that carry no event (see ``Challenge``).
     challenge: Challenge | None = None
+    # The same for a challenge read from the headers too (see ``HeaderChallenge``).
+    header_challenge: HeaderChallenge | None = None
+    # A signing secret handed over in a handshake, then kept (see ``LearnsSecret``).
+    learns_secret: LearnsSecret | None = None
+    # Headers of every 401 answer (HTTP Basic's ``WWW-Authenticate``), lower-case names.
+    unauthorized_headers: tuple[tuple[str, str], ...] = ()
     # The status of the answer to a newly stored event: 202, or 200 for a sender that
     # counts only 200 as delivered (Mailgun retries any other code for hours).
     accepted_status: int = 202
@@ -233,6 +262,16 @@ class Provider:
     # retention of that API. A source's key must be kept at least this long
     # (``keep_keys_days``), or a late redelivery would be stored as a new event.
     redelivery_horizon_days: float = 3.0
+
+    @property
+    def handshakes(self) -> bool:
+        """Whether a request may be something to answer before (or instead of) a
+        delivery: such a source's requests take the receiver's ASGI path."""
+        return (
+            self.challenge is not None
+            or self.header_challenge is not None
+            or self.learns_secret is not None
+        )
 
     def parse_secret(self, raw: str) -> Key:
         return self.scheme.parse_secret(raw)

@@ -79,10 +79,19 @@ HeaderName = Annotated[str, AfterValidator(header_name)]
 JsonPath = Annotated[str, AfterValidator(json_path)]
 
 
-class SourceSettings(BaseModel):
-    """``[sources.verify]`` keys every configurable provider takes."""
+class VerifySettings(BaseModel):
+    """A ``[sources.verify]`` table: what a provider's scheme needs of each source."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def incomplete(self) -> tuple[str, str] | None:
+        """(key, problem) of what the types alone cannot say, checked after them."""
+        return None
+
+
+class SourceSettings(VerifySettings):
+    """``[sources.verify]`` keys every generic provider (``hmac``, ``token``, ``basic``)
+    takes: where the dedupe key and the type are, and a handshake to answer."""
 
     # "header:<Name>", "json:<dotted.path>" or "body_sha256".
     dedupe: str

@@ -36,6 +36,7 @@ from hookd.web import admin, api, health
 from hookd.web.headers import PathHeaders
 from hookd.web.served import ServedOps
 from ingest.batcher import GroupCommitter
+from ingest.learned import LearnedKeys
 from ingest.receiver import HookdApp, Receiver
 from ingest.rejected import RejectedNotes
 from processing.handoff import HandoffClient, InProcess
@@ -166,6 +167,8 @@ def create_app(
         clock=clock,
         on_duplicate=late_notes.note,
         on_rejected=rejected_notes.note,
+        # Secrets handed over in handshakes (Asana's), kept in the database.
+        learned=LearnedKeys(engine, BodyCipher(settings.encryption_keys)),
     )
     # One set of operations behind both the API and the admin UI: a replay from either
     # wakes this process's dispatcher, a run started from either is cancelled below.

@@ -31,7 +31,7 @@ OTHER_PLAIN = "matrix-other-9876543210"
 # Providers whose signature leaves (part of) the body uncovered, by their design: a
 # token proves only the sender (token, gitlab); Mailgun signs a timestamp and a token
 # that travel inside the body, not the rest of it.
-BODY_UNSIGNED = frozenset({"token", "gitlab", "mailgun"})
+BODY_UNSIGNED = frozenset({"token", "gitlab", "mailgun", "okta", "basic"})
 # Twilio signs the decoded form parameters, not the bytes: ``%2f`` and ``%2F`` are one
 # parameter, so a body can change without its signature changing.
 SIGNS_DECODED_FORM = frozenset({"twilio"})
@@ -82,6 +82,11 @@ PAIRS: dict[str, tuple[Pair, Pair]] = {
     ),
     "sendgrid": (Pair(*_p256_pair(0x5EED)), Pair(*_p256_pair(0xBEEF))),
     "discord": (Pair(*_ed25519_pair(bytes(range(32)))), Pair(*_ed25519_pair(b"\x07" * 32))),
+    # HTTP Basic: a credential is user:password.
+    "basic": (
+        Pair("matrix:" + PLAIN, "matrix:" + PLAIN),
+        Pair("matrix:" + OTHER_PLAIN, "matrix:" + OTHER_PLAIN),
+    ),
 }
 
 

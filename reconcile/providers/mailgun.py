@@ -42,9 +42,6 @@ from reconcile.providers.base import (
 from store.intake.events import NewEvent
 
 PAGE_LIMIT = 300
-# Pages followed past the window's start at most, should ``end`` not be applied: the
-# items there are left out all the same.
-SEEN_OLDER_PAGES = 1
 
 
 class MailgunEvent(TypedDict, total=False):
@@ -117,7 +114,6 @@ class MailgunAdapter(ListAdapter):
             "ascending": "no",
             "limit": PAGE_LIMIT,
         }
-        older_pages = 0
         while True:
             if params is None:
                 response = await self.api.request("GET", url)
@@ -137,10 +133,10 @@ class MailgunAdapter(ListAdapter):
                 if when >= since:
                     items.append(Item(key=key, time=when, obj=event))
             yield items
+            # Newest first: a page that reaches past the window's start is its last one,
+            # should ``end`` not have been applied.
             if oldest < since:
-                older_pages += 1
-                if older_pages > SEEN_OLDER_PAGES:
-                    return
+                return
             following = (page.get("paging") or {}).get("next")
             if not isinstance(following, str) or not following:
                 return

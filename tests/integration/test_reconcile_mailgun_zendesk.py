@@ -323,3 +323,22 @@ token = "t"
         parse_sources(text, Path("hookd.toml"), env={})
     assert str(raised.value).startswith("hookd.toml: source 's': key ")
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("world", ["mailgun", "zendesk"], indirect=True)
+async def test_registration_drift_is_recorded_on_the_run(world: World) -> None:
+    world.add(3)
+    await world.send()
+    if isinstance(world.emulator, MailgunEmulator):
+        world.emulator.webhooks = {"delivered": ["https://elsewhere.example/hook"]}
+        expected = "no webhook of the domain posts to the source's public_url"
+    else:
+        world.emulator.webhook.update(status="inactive", endpoint="https://elsewhere.example/in")
+        expected = "the webhook is inactive: Zendesk sends it nothing"
+    run = await world.reconcile()
+    assert (run["status"], run["items_checked"], run["items_missing"]) == ("succeeded", 3, 0)
+    registration = run["registration"]
+    assert registration["ok"] is False, registration
+    assert any(expected in p for p in registration["problems"]), registration
+    if isinstance(world.emulator, ZendeskEmulator):
+        assert any("https://elsewhere.example/in" in p for p in registration["problems"])

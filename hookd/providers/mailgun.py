@@ -15,12 +15,19 @@ What Mailgun signs is the timestamp and token only, not ``event-data``: a captur
 signature block stays valid with other event data until its timestamp leaves the window.
 Keep ``tolerance_s`` short. Events are keyed by ``event-data.id``, Mailgun's id for the
 event, the same in every retry and in its events API.
+
+Reconciliation reads the domain's events (``GET /v3/{domain}/events``,
+``reconcile.providers.mailgun``): an event there is the ``event-data`` of its webhook,
+listed under the same ``id``.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from typing import Annotated
+
+from pydantic import Field
 
 from hookd.errors import SignatureError
 from hookd.providers.base import (
@@ -37,6 +44,12 @@ from hookd.providers.base import (
     epoch_to_datetime,
     loads_utf8,
 )
+from hookd.providers.reconciling import (
+    EventNames,
+    ReconcileConfig,
+    Reconciling,
+    matching,
+)
 from hookd.providers.signatures import (
     hmac_secret,
     hmac_sha256_hex,
@@ -49,6 +62,8 @@ NAME = "mailgun"
 # Mailgun's tokens are 50 characters; a longer one is not Mailgun's.
 MAX_TOKEN_CHARS = 512
 SIGNATURE_FIELDS = ("signature", "parent-signature")
+# A sending domain: labels of letters, digits and hyphens, dot-separated.
+DOMAIN = r"(?=.{1,253}\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}"
 
 
 def check_headers(headers: HeaderMap, now: float, tolerance_s: int) -> SignedHeaders:
@@ -159,6 +174,36 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return {"Content-Type": "application/json", "User-Agent": "mailgun/treq-16.12.0"}, body
 
 
+class MailgunReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Mailgun source: the sending domain whose events are
+    listed, how long the account's plan keeps them, and what the registration check
+    (each run, ``hookd sources check``) compares the domain's webhooks with.
+
+    The token is a Mailgun API key that can read the domain's events (the account's
+    primary key, or a key whose role reads logs); it is sent as ``api:<key>``."""
+
+    domain: Annotated[
+        str | None, matching(DOMAIN, 'must be a sending domain ("mg.example.com")')
+    ] = None
+    # How far back the events API reaches, in days: by the account's plan (Mailgun
+    # keeps logs one day on its free plans, up to 30 on others). The window never
+    # reaches further, and what a run could not reach is recorded as lost.
+    log_retention_days: float = Field(default=1.0, gt=0, le=30, allow_inf_nan=False)
+    # Webhook names that must post to the source's public_url ("delivered", "opened",
+    # "permanent_fail"...); without them, at least one must.
+    expect_events: EventNames = ()
+    check_registration: bool = True
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is None and self.domain is None:
+            return "domain", "is required for mailgun"
+        return missing
+
+    def list_retention_days(self) -> float | None:
+        return self.log_retention_days
+
+
 PROVIDER = Provider(
     name=NAME,
     # Mailgun retries for 8 hours.
@@ -176,4 +221,14 @@ PROVIDER = Provider(
     # "If Mailgun receives a 200 (Success) code it will determine the webhook POST is
     # successful"; any other code but 406 is retried for 8 hours.
     accepted_status=200,
+    reconcile=Reconciling(
+        settings=MailgunReconcile,
+        # US; an EU domain's API is https://api.eu.mailgun.net (api_url).
+        api_url="https://api.mailgun.net",
+        adapter="reconcile.providers.mailgun:MailgunAdapter",
+        # Mailgun's events API is eventually consistent: it says an event may take up
+        # to half an hour to be listed. Half an hour, then, before an event is judged.
+        settle_s=1800.0,
+        registration=True,
+    ),
 )

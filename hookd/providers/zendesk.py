@@ -12,6 +12,12 @@ A webhook connected to a trigger or automation sends a payload the admin wrote (
 XML or a form), with nothing documented in it; it is keyed by the
 ``X-Zendesk-Webhook-Invocation-Id`` header, which every attempt of one invocation
 shares (the invocations API lists attempts under it).
+
+Reconciliation reads the webhook's invocations (``GET
+/api/v2/webhooks/{id}/invocations``, ``reconcile.providers.zendesk``): an invocation
+there is listed under the same ``invocation:<id>`` key, so only a webhook connected to
+triggers or automations can be reconciled (the list does not name a Zendesk event's
+``id``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import Field
 
 from hookd.errors import PayloadError
 from hookd.providers.base import (
@@ -33,6 +42,7 @@ from hookd.providers.base import (
     optional_header,
     select_headers,
 )
+from hookd.providers.reconciling import ReconcileConfig, Reconciling, matching
 from hookd.providers.rfc3339 import parse_rfc3339, parse_utc_timestamp
 from hookd.providers.signatures import (
     TimestampedSignature,
@@ -91,7 +101,7 @@ def envelope(headers: HeaderMap, body: bytes, verified: Verified) -> Envelope:
             "malformed_payload", "not a Zendesk event and no X-Zendesk-Webhook-Invocation-Id"
         )
     return Envelope(
-        dedupe_key=checked_key(f"invocation:{invocation.strip()}", "invocation id"),
+        dedupe_key=checked_key(invocation_key(invocation), "invocation id"),
         type=None,
         occurred_at=None,
         headers=kept,
@@ -153,6 +163,42 @@ def sample_event(secret: str, seq: int, now: int) -> tuple[dict[str, str], bytes
     return headers, body
 
 
+def invocation_key(invocation_id: str) -> str:
+    """The key a trigger's or automation's webhook is stored under (``envelope``)."""
+    return f"invocation:{invocation_id.strip()}"
+
+
+class ZendeskReconcile(ReconcileConfig):
+    """``[sources.reconcile]`` of a Zendesk source: the webhook whose invocations are
+    listed (one connected to triggers or automations), and how the token is sent.
+
+    ``api_url`` is the account's, ``https://<subdomain>.zendesk.com``. With ``email``,
+    the token is an API token sent as ``<email>/token:<token>`` (basic auth); without
+    it, an OAuth access token (``Bearer``). Either must be an admin's: only admins
+    may read webhooks and their invocations."""
+
+    webhook_id: Annotated[
+        str | None,
+        matching(r"[0-9A-Za-z]{10,64}", 'must be a webhook ID ("01GB2G9R1Q0B1QJQXAJX2HRT5C")'),
+    ] = None
+    email: Annotated[str | None, matching(r"[^@\s/:]+@[^@\s/:]+", "must be an e-mail address")] = (
+        None
+    )
+    check_registration: bool = True
+    # Invocations asked for a page (Zendesk allows up to 100).
+    page_size: int = Field(default=100, ge=1, le=100)
+
+    def incomplete(self) -> tuple[str, str] | None:
+        missing = super().incomplete()
+        if missing is not None:
+            return missing
+        if not self.api_url:
+            return "api_url", "is required for zendesk: https://<subdomain>.zendesk.com"
+        if self.webhook_id is None:
+            return "webhook_id", "is required for zendesk"
+        return None
+
+
 PROVIDER = Provider(
     name=NAME,
     # Zendesk does not document a retry window: hookd's default.
@@ -173,4 +219,16 @@ PROVIDER = Provider(
     ),
     envelope=envelope,
     sample_event=sample_event,
+    reconcile=Reconciling(
+        settings=ZendeskReconcile,
+        # Each account has its own (api_url is required).
+        api_url="https://zendesk.com",
+        adapter="reconcile.providers.zendesk:ZendeskAdapter",
+        # Zendesk invokes a webhook as its trigger fires and logs the invocation as it
+        # starts; a failed attempt is retried within minutes. Five minutes.
+        settle_s=300.0,
+        # "Returns up to 7 days of invocations for a webhook."
+        retention_days=7.0,
+        registration=True,
+    ),
 )

@@ -278,7 +278,10 @@ class ListAdapter(ABC):
 
     @abstractmethod
     def pages(self, since: float) -> AsyncIterator[list[Item]]:
-        """Newest first, page by page, down to ``since`` (unix seconds)."""
+        """The listed items from ``since`` (unix seconds) on, page by page, in the
+        order the API answers (the run does not depend on it; an adapter stops early
+        only where the order it has seen allows, see ``NewestFirst``). An item the
+        adapter cannot judge is listed with its ``doubt``, never timed at random."""
 
     @abstractmethod
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:

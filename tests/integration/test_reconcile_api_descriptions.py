@@ -33,10 +33,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from hookd.sources import Source, parse_sources
+from reconcile import coverage
 from reconcile.poller import Outcome, Reconciler
 from reconcile.providers.base import reconciled
 from store.crypto import BodyCipher
 from store.intake.events import insert_events
+from store.reconcile import coverage as ledger
 from tests.support.constants import SECRETS
 from tests.support.data import engine_of
 from tests.support.emulators import GitHubEmulator
@@ -229,6 +231,20 @@ class Setup:
         )
         return [(r[0], r[1], r[2], r[3]) for r in found]
 
+    async def coverage(self, since: datetime, until: datetime) -> coverage.Report:
+        """What ``hookd coverage`` says of ``[since, until)``, now."""
+        async with self.engine.connect() as conn:
+            rows = await ledger.records(conn, self.source.name, since, until)
+        situation = coverage.Situation(
+            now=time.time(),
+            settle_s=coverage.settle_s(self.source),
+            retention_s=coverage.retention_s(self.source),
+            cursor=await self.cursor(),
+        )
+        return coverage.merge(
+            self.source.name, rows, since.timestamp(), until.timestamp(), situation
+        )
+
     async def keys(self) -> set[str]:
         found = await self.rows("SELECT dedupe_key FROM events WHERE source = :source")
         return {r[0] for r in found}
@@ -321,6 +337,12 @@ async def test_gitlab_documented_events_without_created_at_leave_a_hole_until_ju
         assert reason is not None
         assert reason.startswith("unjudged: 2 listed items could not be judged")
         assert "GitLab logged a hook event without created_at (2)" in reason
+        report = await setup.coverage(start, end)
+        [hole] = report.holes
+        assert (hole.start, hole.end) == (start.timestamp(), end.timestamp())
+        [said] = hole.reasons
+        assert said.kind == "failed"
+        assert said.detail == reason
         # The cursor stays where the window starts: a later run checks it again.
         cursor = await setup.cursor()
         assert cursor == pytest.approx(start.timestamp() + 60, abs=1e-3)
@@ -335,6 +357,7 @@ async def test_gitlab_documented_events_without_created_at_leave_a_hole_until_ju
         assert [o[0] for o in outcomes] == ["failed", "complete"]
         assert outcomes[1][1] == start
         assert outcomes[1][2] >= end
+        assert (await setup.coverage(start, end)).covered  # the hole is filled
         assert await setup.cursor() == pytest.approx(outcomes[1][2].timestamp(), abs=1e-3)
 
 

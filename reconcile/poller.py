@@ -410,7 +410,7 @@ class Reconciler:
         # checks the window again.
         before = run.current.cursor
         assert run.window is not None
-        reached = run.window[0] + run.rc.overlap_s if run.unjudged else run.until
+        reached = min(run.window[0] + run.rc.overlap_s, run.until) if run.unjudged else run.until
         judged = reached if before is None else max(before, reached)
         cursor_after = before if run.dry_run else judged
         values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}

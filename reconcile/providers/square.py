@@ -22,8 +22,8 @@ from typing import NotRequired, TypedDict
 
 from hookd.errors import ReconcileError
 from hookd.providers.base import text_or_none
-from hookd.providers.rfc3339 import parse_isoformat, parse_rfc3339, utc_z
-from hookd.providers.square import SquareReconcile
+from hookd.providers.rfc3339 import utc_z
+from hookd.providers.square import SquareReconcile, created_at
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, settings_of
@@ -76,13 +76,6 @@ class SearchAnswer(TypedDict, total=False):
     events: list[dict[str, object]] | None
     cursor: str
     errors: list[_Error]
-
-
-def created_at(value: object) -> datetime | None:
-    """An event's ``created_at``. Square's own example writes it without a zone
-    (``2022-04-26T10:08:40.454726``): such a time is read as UTC, the zone of every
-    other time Square writes (``…Z``)."""
-    return parse_rfc3339(value) or parse_isoformat(value)
 
 
 def settings(source: Source) -> SquareReconcile:

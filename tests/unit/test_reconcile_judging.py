@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+from hookd.providers.square import created_at
 from hookd.sources import parse_sources
 from reconcile.providers.base import NewestFirst
 from reconcile.providers.paddle import notification_doubt, notified_at
-from reconcile.providers.square import created_at
 from reconcile.run import Run
 
 DAY = 86_400.0

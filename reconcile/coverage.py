@@ -7,14 +7,15 @@ amounts to for a range of time, at a given moment:
 - a moment is **checked** when some run recorded an interval over it as ``complete``
   or ``repaired`` (later failures of other runs over it change nothing);
 - every other moment is a **hole**, with each reason that applies: a run ``failed``
-  there, it was ``unrecoverable`` (beyond the provider's retention when a run came to
-  it), ``not_checked`` (the source was disabled; also said of a source disabled right
-  now, from its cursor on), ``beyond_retention`` (older than the provider keeps: no
-  run can check it any more), ``settling`` (younger than the settle window: a run
-  judges it later), ``pending`` (after the last checked moment: the next run's work;
-  also what a past disable's window still holds from the cursor on once a good run
-  has moved the cursor into it), or
-  ``not_recorded`` (no record: no run has covered it yet, or before the ledger's records).
+  there (also a run that succeeded but listed items it could not judge: its reason
+  begins ``unjudged:``), it was ``unrecoverable`` (beyond the provider's retention when
+  a run came to it), ``not_checked`` (the source was disabled; also said of a source
+  disabled right now, from its cursor on), ``beyond_retention`` (older than the provider
+  keeps: no run can check it any more), ``settling`` (younger than the settle window: a
+  run judges it later), ``pending`` (after the last checked moment: the next run's work;
+  also what a past disable's window still holds from the cursor on once a good run has
+  moved the cursor into it), or ``not_recorded`` (no record: no run has covered it yet,
+  or before the ledger's records).
 
 Adjacent pieces with the same state and reasons are merged.
 """

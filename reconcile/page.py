@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from hookd.errors import ReconcileError
 from hookd.sources import Source
-from reconcile.providers.base import Item, ListAdapter
+from reconcile.providers.base import Item, ListAdapter, Unrepairable
 from reconcile.run import Run, Tally
 from store.crypto import BodyCipher
 from store.intake.events import NewEvent, insert_events
@@ -23,8 +23,9 @@ from store.values import Unstorable, checked_key, storable
 
 def judged(items: Sequence[Item], until: float) -> list[Item]:
     """The items older than ``until``, the end of the run's window: younger ones' webhooks
-    may be on their way. An id no row can hold cannot be compared either: say so."""
-    kept = [i for i in items if i.time < until]
+    may be on their way. An id no row can hold cannot be compared either: say so.
+    Items the run cannot judge (``Item.doubt``) are left to ``doubtful``."""
+    kept = [i for i in items if i.doubt is None and i.time < until]
     for item in kept:
         try:
             checked_key(item.key)
@@ -37,24 +38,54 @@ def judged(items: Sequence[Item], until: float) -> list[Item]:
     return kept
 
 
+def doubtful(items: Sequence[Item]) -> list[Item]:
+    """The items the run cannot judge (the API left out their time or key): those with
+    a key a row holds are looked up, and accounted for when stored."""
+    found = []
+    for item in items:
+        if item.doubt is None:
+            continue
+        try:
+            usable = not item.key or bool(checked_key(item.key))
+        except Unstorable:
+            usable = False
+        found.append(item if usable else Item(key="", time=0.0, ref=item.ref, doubt=item.doubt))
+    return found
+
+
+@dataclass(frozen=True)
+class Repairs:
+    """The events to store, and the missing items that cannot be, each with why."""
+
+    events: list[NewEvent]
+    unrepaired: list[tuple[Item, str]]
+
+
 async def repairs(
     adapter: ListAdapter, source: Source, missing: Sequence[Item], dry_run: bool
-) -> list[NewEvent]:
+) -> Repairs:
     """The events to store for the missing items; none when the provider is asked to
-    send them again instead (``redelivers``), or for a dry run."""
+    send them again instead (``redelivers``), or for a dry run. An item the adapter
+    cannot store as it was sent (``Unrepairable``) is left out, with its reason."""
     if not missing or dry_run:
-        return []
+        return Repairs([], [])
     if adapter.redelivers:
         for item in missing:
             await adapter.redeliver(item)
-        return []
+        return Repairs([], [])
     received = datetime.now(UTC)
-    # Its labels in the safe form the receiver stores (store.values).
-    events = [storable(await adapter.repair(item, received)) for item in missing]
+    events: list[NewEvent] = []
+    unrepaired: list[tuple[Item, str]] = []
+    for item in missing:
+        try:
+            # Its labels in the safe form the receiver stores (store.values).
+            events.append(storable(await adapter.repair(item, received)))
+        except Unrepairable as exc:
+            unrepaired.append((item, exc.reason))
     order = source.config.order
     if order is not None:  # as the receiver does
         events = [order.stamp(e) for e in events]
-    return events
+    return Repairs(events, unrepaired)
 
 
 @dataclass(frozen=True)

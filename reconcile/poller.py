@@ -43,6 +43,7 @@ from reconcile.providers.base import Item, ListAdapter
 from reconcile.run import Run, Tally, record_checked, record_failed
 from store.crypto import BodyCipher
 from store.ids import new_id, worker_id
+from store.reconcile import coverage as ledger
 from store.reconcile import runs as state
 from store.reconcile.audit import AUTO_DISABLED_BY
 from store.status import RunStatus, RunTrigger
@@ -91,6 +92,8 @@ class Outcome:
     ack_violations: int = 0
     registration_problems: tuple[str, ...] | None = None
     registration_unread: str | None = None
+    # Listed items the run could not judge (or store): its window is left a hole.
+    unjudged: int = 0
 
 
 @dataclass
@@ -281,7 +284,12 @@ class Reconciler:
     async def _leased(self, run: Run) -> Outcome:
         now = run.started.timestamp()
         cursor = run.current.cursor
-        since, until = run.plan(now)
+        earliest = None
+        if cursor is None:  # a first run: where earlier ones set out from, if any did
+            async with self.engine.connect() as conn:
+                begun = await ledger.first_start(conn, run.source.name)
+            earliest = None if begun is None else begun.timestamp()
+        since, until = run.plan(now, earliest)
         await self._record(run, RunStatus.RUNNING, finished=False, cursor_before=cursor)
         adapter_type = adapter_class(run.source.provider)
         api = self._api(run.source, adapter_type)
@@ -350,24 +358,38 @@ class Reconciler:
         its way, and the cursor stops short of them, so a later run judges them."""
         source = run.source
         items = page.judged(listed, run.until)
+        doubtful = page.doubtful(listed)
         async with self.engine.begin() as conn:
             now = datetime.now(UTC)
             if not await state.renew_lease(conn, source.name, self.owner, self.lease_s, now):
                 raise LeaseLost("lease_lost", "another run took the source over")
-            present = await state.existing_keys(conn, source.name, (i.key for i in items))
+            keys = [i.key for i in items] + [i.key for i in doubtful if i.key]
+            present = await state.existing_keys(conn, source.name, keys)
         missing = [i for i in items if i.key not in present]
+        # What cannot be judged is accounted for when stored; else it is said, and the
+        # run's window is left a hole (``Run.unjudged``), never passed as checked.
+        stored_doubtful = [i for i in doubtful if i.key and i.key in present]
+        for item in doubtful:
+            if not (item.key and item.key in present):
+                assert item.doubt is not None
+                run.note_unjudged(item.doubt)
         broken = run.acks.broken(adapter, [i.key for i in missing])
-        events = await page.repairs(adapter, source, missing, run.dry_run)
-        judged = page.Page(items, missing, events, broken)
+        fixes = await page.repairs(adapter, source, missing, run.dry_run)
+        for _, reason in fixes.unrepaired:
+            run.note_unjudged(reason)
+        left = {id(item) for item, _ in fixes.unrepaired}
+        repairable = [i for i in missing if id(i) not in left]
+        judged = page.Page([*items, *stored_doubtful], repairable, fixes.events, broken)
         async with self.engine.begin() as conn:
             done = await page.record(conn, run, judged, tally, self.cipher)
         run.acks.report(done.violations)
         outcome.ack_violations += len(done.violations)
-        outcome.checked += len(items)
+        outcome.checked += len(judged.items)
+        outcome.unjudged = run.unjudged_count
         outcome.missing += done.found
         outcome.repaired += done.repaired
-        if len(items) > done.found:
-            DUPLICATES.labels(source.name).inc(len(items) - done.found)
+        if len(judged.items) > done.found:
+            DUPLICATES.labels(source.name).inc(len(judged.items) - done.found)
         if done.created and self.on_repaired is not None:
             with contextlib.suppress(Exception):
                 await self.on_repaired(done.created)
@@ -382,9 +404,14 @@ class Reconciler:
     ) -> Outcome:
         interval = schedule.next_interval(run.rc, run.current.interval_s, outcome.missing > 0)
         finished = datetime.now(UTC)
-        # Up to what the run judged, never back (a settle window made longer).
+        # Up to what the run judged, never back (a settle window made longer). A run
+        # that could not judge all it listed judged none of its window: the cursor
+        # stays where it lists from (past what it recorded lost), so a later run
+        # checks the window again.
         before = run.current.cursor
-        judged = run.until if before is None else max(before, run.until)
+        assert run.window is not None
+        reached = min(run.window[0] + run.rc.overlap_s, run.until) if run.unjudged else run.until
+        judged = reached if before is None else max(before, reached)
         cursor_after = before if run.dry_run else judged
         values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}
         if not run.dry_run:

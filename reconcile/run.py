@@ -20,6 +20,10 @@ from store.status import CoverageOutcome
 
 log = logging.getLogger("hookd.reconcile")
 
+# How a window left a hole by items a run could not judge is said in the ledger (a
+# ``failed`` record: a later run, from the same cursor, checks it again).
+UNJUDGED_PREFIX = "unjudged:"
+
 
 @dataclass
 class Run:
@@ -34,6 +38,9 @@ class Run:
     # the cursor and the provider's retention, when the cursor fell behind it.
     window: tuple[float, float] | None = field(default=None, init=False)
     lost: tuple[float, float] | None = field(default=None, init=False)
+    # Why listed items could not be judged (or stored), and how many each time: a
+    # window with any is recorded a hole, not checked (``record_checked``).
+    unjudged: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.acks = audit.AckAudit(self.source.name, self.id, self.dry_run)
@@ -43,22 +50,47 @@ class Run:
         assert self.window is not None
         return self.window[1]
 
-    def plan(self, now: float) -> tuple[float, float]:
+    def plan(self, now: float, earliest: float | None = None) -> tuple[float, float]:
         """The window this run judges, started at ``now``: from the cursor less
-        ``overlap_s`` (the first run: ``lookback_s`` back), kept inside the provider's
-        retention, to ``now - settle_s``. A cursor behind that retention leaves the
-        interval between the two ``lost``: recorded unrecoverable if the run succeeds.
-        The first run's look-back is kept inside it without a word: nothing before
-        it was promised."""
+        ``overlap_s`` (the first run: ``lookback_s`` back, or from ``earliest``, where
+        the ledger begins, when earlier runs set out from there and none succeeded),
+        kept inside the provider's retention, to ``now - settle_s``. A cursor (or that
+        ledger start) behind that retention leaves the interval between the two
+        ``lost``: recorded unrecoverable if the run succeeds. The first run's own
+        look-back is kept inside it without a word: nothing before it was promised."""
         rc = self.rc
         cursor = self.current.cursor
         floor = now - coverage.retention_s(self.source) + coverage.RETENTION_MARGIN_S
-        since = (cursor if cursor is not None else now - rc.lookback_s) - rc.overlap_s
-        if cursor is not None and cursor < floor:
+        start = cursor
+        if start is None:
+            start = now - rc.lookback_s
+            if earliest is not None and earliest < start:
+                # Failed first runs set out from there: start where they did, not
+                # leaving a sliver between their start and this one's look-back.
+                start = earliest + rc.overlap_s
+                if earliest < floor:
+                    self.lost = (earliest, floor)
+        elif cursor < floor:
             self.lost = (cursor, floor)
-        since = max(since, floor)
+        since = max(start - rc.overlap_s, floor)
         self.window = (since, max(since, now - coverage.settle_s(self.source)))
         return self.window
+
+    def note_unjudged(self, reason: str) -> None:
+        self.unjudged[reason] = self.unjudged.get(reason, 0) + 1
+
+    @property
+    def unjudged_count(self) -> int:
+        return sum(self.unjudged.values())
+
+    def unjudged_reason(self) -> str:
+        """The hole's words: how many listed items could not be judged, and why."""
+        said = "; ".join(f"{reason} ({n})" for reason, n in sorted(self.unjudged.items()))
+        n = self.unjudged_count
+        return (
+            f"{UNJUDGED_PREFIX} {n} listed item{'s' if n != 1 else ''} could not be judged "
+            f"or stored: {said}; a later run checks this window again"
+        )
 
     @property
     def rc(self) -> ReconcileConfig:
@@ -102,6 +134,18 @@ async def record_checked(conn: AsyncConnection, run: Run, repaired: int, now: da
             },
         )
     assert run.window is not None
+    if run.unjudged:
+        # Never checked while something listed in it was not judged: a hole that says
+        # why, and the cursor stays (``Reconciler._succeeded``).
+        reason = run.unjudged_reason()
+        await _record(
+            conn, run, run.window, CoverageOutcome.FAILED, now, repaired=repaired, reason=reason
+        )
+        log.warning(
+            "listed items could not be judged: the window is left a hole",
+            extra={"source": run.source.name, "run_id": run.id, "unjudged": run.unjudged_count},
+        )
+        return
     outcome = CoverageOutcome.REPAIRED if repaired else CoverageOutcome.COMPLETE
     await _record(conn, run, run.window, outcome, now, repaired=repaired)
 

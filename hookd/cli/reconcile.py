@@ -131,6 +131,8 @@ def describe_outcome(outcome: Any, dry_run: bool) -> str:
     if outcome.status == RunStatus.FAILED:
         return f"{head} {counts} error={outcome.error}"
     audits = ""
+    if outcome.unjudged:
+        audits += f" unjudged={outcome.unjudged} (window left a hole; see hookd coverage)"
     if outcome.ack_violations:
         audits += f" ack_violations={outcome.ack_violations}"
     if outcome.registration_problems:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
+from datetime import datetime
 from typing import Literal
 
 from pydantic import field_validator
@@ -25,7 +26,7 @@ from hookd.providers.base import (
     text_or_none,
 )
 from hookd.providers.reconciling import ReconcileConfig, Reconciling
-from hookd.providers.rfc3339 import parse_rfc3339, utc_z
+from hookd.providers.rfc3339 import parse_iso8601, utc_z
 from hookd.providers.signatures import PRINTABLE_WORD, HmacHeader, hmac_b64, hmac_secret
 
 NAME = "square"
@@ -44,6 +45,13 @@ SQUARE_WORD = re.compile(r"[A-Za-z0-9_.\-]+")
 # What the registry holds is bound to this placeholder; a source is always served by
 # the provider bound to its own ``public_url`` (hookd.sources refuses one without).
 EXAMPLE_URL = "https://hookd.example/hooks/square"
+
+
+def created_at(value: object) -> datetime | None:
+    """An event's ``created_at``, in UTC. Square writes it with ``Z``, but the Events
+    API's own example writes it without a zone (``2022-04-26T10:08:40.454726``): such
+    a time is read as UTC, the zone of every other time Square writes."""
+    return parse_iso8601(value)
 
 
 def square_signature(secret: str, url: str, body: bytes) -> str:
@@ -106,7 +114,7 @@ def bind(url: str) -> Provider:
         envelope=JsonEnvelope(
             key=("event_id", "event_id"),
             type=("type", text_or_none),
-            time=("created_at", parse_rfc3339),
+            time=("created_at", created_at),
             kept=KEPT_HEADERS,
         ),
         sample_event=sample_event,

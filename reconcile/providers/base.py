@@ -40,6 +40,58 @@ class Item:
     # The listed object as the API answered it (JSON), for ``repair``: what it holds
     # is the provider's, so an adapter narrows what it reads of it.
     obj: Mapping[str, object] | None = field(default=None, repr=False)
+    # Why the run cannot judge it (the API left out its time, or its key): then
+    # ``time`` means nothing. One whose key is stored is accounted for all the same;
+    # any other leaves the run's window a hole with this reason (``unjudged``).
+    doubt: str | None = None
+
+
+def unjudged(doubt: str, key: str = "", ref: Any = None) -> Item:
+    """An item listed that the run cannot judge, and why (``doubt``): without ``key``
+    (the API left out what identifies it), it cannot even be looked up."""
+    return Item(key=key, time=0.0, ref=ref, doubt=doubt)
+
+
+class Unrepairable(Exception):
+    """``repair`` cannot store the missing item as it was sent (the API does not give
+    it whole): nothing is stored, and the run's window is left a hole for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NewestFirst:
+    """Whether a list answer has been newest first so far, as seen, not as assumed.
+
+    An API that does not promise its order (GitHub's deliveries, GitLab's hook events)
+    is read page after page until a page lies wholly before the window *and* every
+    time read so far went down (at least once, never up): only then do the pages
+    after it hold nothing younger. An answer in any other order is read to its end."""
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._fell = False
+        self._rose = False
+
+    def saw(self, when: float) -> None:
+        if self._last is not None:
+            if when < self._last:
+                self._fell = True
+            elif when > self._last:
+                self._rose = True
+        self._last = when
+
+    @property
+    def seen(self) -> bool:
+        """Newest first so far: it went down, and never up."""
+        return self._fell and not self._rose
+
+    def ends(self, page_times: Sequence[float], since: float) -> bool:
+        """Whether the listing may stop after this page (its times, in order, already
+        given to ``saw``): all of them before ``since``, and the order seen so far
+        newest first."""
+        return bool(page_times) and max(page_times) < since and self.seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +278,10 @@ class ListAdapter(ABC):
 
     @abstractmethod
     def pages(self, since: float) -> AsyncIterator[list[Item]]:
-        """Newest first, page by page, down to ``since`` (unix seconds)."""
+        """The listed items from ``since`` (unix seconds) on, page by page, in the
+        order the API answers (the run does not depend on it; an adapter stops early
+        only where the order it has seen allows, see ``NewestFirst``). An item the
+        adapter cannot judge is listed with its ``doubt``, never timed at random."""
 
     @abstractmethod
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:

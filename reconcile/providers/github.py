@@ -1,10 +1,14 @@
 """GitHub hook deliveries: repo, org and app hooks.
 
-``GET /{hook}/deliveries?per_page=100`` lists newest first, paged by the
-``Link: <…>; rel="next"`` cursor. Redeliveries share the GUID that
+``GET /{hook}/deliveries?per_page=100`` lists the deliveries, paged by the
+``Link: <…>; rel="next"`` cursor. GitHub answers newest first but does not promise
+it: the pages are read on until one lies wholly before the window of an answer seen
+to be newest first so far (``NewestFirst``), else to the last. Redeliveries share the GUID that
 ``X-GitHub-Delivery`` carries, so items are grouped by GUID. A missing GUID is
 repaired by fetching the delivery (its request headers and payload) or, with
-``repair = "redeliver"``, by asking GitHub to send it again.
+``repair = "redeliver"``, by asking GitHub to send it again. A delivery GitHub shows
+without its payload (``request.payload`` may be null) is not stored with a made-up
+body: it is left missing, and the run's window a hole that says so (``Unrepairable``).
 
 Each delivery also says what the receiver answered (``status_code``): every one
 answered with a 2xx is noted for the ack audit, redeliveries included. The hook
@@ -36,7 +40,9 @@ from reconcile.http import Api
 from reconcile.providers.base import (
     Item,
     ListAdapter,
+    NewestFirst,
     Registration,
+    Unrepairable,
     events_drift,
     glob_extends,
     is_2xx,
@@ -138,14 +144,16 @@ class GitHubAdapter(ListAdapter):
     async def pages(self, since: float) -> AsyncIterator[list[Item]]:
         url: str | None = f"{self._base}?per_page=100"
         seen: set[str] = set()
+        order = NewestFirst()
         while url is not None:
             response = await self.api.request("GET", url)
             deliveries: list[Delivery] = response.json()
             items: list[Item] = []
-            oldest = float("inf")
+            times: list[float] = []
             for d in deliveries:
                 when = _epoch(d["delivered_at"])
-                oldest = min(oldest, when)
+                order.saw(when)
+                times.append(when)
                 guid = d.get("guid")
                 if when < since or not isinstance(guid, str):
                     continue
@@ -160,7 +168,9 @@ class GitHubAdapter(ListAdapter):
                 seen.add(guid)
                 items.append(Item(key=guid, time=when, ref=d["id"]))
             yield items
-            if oldest < since:
+            # GitHub does not say in which order it lists: stop early only on a page
+            # wholly before the window of an answer seen to be newest first.
+            if order.ends(times, since):
                 return
             match = LINK_NEXT.search(response.headers.get("link", ""))
             url = match.group(1) if match else None
@@ -168,12 +178,20 @@ class GitHubAdapter(ListAdapter):
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         full = (await self.api.request("GET", f"{self._base}/{item.ref}")).json()
         request = full.get("request") or {}
+        payload = request.get("payload")
+        if payload is None:
+            # GitHub's description allows a delivery without its payload: what was sent
+            # cannot be stored as it was, and a made-up body is no event.
+            raise Unrepairable(
+                f"GitHub shows delivery {item.ref} without its payload: it cannot be "
+                'stored from the API; repair = "redeliver" asks GitHub to send it again'
+            )
         raw_headers = request.get("headers") or {}
         headers = {k.lower(): str(v) for k, v in raw_headers.items() if k.lower() in KEPT_HEADERS}
-        payload = request.get("payload")
         body = json.dumps(payload, separators=(",", ":")).encode()
         event = full.get("event") or headers.get("x-github-event")
-        action = full.get("action") or (payload or {}).get("action")
+        said = payload.get("action") if isinstance(payload, dict) else None
+        action = full.get("action") or said
         return reconciled(
             source=self.source.name,
             provider="github",

@@ -1,8 +1,13 @@
 """GitLab project webhook events: ``GET /projects/:id/hooks/:hook_id/events``.
 
-GitLab lists a hook's events (its delivery log) of the past seven days, newest
-first, twenty a page at most (``per_page``), paged by number (``page``; the next
-one is in ``X-Next-Page``, empty on the last). Each event carries the request
+GitLab lists a hook's events (its delivery log) of the past seven days, twenty a
+page at most (``per_page``), paged by number (``page``; the next one is in
+``X-Next-Page``, empty on the last). It answers newest first but does not promise
+it: the pages are read on until one lies wholly before the window of an answer seen
+to be newest first so far, else to the last. An event logged without ``created_at``
+(GitLab's own example has none) cannot be placed in time: stored, it is accounted
+for; missing, it is neither repaired nor passed over, and the run's window is left
+a hole that says why. Each event carries the request
 GitLab sent (``request_headers``, ``request_data``). A resend keeps the event's
 ``Idempotency-Key`` and is logged as an event of its own, so items are grouped by
 that key, as the receiver dedupes on it.
@@ -40,10 +45,17 @@ from hookd.providers.gitlab import (
     event_type,
 )
 from hookd.providers.gitlab import occurred_at as payload_time
-from hookd.providers.rfc3339 import epoch
+from hookd.providers.rfc3339 import parse_iso8601
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, is_2xx, reconciled, settings_of
+from reconcile.providers.base import (
+    Item,
+    ListAdapter,
+    NewestFirst,
+    is_2xx,
+    reconciled,
+    settings_of,
+)
 from store.intake.events import NewEvent
 from store.reconcile.audit import Acked
 
@@ -129,18 +141,35 @@ class GitLabAdapter(ListAdapter):
         start = max(since, self._oldest_allowed)
         page = 1
         seen: set[str] = set()
+        order = NewestFirst()
         while True:
             response = await self.api.request(
                 "GET", self._url, params={"per_page": PER_PAGE, "page": page}
             )
             logged: list[HookEvent] = response.json()
             items: list[Item] = []
-            oldest = float("inf")
+            times: list[float] = []
             for entry in logged:
-                created = entry.get("created_at")
-                when = epoch(created) if isinstance(created, str) else self._now
-                oldest = min(oldest, when)
                 key = dedupe_key(entry)
+                created = parse_iso8601(entry.get("created_at"))
+                if created is None:
+                    # GitLab's own example of this list has no created_at: when it was
+                    # sent is not known, so it is not judged by time (see ``Item.doubt``).
+                    if key not in seen:
+                        seen.add(key)
+                        items.append(
+                            Item(
+                                key=key,
+                                time=0.0,
+                                ref=entry.get("id"),
+                                obj=entry,
+                                doubt="GitLab logged a hook event without created_at",
+                            )
+                        )
+                    continue
+                when = created.timestamp()
+                order.saw(when)
+                times.append(when)
                 if when < start:
                     continue
                 status = entry.get("response_status")
@@ -150,12 +179,14 @@ class GitLabAdapter(ListAdapter):
                 if key in seen:
                     continue
                 seen.add(key)
-                items.append(Item(key=key, time=when, ref=entry["id"], obj=entry))
+                items.append(Item(key=key, time=when, ref=entry.get("id"), obj=entry))
             for first in range(0, len(items), self._chunk):
                 yield items[first : first + self._chunk]
             if not items:
                 yield []
-            if oldest < start:
+            # GitLab does not say in which order it lists: stop early only on a page
+            # wholly before the window of an answer seen to be newest first.
+            if order.ends(times, start):
                 return
             following = response.headers.get("x-next-page", "").strip()
             if not following.isdigit():

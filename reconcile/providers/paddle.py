@@ -12,6 +12,12 @@ notification it has ``delivered`` or that ``failed``; one it is still delivering
 (``not_attempted``, ``needs_retry``) is left to Paddle's own retries. Paddle keeps
 notifications ninety days: the window is capped there.
 
+Paddle's schema requires none of a notification's fields. One without
+``occurred_at`` is timed by its payload's ``occurred_at``; one that still cannot be
+placed in time, or names no event (``payload.event_id``), or (to be replayed) has no
+``id``, is not judged: stored, it is accounted for; otherwise it is counted, and the
+run's window is left a hole that says why, while the run goes on with the rest.
+
 A notification's ``status`` is ``delivered`` once the destination answered it with
 a 2xx: each such notification of an event (its replays too) is noted for the ack
 audit.
@@ -26,10 +32,10 @@ from typing import NotRequired, TypedDict
 
 from hookd.providers.base import text_or_none
 from hookd.providers.paddle import PaddleReconcile
-from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
+from hookd.providers.rfc3339 import parse_rfc3339, utc_z
 from hookd.sources import Source, api_url
 from reconcile.http import Api
-from reconcile.providers.base import Item, ListAdapter, settings_of
+from reconcile.providers.base import Item, ListAdapter, settings_of, unjudged
 from store.intake.events import NewEvent
 from store.reconcile.audit import Acked
 
@@ -76,6 +82,26 @@ class NotificationList(TypedDict):
     meta: NotRequired[_Meta]
 
 
+def notified_at(n: Notification) -> datetime | None:
+    """When a notification's event occurred: its ``occurred_at``, else its payload's
+    (Paddle's schema requires neither)."""
+    return parse_rfc3339(n.get("occurred_at")) or parse_rfc3339(
+        (n.get("payload") or {}).get("occurred_at")
+    )
+
+
+def notification_doubt(n: Notification, event_id: object, redeliver: bool) -> str | None:
+    """Why an event's notification cannot be judged, or None when it can: Paddle's
+    schema requires none of its ``id``, ``occurred_at`` or ``payload.event_id``."""
+    if not isinstance(event_id, str) or not event_id:
+        return "Paddle listed a notification without its payload's event_id"
+    if notified_at(n) is None:
+        return "Paddle listed a notification without occurred_at"
+    if redeliver and not isinstance(n.get("id"), str):
+        return "Paddle listed a notification without an id: it cannot be replayed"
+    return None
+
+
 def settings(source: Source) -> PaddleReconcile:
     return settings_of(source, PaddleReconcile)
 
@@ -114,33 +140,57 @@ class PaddleAdapter(ListAdapter):
             answer: NotificationList = (
                 await self.api.request("GET", self._url, params=params)
             ).json()
-            notifications = answer["data"]
+            notifications = answer.get("data") or []
             items: list[Item] = []
             newest = float("-inf")
             for n in notifications:
-                when = epoch(n["occurred_at"])
-                newest = max(newest, when)
                 payload = n.get("payload") or {}
                 event_id = payload.get("event_id")
-                if when >= start and isinstance(event_id, str) and n.get("status") == "delivered":
-                    at = parse_rfc3339(n.get("delivered_at"))
-                    self.note_acked(Acked(event_id, n.get("id"), None, at))
-                if (
-                    when < start
-                    or n.get("origin") != "event"
-                    or not isinstance(event_id, str)
-                    or event_id in seen
-                ):
+                if n.get("origin") not in (None, "event") and isinstance(event_id, str):
+                    # A replay: its event's own notification is the item.
+                    moment = notified_at(n)
+                    if moment is not None and moment.timestamp() >= start:
+                        self._note_delivered(n, event_id)
+                    continue
+                doubt = notification_doubt(n, event_id, self._redeliver)
+                if doubt is not None:
+                    key = event_id if isinstance(event_id, str) else ""
+                    if not key or key not in seen:
+                        seen.add(key)
+                        items.append(unjudged(doubt, key, n.get("id")))
+                    continue
+                moment = notified_at(n)
+                assert moment is not None
+                assert isinstance(event_id, str)
+                when = moment.timestamp()
+                newest = max(newest, when)
+                if when < start:
+                    continue
+                self._note_delivered(n, event_id)
+                if event_id in seen:
                     continue
                 seen.add(event_id)
-                items.append(Item(key=event_id, time=when, ref=n["id"], obj=n))
-            yield items
+                items.append(Item(key=event_id, time=when, ref=n.get("id"), obj=n))
             pagination = (answer.get("meta") or {}).get("pagination") or {}
+            more = bool(pagination.get("has_more")) and bool(notifications)
+            last = notifications[-1].get("id") if notifications else None
+            if more and not isinstance(last, str):
+                # ``after`` is the page's last ID: without it the rest cannot be asked
+                # for. What it holds is not judged, and the run's window says so.
+                items.append(unjudged("Paddle listed more notifications after one without an id"))
+                more = False
+            yield items
             # Newest first by ID, which follows creation: a page all older than the
             # window ends it, should the API not have applied ``from``.
-            if not pagination.get("has_more") or not notifications or newest < start:
+            if not more or newest < start:
                 return
-            params["after"] = notifications[-1]["id"]
+            assert isinstance(last, str)
+            params["after"] = last
+
+    def _note_delivered(self, n: Notification, event_id: str) -> None:
+        if n.get("status") == "delivered":
+            at = parse_rfc3339(n.get("delivered_at"))
+            self.note_acked(Acked(event_id, n.get("id"), None, at))
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         # Listed, its payload is an object: it named the event's id.
@@ -152,7 +202,7 @@ class PaddleAdapter(ListAdapter):
             payload,
             type_=text_or_none(payload.get("event_type")),
             occurred=None if occurred is None else occurred.timestamp(),
-            how=f"reconcile:paddle-api;notification={item.ref}",
+            how="reconcile:paddle-api" + (f";notification={item.ref}" if item.ref else ""),
             received_at=received_at,
         )
 

@@ -5,10 +5,13 @@ each answer, sent with the original query as Square requires.
 
 An event the Events API returns is the body its webhook carries (``merchant_id``,
 ``location_id``, ``type``, ``event_id``, ``created_at``, ``data``), so a repair needs
-no further call. Square keeps events 28 days (the window is capped there), answers
-only a personal access token (not an OAuth one), and lists only what happened while
-events were enabled (``PUT /v2/events/enable``). It has no call that sends a webhook
-again: a missing event is always stored from the list.
+no further call. Its ``created_at`` may come without a zone (Square's own example:
+``2022-04-26T10:08:40.454726``): it is read as UTC, both to place it in the window
+and as the stored event's ``occurred_at``. Square keeps events 28 days (the window
+is capped there), answers only a personal access token (not an OAuth one), and
+lists only what happened while events were enabled (``PUT /v2/events/enable``). It
+has no call that sends a webhook again: a missing event is always stored from the
+list.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import NotRequired, TypedDict
 
 from hookd.errors import ReconcileError
 from hookd.providers.base import text_or_none
-from hookd.providers.rfc3339 import epoch, parse_rfc3339, utc_z
-from hookd.providers.square import SquareReconcile
+from hookd.providers.rfc3339 import utc_z
+from hookd.providers.square import SquareReconcile, created_at
 from hookd.sources import Source, api_url
 from reconcile.http import Api
 from reconcile.providers.base import Item, ListAdapter, settings_of
@@ -120,7 +123,12 @@ class SquareAdapter(ListAdapter):
                 event_id, created = event.get("event_id"), event.get("created_at")
                 if not isinstance(event_id, str) or not isinstance(created, str):
                     continue
-                when = epoch(created)
+                moment = created_at(created)
+                if moment is None:
+                    raise ReconcileError(
+                        "bad_answer", f"Square listed event {event_id} with created_at {created!r}"
+                    )
+                when = moment.timestamp()
                 if when >= start:
                     items.append(Item(key=event_id, time=when, obj=event))
             yield items
@@ -131,7 +139,7 @@ class SquareAdapter(ListAdapter):
 
     async def repair(self, item: Item, received_at: datetime) -> NewEvent:
         event = item.obj or {}
-        occurred = parse_rfc3339(event.get("created_at"))
+        occurred = created_at(event.get("created_at"))
         return self.stored_json(
             item,
             event,

@@ -165,6 +165,11 @@ def test_a_run_line_shows_its_cursors_as_iso() -> None:
         ack_violations=0,
         registration_problems=(),
         registration_unread=None,
+        unjudged=0,
     )
     line = describe_outcome(outcome, dry_run=False)
     assert "cursor=2026-02-02T02:40:00.250000Z->2026-02-02T02:50:00Z" in line, line
+    assert "unjudged" not in line
+    outcome.unjudged = 2
+    line = describe_outcome(outcome, dry_run=False)
+    assert line.endswith("unjudged=2 (window left a hole; see hookd coverage)"), line

@@ -291,6 +291,10 @@ class GitHubEmulator(_Emulator):
         self.hook_url: str | None = None
         self.hook_last_response: dict[str, Any] | None = None
         self.hook_status: int | None = None
+        # GitHub does not promise the order of its list: answer oldest first, and at
+        # most ``max_per_page`` a page, to test a client that must not assume it.
+        self.oldest_first = False
+        self.max_per_page = 100
         super().__init__()
 
     # -- recording ---------------------------------------------------------------
@@ -582,14 +586,17 @@ class GitHubEmulator(_Emulator):
             per_page = int(query.get("per_page", "30"))
         except ValueError:
             return self._error(422, "Invalid per_page")
-        per_page = max(1, min(per_page, 100))
-        candidates = sorted(self.deliveries, key=lambda d: d["id"], reverse=True)
+        per_page = max(1, min(per_page, 100, self.max_per_page))
+        ascending = self.oldest_first
+        candidates = sorted(self.deliveries, key=lambda d: d["id"], reverse=not ascending)
         cursor = query.get("cursor")
         if cursor:
-            before = self._decode_cursor(cursor)
-            if before is None:
+            last = self._decode_cursor(cursor)
+            if last is None:
                 return self._error(400, "Invalid cursor")
-            candidates = [d for d in candidates if d["id"] < before]
+            candidates = [
+                d for d in candidates if (d["id"] > last if ascending else d["id"] < last)
+            ]
         redelivery = query.get("redelivery")
         if redelivery in ("true", "false"):
             candidates = [d for d in candidates if d["redelivery"] == (redelivery == "true")]
@@ -604,6 +611,7 @@ class GitHubEmulator(_Emulator):
 
     @staticmethod
     def _encode_cursor(last_id: int) -> str:
+        # The position of the last delivery listed, whichever way the list runs.
         return "v1_" + _b64url(f"before:{last_id}".encode())
 
     @staticmethod

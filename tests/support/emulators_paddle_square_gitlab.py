@@ -114,6 +114,17 @@ def _parse_time(text: str) -> float | None:
     return moment.timestamp()
 
 
+def _parse_utc(text: object) -> float | None:
+    """A time Square writes, one without a zone being UTC (its own example has one)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
 def _request_id() -> str:
     return str(uuid.uuid4())
 
@@ -396,12 +407,17 @@ class PaddleEmulator(_Emulator):
     def listed(self) -> list[dict[str, Any]]:
         """Notifications the API still holds (ninety days), oldest first."""
         cutoff = self.now() - PADDLE_RETENTION_S
-        return [n for n in self.notifications if (_parse_time(n["occurred_at"]) or 0.0) >= cutoff]
+        # One without occurred_at (Paddle's schema requires none of its fields) is kept.
+        return [
+            n
+            for n in self.notifications
+            if "occurred_at" not in n or (_parse_time(n["occurred_at"]) or 0.0) >= cutoff
+        ]
 
     async def _get(self, request: Request) -> Response:
         wanted = request.path_params["notification_id"]
         for n in self.listed():
-            if n["id"] == wanted:
+            if n.get("id") == wanted:
                 return JSONResponse({"data": n, "meta": {"request_id": _request_id()}})
         return self._error(404, "entity_not_found", f"Entity {wanted} not found", "request_error")
 
@@ -443,6 +459,8 @@ class PaddleEmulator(_Emulator):
         wanted_filter = query.get("filter")
 
         def wanted(n: Mapping[str, Any]) -> bool:
+            if "occurred_at" not in n:  # no time to filter on: listed
+                return not settings or n.get("notification_setting_id") in settings
             occurred = _parse_time(n["occurred_at"]) or 0.0
             if settings and n["notification_setting_id"] not in settings:
                 return False
@@ -457,15 +475,19 @@ class PaddleEmulator(_Emulator):
             return not wanted_filter or wanted_filter in json.dumps(n["payload"]["data"])
 
         descending = order == "ID[DESC]"
-        ordered = sorted(self.listed(), key=lambda n: n["id"], reverse=descending)
+
+        def ident(n: Mapping[str, Any]) -> str:
+            return str(n.get("id") or "")
+
+        ordered = sorted(self.listed(), key=ident, reverse=descending)
         after = query.get("after")
         if after:
-            ordered = [n for n in ordered if (n["id"] < after if descending else n["id"] > after)]
+            ordered = [n for n in ordered if (ident(n) < after if descending else ident(n) > after)]
         candidates = [n for n in ordered if wanted(n)]
         page = candidates[:per_page]
         has_more = len(candidates) > per_page
         params = {k: v for k, v in query.items() if k != "after"}
-        if page:
+        if page and page[-1].get("id"):
             params["after"] = page[-1]["id"]
         base = str(request.base_url).rstrip("/")
         return JSONResponse(
@@ -599,8 +621,15 @@ class SquareEmulator(_Emulator):
     def event(self, event_id: str) -> dict[str, Any]:
         return next(e for e in self.events if e["event_id"] == event_id)
 
+    def add_listed(self, event: dict[str, Any]) -> str:
+        """Record an event as given (an example of Square's own description), searchable."""
+        self._serial[event["event_id"]] = len(self.events) + 1
+        self.events.append(event)
+        self.searchable.add(event["event_id"])
+        return str(event["event_id"])
+
     def _sort_key(self, event: Mapping[str, Any]) -> tuple[float, int]:
-        return (_parse_time(event["created_at"]) or 0.0, self._serial[event["event_id"]])
+        return (_parse_utc(event["created_at"]) or 0.0, self._serial[event["event_id"]])
 
     # -- webhooks ------------------------------------------------------------------
     def _webhook_requests(self, secret: str) -> list[WebhookRequest]:
@@ -763,7 +792,7 @@ class SquareEmulator(_Emulator):
         cutoff = self.now() - SQUARE_RETENTION_S
 
         def wanted(event: Mapping[str, Any]) -> bool:
-            at = _parse_time(event["created_at"]) or 0.0
+            at = _parse_utc(event["created_at"]) or 0.0
             if event["event_id"] not in self.searchable or at < cutoff:
                 return False
             if "start_at" in bounds and at < bounds["start_at"]:
@@ -859,6 +888,9 @@ class GitLabEmulator(_Emulator):
         self.resend_limited = 0
         self._resends: list[float] = []
         self._ids = itertools.count(1001)
+        # GitLab does not promise the order of its list: answer oldest first, to test
+        # a client that must not assume it.
+        self.oldest_first = False
         super().__init__()
 
     # -- recording ---------------------------------------------------------------
@@ -1079,12 +1111,20 @@ class GitLabEmulator(_Emulator):
         return self._message(405, "405 Method Not Allowed")
 
     def recent(self) -> list[dict[str, Any]]:
-        """Log entries of the past seven days (from the start of that day), newest first."""
+        """Log entries of the past seven days (from the start of that day), newest first
+        (oldest first when ``oldest_first``)."""
         now = datetime.fromtimestamp(self.now(), UTC)
         start = now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
         start -= GITLAB_RECENT_DAYS * DAY
-        kept = [e for e in self.logs if (_parse_time(e["created_at"]) or 0.0) >= start]
-        return sorted(kept, key=lambda e: (e["created_at"], e["id"]), reverse=True)
+        # An event logged without created_at (GitLab's own example has none) is kept.
+        kept = [
+            e
+            for e in self.logs
+            if "created_at" not in e or (_parse_time(e["created_at"]) or 0.0) >= start
+        ]
+        return sorted(
+            kept, key=lambda e: (e.get("created_at", ""), e["id"]), reverse=not self.oldest_first
+        )
 
     @staticmethod
     def _status_matches(entry: Mapping[str, Any], wanted: Sequence[str]) -> bool:
@@ -1141,7 +1181,8 @@ class GitLabEmulator(_Emulator):
             links.append(f'<{link(page + 1)}>; rel="next"')
         links += [f'<{link(1)}>; rel="first"', f'<{link(pages)}>; rel="last"']
         headers["Link"] = ", ".join(links)
-        return JSONResponse([{f: e[f] for f in GITLAB_LOG_FIELDS} for e in chunk], headers=headers)
+        shown = [{f: e[f] for f in GITLAB_LOG_FIELDS if f in e} for e in chunk]
+        return JSONResponse(shown, headers=headers)
 
     def _resend_limited(self) -> bool:
         now = self.now()

@@ -298,3 +298,13 @@ def test_authentic_payload_without_event_id_is_malformed(payload: dict[str, obje
     with pytest.raises(PayloadError) as info:
         bound().envelope(headers, body, verified)
     assert info.value.reason == "malformed_payload"
+
+
+def test_created_at_without_a_zone_is_utc_as_in_the_events_apis_own_example() -> None:
+    # Square's SearchEvents response example writes "2022-04-26T10:08:40.454726".
+    body = json.dumps(
+        {**json.loads(BODY), "created_at": "2022-04-26T10:08:40.454726"}, separators=(",", ":")
+    ).encode()
+    headers = signed(body)
+    envelope = bound().envelope(headers, body, verify(headers, body))
+    assert envelope.occurred_at == datetime(2022, 4, 26, 10, 8, 40, 454726, tzinfo=UTC)

@@ -407,10 +407,11 @@ class Reconciler:
         # Up to what the run judged, never back (a settle window made longer). A run
         # that could not judge all it listed judged none of its window: the cursor
         # stays where it lists from (past what it recorded lost), so a later run
-        # checks the window again.
+        # checks the window again, for a day at most (``UNJUDGED_HOLD_S``).
         before = run.current.cursor
         assert run.window is not None
-        reached = min(run.window[0] + run.rc.overlap_s, run.until) if run.unjudged else run.until
+        holds = run.unjudged and not run.moves_on
+        reached = min(run.window[0] + run.rc.overlap_s, run.until) if holds else run.until
         judged = reached if before is None else max(before, reached)
         cursor_after = before if run.dry_run else judged
         values: state.StateChange = {"last_run_id": run.id, "updated_at": finished}

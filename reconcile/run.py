@@ -23,6 +23,11 @@ log = logging.getLogger("hookd.reconcile")
 # How a window left a hole by items a run could not judge is said in the ledger (a
 # ``failed`` record: a later run, from the same cursor, checks it again).
 UNJUDGED_PREFIX = "unjudged:"
+# How long the cursor waits at such a window: until the window is this wide, later runs
+# check it again (a late webhook may settle a timeless item). Past it, the cursor moves
+# on, so one item the provider will always list unjudged cannot hold every later run
+# to ever longer listings; its window stays a hole in the ledger, for a person to judge.
+UNJUDGED_HOLD_S = 86_400.0
 
 
 @dataclass
@@ -89,8 +94,20 @@ class Run:
         n = self.unjudged_count
         return (
             f"{UNJUDGED_PREFIX} {n} listed item{'s' if n != 1 else ''} could not be judged "
-            f"or stored: {said}; a later run checks this window again"
+            f"or stored: {said}; "
+            + (
+                "the cursor has moved on: judge this window by hand"
+                if self.moves_on
+                else "a later run checks this window again"
+            )
         )
+
+    @property
+    def moves_on(self) -> bool:
+        """Whether the cursor passes a window left unjudged: it has waited long enough
+        (``UNJUDGED_HOLD_S``)."""
+        assert self.window is not None
+        return self.window[1] - self.window[0] >= UNJUDGED_HOLD_S
 
     @property
     def rc(self) -> ReconcileConfig:

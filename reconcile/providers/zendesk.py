@@ -47,6 +47,7 @@ from reconcile.providers.base import (
     Item,
     ListAdapter,
     Registration,
+    Unrepairable,
     is_2xx,
     reconciled,
     same_url,
@@ -224,11 +225,10 @@ class ZendeskAdapter(ListAdapter):
         shown = next((a for a in attempts if sent_body(a) is not None), None)
         body = None if shown is None else sent_body(shown)
         if shown is None or body is None:
-            raise ReconcileError(
-                "unrepairable",
-                f"invocation {item.ref} of webhook {self._webhook_id} never reached hookd, "
-                f"and none of its {len(attempts)} attempts in Zendesk's log shows the "
-                "request body: it cannot be stored",
+            raise Unrepairable(
+                f"unrepairable: invocation {item.ref} of webhook {self._webhook_id} never "
+                f"reached hookd, and none of its {len(attempts)} attempts in Zendesk's log "
+                "shows the request body: it cannot be stored"
             )
         sent = header_map(shown.get("request", {}).get("headers"))
         headers = {k: v for k, v in sent.items() if k in KEPT_HEADERS}

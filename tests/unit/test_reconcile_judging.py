@@ -12,7 +12,7 @@ from hookd.providers.square import created_at
 from hookd.sources import parse_sources
 from reconcile.providers.base import NewestFirst
 from reconcile.providers.paddle import notification_doubt, notified_at
-from reconcile.run import Run
+from reconcile.run import UNJUDGED_HOLD_S, UNJUDGED_PREFIX, Run
 
 DAY = 86_400.0
 
@@ -115,3 +115,21 @@ def test_a_first_run_starts_where_failed_first_runs_set_out() -> None:
 def test_a_run_with_a_cursor_ignores_where_the_ledger_begins() -> None:
     now = 1_800_000_000.0
     assert run_of(now - 600).plan(now, now - 2 * DAY)[0] == now - 660
+
+
+def test_a_window_left_unjudged_holds_the_cursor_for_a_day_then_moves_on() -> None:
+    now = 1_800_000_000.0
+    recent = run_of(now - 3600)
+    recent.plan(now)
+    recent.note_unjudged("GitLab logged a hook event without created_at")
+    assert not recent.moves_on
+    assert recent.unjudged_reason().endswith("a later run checks this window again")
+    # A day of later runs could not judge it either: the hole stays, the cursor goes.
+    stuck = run_of(now - UNJUDGED_HOLD_S)
+    stuck.plan(now)
+    stuck.note_unjudged("GitLab logged a hook event without created_at")
+    stuck.note_unjudged("GitLab logged a hook event without created_at")
+    assert stuck.moves_on
+    reason = stuck.unjudged_reason()
+    assert reason.startswith(f"{UNJUDGED_PREFIX} 2 listed items")
+    assert reason.endswith("the cursor has moved on: judge this window by hand")

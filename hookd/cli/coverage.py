@@ -36,7 +36,7 @@ async def cmd_coverage(args: argparse.Namespace, settings: Settings, sources: So
         except Conflict:
             print(
                 f"hookd: {sources.path}: source {args.source!r} has no [sources.reconcile] "
-                "table: nothing reconciles it",
+                "or [sources.expect] table: nothing reconciles or watches it",
                 file=sys.stderr,
             )
             return EXIT_COVERAGE_UNKNOWN

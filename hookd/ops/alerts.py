@@ -9,7 +9,7 @@ resolves an alert). Thresholds come from the sources file's ``[alerts]`` table.
 | --- | --- | --- | --- |
 | ``dead`` | source | at least ``dead`` events of the source are dead (not replayed) | critical |
 | ``breaker_open`` | source/destination | its circuit breaker has been open ``breaker_open_s`` | warning |
-| ``coverage_hole`` | source | reconciliation left a hole (not one the schedule fills by itself) that ended ``coverage_hole_s`` ago | warning |
+| ``coverage_hole`` | source | reconciliation left a hole (not one the schedule fills by itself), or a ``[sources.expect]`` window was silent, that ended ``coverage_hole_s`` ago | warning |
 | ``registration_drift`` | source | the last registration check found the provider's endpoint differs | warning |
 | ``ack_violation`` | source | at least ``ack_violation`` deliveries in the last day that the provider saw acknowledged and hookd did not store | critical |
 | ``reconcile_failing`` | source | its last ``reconcile_failing`` runs failed, or its reconciliation is switched off | warning |
@@ -48,7 +48,7 @@ from store.models import (
     RECONCILE_STATE,
 )
 from store.models_alerts import ALERTS
-from store.status import AlertStatus, BreakerState, EventStatus, RunStatus
+from store.status import AlertStatus, BreakerState, CoverageOutcome, EventStatus, RunStatus
 
 log = logging.getLogger("hookd.alerts")
 
@@ -164,7 +164,7 @@ class Conditions:
         findings = []
         older = now.timestamp() - self.thresholds.coverage_hole_s
         for source in self.sources:
-            if source.config.reconcile is None:
+            if source.config.reconcile is None and source.config.expect is None:
                 continue
             report = await self.coverage.report(source.name, now=now)
             holes = [
@@ -176,6 +176,16 @@ class Conditions:
                 continue
             seconds = sum(h.seconds for h in holes)
             reasons = sorted({r.kind for h in holes for r in h.reasons})
+            meaning = (
+                "events the provider sent there may be missing; a covering run fills them"
+                if source.config.reconcile is not None
+                else "the sender was not heard from as [sources.expect] expects"
+            )
+            if CoverageOutcome.SILENT in reasons and source.config.reconcile is not None:
+                meaning = (
+                    "fewer webhooks came than [sources.expect] expects; a covering run "
+                    "finds any the provider sent"
+                )
             findings.append(
                 Finding(
                     "coverage_hole",
@@ -184,8 +194,7 @@ class Conditions:
                     WARNING,
                     seconds,
                     f"{len(holes)} coverage hole{'s' if len(holes) != 1 else ''} of "
-                    f"{source.name} ({', '.join(reasons)}), {seconds:.0f} s in all: events "
-                    "the provider sent there may be missing; a covering run fills them",
+                    f"{source.name} ({', '.join(reasons)}), {seconds:.0f} s in all: {meaning}",
                     f"/admin/sources/{source.name}/coverage",
                 )
             )

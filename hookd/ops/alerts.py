@@ -48,6 +48,7 @@ from store.models import (
     RECONCILE_STATE,
 )
 from store.models_alerts import ALERTS
+from store.reconcile import silence
 from store.status import AlertStatus, BreakerState, CoverageOutcome, EventStatus, RunStatus
 
 log = logging.getLogger("hookd.alerts")
@@ -163,14 +164,20 @@ class Conditions:
     async def _holes(self, now: datetime) -> list[Finding]:
         findings = []
         older = now.timestamp() - self.thresholds.coverage_hole_s
+        async with self.engine.connect() as conn:
+            watches = await silence.all_states(conn)
         for source in self.sources:
             if source.config.reconcile is None and source.config.expect is None:
                 continue
             report = await self.coverage.report(source.name, now=now)
+            watch = watches.get(source.name)
+            silent_since = None
+            if watch is not None and watch.silent_since is not None:
+                silent_since = watch.silent_since.timestamp()
             holes = [
                 h
                 for h in report.holes
-                if not {r.kind for r in h.reasons} <= IN_DUE_COURSE and h.end <= older
+                if _alerting({r.kind for r in h.reasons}, h.end, silent_since) and h.end <= older
             ]
             if not holes:
                 continue
@@ -365,6 +372,19 @@ class Conditions:
                 "/admin/",
             )
         ]
+
+
+def _alerting(kinds: set[str], end: float, silent_since: float | None) -> bool:
+    """Whether a hole with these reasons raises ``coverage_hole``: not one the schedule
+    fills by itself; a silent one (``[sources.expect]``) only while the silence it is
+    part of goes on: the sender heard from again resolves the alert, though the hole
+    stays in the ledger."""
+    rest = kinds - {CoverageOutcome.SILENT.value}
+    if rest == kinds:
+        return not kinds <= IN_DUE_COURSE
+    if not rest <= IN_DUE_COURSE:
+        return True
+    return silent_since is not None and end > silent_since
 
 
 def _switched_off(source: str, reason: str | None) -> Finding:

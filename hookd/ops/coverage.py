@@ -97,6 +97,9 @@ class CoverageOps:
                     end = now
             if start is None:
                 start = first or coverage.at(situation.now - situation.retention_s)
+            if start >= end and since is None and until is None:
+                # A watch that has judged no window yet: nothing to report.
+                return coverage.merge(source.name, [], end.timestamp(), end.timestamp(), situation)
             if start >= end:
                 said = "until" if until else "now"
                 raise BadRequest("since", f"since must be before {said}")

@@ -70,6 +70,8 @@ def _print(resource: Mapping[str, Any]) -> None:
         if interval["state"] == "checked":
             runs = interval["runs"]
             detail = f"{runs} run{'' if runs == 1 else 's'}, {interval['repaired']} repaired"
+            if not runs:  # a source only watched for silence: its windows met [sources.expect]
+                detail = "heard from: as many webhooks as [sources.expect] expects"
         else:
             detail = "; ".join(
                 r["kind"] + (f": {r['detail']}" if r["detail"] else "") for r in interval["reasons"]

@@ -135,3 +135,29 @@ async def test_a_new_window_length_begins_the_watch_again(engine: AsyncEngine) -
     await silence.watch(engine, hourly, at(a + 5 * W + 10))
     assert await watch_state(engine) == (a, None)
     assert await silent(engine) == []
+
+
+async def test_like_last_week_and_hours(engine: AsyncEngine) -> None:
+    """A window with fewer than half of last week's same window is silent; outside the
+    hours a window is passed over, no hole, and the silence goes on across it."""
+    a = math.floor(time.time() / W) * W
+    start = time.strftime("%H:%M", time.gmtime(a))
+    end = time.strftime("%H:%M", time.gmtime(a + 3 * W))  # windows a, a+W, a+2W judged
+    text = (
+        '[[sources]]\nname = "github"\nprovider = "github"\n'
+        f'secrets = ["{SECRETS["github"]}"]\n[sources.expect]\nmin_events = 1\n'
+        f'window_s = {W}\nlike_last_week = 0.5\nhours = "{start}-{end}"\n'
+    )
+    watched = parse_sources(text, Path("hookd.toml"), {})
+    week = 7 * 86_400
+    for i in range(4):  # last week: 4 in the first window, 2 in the second
+        await store(engine, a - week + 1 + i)
+    for i in range(2):
+        await store(engine, a + W - week + 1 + i)
+    await store(engine, a + 1)  # 1 < 0.5 x 4: silent
+    await store(engine, a + W + 1)  # 1 >= 0.5 x 2: heard
+    await silence.watch(engine, watched, at(a + 1))
+    await silence.watch(engine, watched, at(a + 4 * W + 10))
+    # a + 2W: nothing, silent; a + 3W: outside the hours, passed over.
+    assert await silent(engine) == [(a, a + W), (a + 2 * W, a + 3 * W)]
+    assert await watch_state(engine) == (a + 4 * W, a + 2 * W)

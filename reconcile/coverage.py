@@ -14,8 +14,14 @@ amounts to for a range of time, at a given moment:
   keeps: no run can check it any more), ``settling`` (younger than the settle window: a
   run judges it later), ``pending`` (after the last checked moment: the next run's work;
   also what a past disable's window still holds from the cursor on once a good run has
-  moved the cursor into it), or ``not_recorded`` (no record: no run has covered it yet,
-  or before the ledger's records).
+  moved the cursor into it), ``not_recorded`` (no record: no run has covered it yet,
+  or before the ledger's records), or ``silent`` (``[sources.expect]``: fewer webhooks
+  than expected came in it; ``reconcile.silence``).
+
+A source with ``[sources.expect]`` and no ``[sources.reconcile]`` has only its silence
+watch to go by (``Situation.heard_until``): there a moment the watch judged
+(from its start to ``heard_until``) that no silent record covers is checked, the
+sender having been heard from; after ``heard_until`` it is ``pending``.
 
 Adjacent pieces with the same state and reasons are merged.
 """
@@ -106,8 +112,12 @@ class Situation:
     cursor: float | None = None
     # Set when the source's reconciliation is disabled right now: why.
     disabled: str | None = None
-    # Where the source's coverage ledger begins (None: it has no record yet).
+    # Where the source's coverage ledger begins (None: it has no record yet); for a
+    # source only watched for silence, where its watch began.
     ledger_start: float | None = None
+    # A source only watched for silence (no reconciliation): the end of the last window
+    # its watch judged.
+    heard_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +175,10 @@ def _cuts(
     cuts = {since, until}
     for r in records:
         cuts |= {max(_ts(r.start_at), since), min(_ts(r.end_at), until)}
-    for edge in (sit.now - sit.retention_s, sit.now - sit.settle_s, sit.cursor):
+    edges = [sit.now - sit.retention_s, sit.now - sit.settle_s, sit.cursor]
+    if sit.heard_until is not None:
+        edges += [sit.heard_until, sit.ledger_start]
+    for edge in edges:
         if edge is not None and since < edge < until:
             cuts.add(edge)
     return sorted(cuts)
@@ -187,10 +200,21 @@ def _sweep(bounds: Sequence[float], records: Sequence[CoverageRow], sit: Situati
         checks = [r for r in active.values() if r.outcome in COVERING_OUTCOMES]
         if checks:
             piece = Span(start, end, True, records=dict.fromkeys(r.id for r in checks))
+        elif not active and _heard(start, sit):
+            piece = Span(start, end, True)
         else:
             piece = Span(start, end, False, reasons=_reasons(list(active.values()), start, sit))
         _append(spans, piece)
     return spans
+
+
+def _heard(start: float, sit: Situation) -> bool:
+    """A source only watched for silence: the watch judged this moment."""
+    return (
+        sit.heard_until is not None
+        and sit.ledger_start is not None
+        and sit.ledger_start <= start < sit.heard_until
+    )
 
 
 def _reasons(over: Sequence[CoverageRow], start: float, sit: Situation) -> list[Reason]:
@@ -231,6 +255,8 @@ def _reasons(over: Sequence[CoverageRow], start: float, sit: Situation) -> list[
         )
     elif not reasons and sit.cursor is not None and start >= sit.cursor:
         reasons.append(Reason(PENDING, "after the last checked moment: the next run checks it"))
+    elif not reasons and sit.heard_until is not None and start >= sit.heard_until:
+        reasons.append(Reason(PENDING, "the window under way: the watch judges it when it ends"))
     if not reasons:
         reasons.append(Reason(NOT_RECORDED, _unrecorded(start, sit)))
     return _ordered(reasons)
@@ -254,6 +280,7 @@ def _ordered(reasons: list[Reason]) -> list[Reason]:
         BEYOND_RETENTION: 1,
         CoverageOutcome.NOT_CHECKED: 2,
         CoverageOutcome.FAILED: 3,
+        CoverageOutcome.SILENT: 3,
         NOT_RECORDED: 4,
         PENDING: 5,
         SETTLING: 6,

@@ -404,6 +404,31 @@ class ReconcileCoverage(SQLModel, table=True):
 RECONCILE_COVERAGE: sa.Table = ReconcileCoverage.__table__  # type: ignore[attr-defined]
 
 
+class SourceWatch(SQLModel, table=True):
+    """The silence watch of a source with ``[sources.expect]`` (``reconcile.silence``):
+    how far its windows have been judged, and the silence it is in, if any. Every
+    window is judged once, in the transaction that moves ``judged_until`` past it."""
+
+    __tablename__ = "source_watch"
+
+    source: str = Field(primary_key=True, max_length=64)
+    # The window length the state was judged with: another one starts the watch afresh.
+    window_s: int = Field()
+    # When the watch began (its first window's start): nothing before is judged.
+    started_at: datetime = _utc()
+    # The end of the last window judged (or passed over, outside [sources.expect] hours).
+    judged_until: datetime = _utc()
+    # The start of the silence the source is in (None: it is not silent).
+    silent_since: datetime | None = _utc(nullable=True)
+    # The ledger row (reconcile_coverage) of the silence's last interval, extended while
+    # the next judged window is silent too.
+    silent_row: str | None = Field(default=None, max_length=26)
+    updated_at: datetime = _utc()
+
+
+SOURCE_WATCH: sa.Table = SourceWatch.__table__  # type: ignore[attr-defined]
+
+
 class MaintenanceState(SQLModel, table=True):
     """Per maintenance task (``prune``): the lease that lets one process run it at a
     time, and when it last ran (what the schedule of every process reads)."""

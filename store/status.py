@@ -63,6 +63,8 @@ class CoverageOutcome(StrEnum):
     FAILED = "failed"  # a run set out to check it and failed: a later run checks it again
     UNRECOVERABLE = "unrecoverable"  # beyond the provider's retention when a run came to it
     NOT_CHECKED = "not_checked"  # the source's reconciliation was disabled meanwhile
+    # [sources.expect]: fewer webhooks than expected were received in it (migration 0020)
+    SILENT = "silent"
 
 
 # Outcomes that cover their interval: everything the provider listed there is stored.

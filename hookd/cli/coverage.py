@@ -36,7 +36,7 @@ async def cmd_coverage(args: argparse.Namespace, settings: Settings, sources: So
         except Conflict:
             print(
                 f"hookd: {sources.path}: source {args.source!r} has no [sources.reconcile] "
-                "table: nothing reconciles it",
+                "or [sources.expect] table: nothing reconciles or watches it",
                 file=sys.stderr,
             )
             return EXIT_COVERAGE_UNKNOWN
@@ -70,6 +70,8 @@ def _print(resource: Mapping[str, Any]) -> None:
         if interval["state"] == "checked":
             runs = interval["runs"]
             detail = f"{runs} run{'' if runs == 1 else 's'}, {interval['repaired']} repaired"
+            if not runs:  # a source only watched for silence: its windows met [sources.expect]
+                detail = "heard from: as many webhooks as [sources.expect] expects"
         else:
             detail = "; ".join(
                 r["kind"] + (f": {r['detail']}" if r["detail"] else "") for r in interval["reasons"]

@@ -25,8 +25,8 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
 EXIT_WAIT_DEAD, EXIT_WAIT_TIMEOUT, EXIT_WAIT_UNKNOWN = 1, 3, 4
 # `hookd coverage`: 0 the range is fully checked; 1 it has a hole (failed, unrecoverable,
-# not checked, never recorded); 3 its only holes are what the schedule checks next
-# (settling, pending); 4 no such reconciled source.
+# not checked, never recorded, silent); 3 its only holes are what the schedule checks next
+# (settling, pending); 4 no such reconciled or watched source.
 EXIT_COVERAGE_HOLES, EXIT_COVERAGE_DUE, EXIT_COVERAGE_UNKNOWN = 1, 3, 4
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
 # How long `hookd reconcile --wait` waits for another run's lease (its help says so).
@@ -555,15 +555,21 @@ def add_coverage(sub: SubParsers) -> None:
             "Print the time intervals reconciliation has checked of SOURCE (in the\n"
             "provider's time) and the holes, merged, each with its reasons: a run failed\n"
             "there, it lay beyond the provider's retention, the source was disabled, it\n"
-            "is younger than settle_s, or the next run has yet to reach it."
+            "is younger than settle_s, or the next run has yet to reach it; and the\n"
+            "silent windows of a source with [sources.expect] (fewer webhooks than\n"
+            "expected). A source with [sources.expect] and no [sources.reconcile]: the\n"
+            "windows its silence watch judged, from where the watch began."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_exit_statuses(
             (EXIT_OK, "the whole range was checked"),
-            (EXIT_COVERAGE_HOLES, "the range has a hole"),
+            (EXIT_COVERAGE_HOLES, "the range has a hole (a silent window is one)"),
             (EXIT_USAGE, "usage or configuration error (a time that is not one)"),
             (EXIT_COVERAGE_DUE, "its only holes are the schedule's next work (settling, pending)"),
-            (EXIT_COVERAGE_UNKNOWN, "no such source, or it has no [sources.reconcile]"),
+            (
+                EXIT_COVERAGE_UNKNOWN,
+                "no such source, or it has neither [sources.reconcile] nor [sources.expect]",
+            ),
         ),
     )
     coverage.add_argument("source", metavar="SOURCE")
@@ -576,7 +582,8 @@ def add_coverage(sub: SubParsers) -> None:
     coverage.add_argument(
         "--until",
         metavar="TIME",
-        help=f"end of the range: {when} (default: now less the source's settle_s)",
+        help=f"end of the range: {when} (default: now less the source's settle_s; "
+        "a source only watched for silence: the end of its last judged window)",
     )
     _add_json(coverage)
 

@@ -26,7 +26,7 @@ from store import dialect
 from store.admin import alerts as store_alerts
 from store.admin import stats
 from store.models import EVENTS
-from store.reconcile import audit
+from store.reconcile import audit, silence
 from store.reconcile import coverage as ledger
 from store.reconcile import runs as rstate
 from store.retention.prune import WHATS
@@ -86,6 +86,7 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         oldest_kept = await stats.oldest_events(conn, [s.name for s in sources])
         sizes = await _table_sizes(engine, conn)
         routing = await destination_families(conn, sources)
+        watches = await silence.all_states(conn)
     live_alerts = await store_alerts.open_counts(engine)
     if oldest is not None and oldest.tzinfo is None:
         oldest = oldest.replace(tzinfo=UTC)
@@ -176,6 +177,7 @@ async def collect(engine: AsyncEngine, sources: Sources) -> list[Family]:
         started,
         overdue,
         *_coverage(sources, states, totals, ledger_starts, now),
+        _silent(sources, watches, now),
         *_audits(reconciled, states, violations),
         *_retention(sources, now, pruned, oldest_kept, sizes),
         *routing,
@@ -312,6 +314,26 @@ def _coverage(
         unchecked.add_metric([source.name], gap)
         margin.add_metric([source.name], left)
     return [late, unchecked, margin]
+
+
+def _silent(sources: Sources, watches: dict[str, silence.WatchRow], now: datetime) -> Family:
+    """Per source with [sources.expect]: how long it has been silent (0 when it is not)."""
+    family = GaugeMetricFamily(
+        "hookd_source_silent_seconds",
+        "How long a source with [sources.expect] has been silent: since the start of its "
+        "first window with fewer webhooks than expected, until a window has enough "
+        "(0 when it is not silent).",
+        labels=["source"],
+    )
+    for source in sources:
+        if source.config.expect is None:
+            continue
+        watch = watches.get(source.name)
+        since = watch.silent_since if watch is not None else None
+        family.add_metric(
+            [source.name], 0.0 if since is None else max(0.0, (now - since).total_seconds())
+        )
+    return family
 
 
 def _overdue_s(state: SourceStateRow | None, now: datetime) -> float:

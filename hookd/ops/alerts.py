@@ -9,7 +9,7 @@ resolves an alert). Thresholds come from the sources file's ``[alerts]`` table.
 | --- | --- | --- | --- |
 | ``dead`` | source | at least ``dead`` events of the source are dead (not replayed) | critical |
 | ``breaker_open`` | source/destination | its circuit breaker has been open ``breaker_open_s`` | warning |
-| ``coverage_hole`` | source | reconciliation left a hole (not one the schedule fills by itself) that ended ``coverage_hole_s`` ago | warning |
+| ``coverage_hole`` | source | reconciliation left a hole (not one the schedule fills by itself), or a ``[sources.expect]`` window was silent, that ended ``coverage_hole_s`` ago | warning |
 | ``registration_drift`` | source | the last registration check found the provider's endpoint differs | warning |
 | ``ack_violation`` | source | at least ``ack_violation`` deliveries in the last day that the provider saw acknowledged and hookd did not store | critical |
 | ``reconcile_failing`` | source | its last ``reconcile_failing`` runs failed, or its reconciliation is switched off | warning |
@@ -48,7 +48,8 @@ from store.models import (
     RECONCILE_STATE,
 )
 from store.models_alerts import ALERTS
-from store.status import AlertStatus, BreakerState, EventStatus, RunStatus
+from store.reconcile import silence
+from store.status import AlertStatus, BreakerState, CoverageOutcome, EventStatus, RunStatus
 
 log = logging.getLogger("hookd.alerts")
 
@@ -163,19 +164,35 @@ class Conditions:
     async def _holes(self, now: datetime) -> list[Finding]:
         findings = []
         older = now.timestamp() - self.thresholds.coverage_hole_s
+        async with self.engine.connect() as conn:
+            watches = await silence.all_states(conn)
         for source in self.sources:
-            if source.config.reconcile is None:
+            if source.config.reconcile is None and source.config.expect is None:
                 continue
             report = await self.coverage.report(source.name, now=now)
+            watch = watches.get(source.name)
+            silent_since = None
+            if watch is not None and watch.silent_since is not None:
+                silent_since = watch.silent_since.timestamp()
             holes = [
                 h
                 for h in report.holes
-                if not {r.kind for r in h.reasons} <= IN_DUE_COURSE and h.end <= older
+                if _alerting({r.kind for r in h.reasons}, h.end, silent_since) and h.end <= older
             ]
             if not holes:
                 continue
             seconds = sum(h.seconds for h in holes)
             reasons = sorted({r.kind for h in holes for r in h.reasons})
+            meaning = (
+                "events the provider sent there may be missing; a covering run fills them"
+                if source.config.reconcile is not None
+                else "the sender was not heard from as [sources.expect] expects"
+            )
+            if CoverageOutcome.SILENT in reasons and source.config.reconcile is not None:
+                meaning = (
+                    "fewer webhooks came than [sources.expect] expects; a covering run "
+                    "finds any the provider sent"
+                )
             findings.append(
                 Finding(
                     "coverage_hole",
@@ -184,8 +201,7 @@ class Conditions:
                     WARNING,
                     seconds,
                     f"{len(holes)} coverage hole{'s' if len(holes) != 1 else ''} of "
-                    f"{source.name} ({', '.join(reasons)}), {seconds:.0f} s in all: events "
-                    "the provider sent there may be missing; a covering run fills them",
+                    f"{source.name} ({', '.join(reasons)}), {seconds:.0f} s in all: {meaning}",
                     f"/admin/sources/{source.name}/coverage",
                 )
             )
@@ -356,6 +372,19 @@ class Conditions:
                 "/admin/",
             )
         ]
+
+
+def _alerting(kinds: set[str], end: float, silent_since: float | None) -> bool:
+    """Whether a hole with these reasons raises ``coverage_hole``: not one the schedule
+    fills by itself; a silent one (``[sources.expect]``) only while the silence it is
+    part of goes on: the sender heard from again resolves the alert, though the hole
+    stays in the ledger."""
+    rest = kinds - {CoverageOutcome.SILENT.value}
+    if rest == kinds:
+        return not kinds <= IN_DUE_COURSE
+    if not rest <= IN_DUE_COURSE:
+        return True
+    return silent_since is not None and end > silent_since
 
 
 def _switched_off(source: str, reason: str | None) -> Finding:

@@ -520,6 +520,7 @@ CoverageKind = Literal[
     "settling",
     "pending",
     "not_recorded",
+    "silent",
 ]
 
 
@@ -533,7 +534,8 @@ class CoverageReason(Resource):
         "provider keeps, no run can check it any more; `settling`: younger than the "
         "source's settle_s, not judged yet; `pending`: after the last checked moment, the "
         "next run's; `not_recorded`: no record (no run has covered it yet, or from before "
-        "the ledger's records)."
+        "the ledger's records); `silent`: fewer webhooks than the source's "
+        "[sources.expect] expects were received in it."
     )
     detail: str | None
     run_id: Ulid | None = Field(description="The run that recorded it, when one did.")

@@ -29,6 +29,7 @@ from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import scheduled_operations
 from hookd.runtime.prune import PruneSchedule
+from hookd.runtime.silence import SilenceSchedule
 from hookd.runtime.worker import build_runtime
 from hookd.settings import Settings
 from hookd.sources import Sources, load_sources
@@ -213,6 +214,8 @@ def create_app(
         operation_schedule,
         # Every receiver process keeps it; a lease in the database lets one prune at a time.
         PruneSchedule(engine, sources, settings.prune_every_s),
+        # [sources.expect]: the silence watch, likewise once per cluster through a lease.
+        SilenceSchedule(engine, sources),
         alert_schedule,
     ]
     services = [service for service in optional if service is not None]

@@ -40,6 +40,7 @@ from hookd.runtime.alerts import AlertSchedule
 from hookd.runtime.lifecycle import Adapted, Service, running
 from hookd.runtime.operations import OperationSchedule, operations_of
 from hookd.runtime.prune import PruneSchedule
+from hookd.runtime.silence import SilenceSchedule
 from hookd.runtime.sqlite_writer import writer_socket
 from hookd.settings import Settings
 from hookd.sources import Sources
@@ -502,6 +503,7 @@ async def run(
     timetable: list[Service] = [
         OperationSchedule(operations_of(settings, runtime.engine, sources, events)),
         PruneSchedule(runtime.engine, sources, settings.prune_every_s),
+        SilenceSchedule(runtime.engine, sources),
         AlertSchedule(
             runtime.engine, sources, runtime.client, prune_every_s=settings.prune_every_s
         ),

@@ -22,6 +22,7 @@ from hookd.routing import (
     checked_name,
     handler_entries,
 )
+from hookd.sources.expect import ExpectConfig
 from hookd.sources.notify import AlertsConfig, NotifyConfig
 
 MAX_BODY_LIMIT = 64 * 1024 * 1024
@@ -142,6 +143,9 @@ class SourceConfig(_Strict):
     # Keep the body of each refused request with its record (``rejected_requests``),
     # sealed with HOOKD_ENCRYPTION_KEYS when keys are set, as event bodies are.
     keep_rejected_bodies: bool = False
+    # [sources.expect]: how often the sender is expected to be heard from; a window
+    # with less is a silent hole in the coverage ledger (reconcile.silence).
+    expect: ExpectConfig | None = None
 
     @field_validator("name")
     @classmethod

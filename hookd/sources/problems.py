@@ -18,6 +18,7 @@ from hookd.routing import (
     DestinationConfig,
     HandlerEntry,
 )
+from hookd.sources.expect import ExpectConfig
 from hookd.sources.models import (
     ForwardConfig,
     RetentionConfig,
@@ -70,6 +71,7 @@ _TABLES: dict[tuple[str, ...], type[BaseModel]] = {
     ("forward",): ForwardConfig,
     ("retention",): RetentionConfig,
     ("order",): OrderConfig,
+    ("expect",): ExpectConfig,
     ("handlers",): HandlerEntry,
     ("destinations",): DestinationConfig,
     ("destinations", "breaker"): BreakerConfig,

@@ -312,7 +312,7 @@ TIMELINE_TICKS = 6
 # of a hole is the first of these it gives.
 HOLE_CLASSES: tuple[tuple[frozenset[str], str], ...] = (
     (frozenset({"unrecoverable", "beyond_retention"}), "cov-lost"),
-    (frozenset({"failed"}), "cov-failed"),
+    (frozenset({"failed", "silent"}), "cov-failed"),
     (frozenset({"not_checked"}), "cov-off"),
     (frozenset({"not_recorded"}), "cov-unrecorded"),
     (frozenset({"settling", "pending"}), "cov-due"),

@@ -156,6 +156,10 @@ BAD_REASON = Reply(
     "`reason` is longer than 500 characters or holds a control character.", codes=("bad_request",)
 )
 NOT_RECONCILED = Reply("The source has no `[sources.reconcile]` table.", codes=("not_configured",))
+NOT_COVERED = Reply(
+    "The source has neither a `[sources.reconcile]` nor a `[sources.expect]` table.",
+    codes=("not_configured",),
+)
 
 
 ROUTES: tuple[ApiRoute, ...] = (
@@ -371,7 +375,9 @@ ROUTES: tuple[ApiRoute, ...] = (
         {
             200: Reply(
                 "The range's checked intervals and holes (with their reasons); "
-                "`covered` is true when there is no hole.",
+                "`covered` is true when there is no hole. A source with "
+                "`[sources.expect]` and no `[sources.reconcile]`: the windows its "
+                "silence watch judged, heard (checked) or silent (a hole).",
                 models.Coverage,
             ),
             400: Reply(
@@ -379,7 +385,7 @@ ROUTES: tuple[ApiRoute, ...] = (
                 codes=("bad_request",),
             ),
             404: NOT_FOUND,
-            409: NOT_RECONCILED,
+            409: NOT_COVERED,
         },
         (
             SOURCE_NAME,

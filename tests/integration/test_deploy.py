@@ -59,6 +59,7 @@ COVERAGE_FAMILIES = frozenset(
         "hookd_reconcile_late_total",
         "hookd_source_unchecked_seconds",
         "hookd_reconcile_retention_margin_seconds",
+        "hookd_source_silent_seconds",
     }
 )
 PROCESS_FAMILIES = frozenset(
@@ -163,6 +164,10 @@ def test_alert_rule_unit_tests_pass() -> None:
             "max by (source) (hookd_reconcile_retention_margin_seconds) < 86400",
             "sum by (source) (hookd_reconcile_retention_margin_seconds) < 86400",
         ),
+        (
+            "max by (source) (hookd_source_silent_seconds) > 0",
+            "sum by (source) (hookd_source_silent_seconds) > 0",
+        ),
     ],
 )
 def test_alert_unit_tests_catch_a_summed_database_family(
@@ -266,6 +271,7 @@ def test_every_alert_has_severity_summary_and_runbook() -> None:
         "HookdReconcileRetentionMarginLow",
         "HookdReceiverDown",
         "HookdPruneNotRunning",
+        "HookdSourceSilent",
     }
 
 

@@ -132,3 +132,54 @@ def test_a_cursor_behind_the_retention_leaves_no_margin() -> None:
 def test_before_any_run_both_are_zero_and_then_count_from_the_ledgers_start() -> None:
     assert unchecked(situation(), None) == (0.0, 0.0)
     assert unchecked(situation(), NOW - DAY) == (DAY - 60, 2 * DAY)
+
+
+# -- [sources.expect]: silent windows -----------------------------------------------------
+
+
+def watched(start: float, heard_until: float) -> Situation:
+    """A source only watched for silence: its watch began at ``start``."""
+    return Situation(
+        now=NOW, settle_s=0.0, retention_s=3 * DAY, ledger_start=start, heard_until=heard_until
+    )
+
+
+def test_a_watched_source_is_checked_where_heard_and_a_hole_where_silent() -> None:
+    base = NOW - 3600
+    rows = [row(base + 600, base + 1200, "silent", reason="fewer than 1 event")]
+    report = merge("s", rows, base, base + 1800, watched(base, base + 1800))
+    assert shape(report.spans) == [
+        (base, base + 600, "checked", ()),
+        (base + 600, base + 1200, "hole", ("silent",)),
+        (base + 1200, base + 1800, "checked", ()),
+    ]
+    assert not report.covered and not report.only_due
+    assert report.holes[0].reasons[0].detail == "fewer than 1 event"
+    # A range of heard windows only is covered; the window under way is pending.
+    assert merge("s", rows, base, base + 600, watched(base, base + 1800)).covered
+    tail = merge("s", [], base + 1200, base + 2400, watched(base, base + 1800))
+    assert shape(tail.spans) == [
+        (base + 1200, base + 1800, "checked", ()),
+        (base + 1800, base + 2400, "hole", ("pending",)),
+    ]
+    assert tail.only_due
+    # Before the watch began nothing is known: no record.
+    before = merge("s", [], base - 600, base, watched(base, base + 1800))
+    assert shape(before.spans) == [(base - 600, base, "hole", ("not_recorded",))]
+
+
+def test_a_silent_window_of_a_reconciled_source_is_a_hole_until_a_run_checks_it() -> None:
+    base = NOW - DAY
+    silent = row(base + 100, base + 200, "silent", reason="fewer than 1 event")
+    report = merge("s", [silent], base, base + 300, situation(cursor=base))
+    assert [s.reasons[0].kind for s in report.holes] == ["pending", "silent", "pending"]
+    assert not report.only_due
+    checked = row(base, base + 300, "complete")
+    assert merge("s", [silent, checked], base, base + 300, situation(cursor=base + 300)).covered
+
+
+def test_the_api_names_the_silent_reason() -> None:
+    base = NOW - 3600
+    rows = [row(base, base + 60, "silent", reason="fewer than 1 event")]
+    answer = coverage_of(merge("s", rows, base, base + 60, watched(base, base + 60))).answer()
+    assert answer["intervals"][0]["reasons"][0]["kind"] == "silent"

@@ -19,10 +19,12 @@ from hookd.providers import (
     mailgun,
     paddle,
     pagerduty,
+    pubsub,
     sendgrid,
     shared_token,
     shopify,
     slack,
+    sns,
     square,
     standard,
     stripe,
@@ -64,3 +66,6 @@ register(twilio.PROVIDER)
 register(hubspot.PROVIDER)
 register(pagerduty.PROVIDER)
 register(mailgun.PROVIDER)
+# Senders whose verifying keys are fetched from a URL (Provider.key_fetch).
+register(sns.PROVIDER)
+register(pubsub.PROVIDER)

@@ -79,10 +79,19 @@ HeaderName = Annotated[str, AfterValidator(header_name)]
 JsonPath = Annotated[str, AfterValidator(json_path)]
 
 
-class SourceSettings(BaseModel):
-    """``[sources.verify]`` keys every configurable provider takes."""
+class VerifySettings(BaseModel):
+    """A ``[sources.verify]`` table: the model every configurable provider's derives from."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def incomplete(self) -> tuple[str, str] | None:
+        """(key, problem) of what the types alone cannot say, checked after them."""
+        return None
+
+
+class SourceSettings(VerifySettings):
+    """``[sources.verify]`` keys the configurable providers of any sender (``hmac``,
+    ``token``) take: where the dedupe key and type are."""
 
     # "header:<Name>", "json:<dotted.path>" or "body_sha256".
     dedupe: str

@@ -14,7 +14,7 @@ from pydantic_core import PydanticKnownError
 from hookd.ordering import OrderConfig
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key, Provider
-from hookd.providers.generic import SourceSettings
+from hookd.providers.generic import VerifySettings
 from hookd.providers.reconciling import ReconcileConfig
 from hookd.routing import (
     DestinationConfig,
@@ -130,7 +130,7 @@ class SourceConfig(_Strict):
     reconcile: ReconcileConfig | None = None
     max_attempts: int = Field(default=8, ge=1, le=100)
     # A configurable provider's scheme, validated with its model (see _verify).
-    verify: SourceSettings | None = Field(default=None, validate_default=True)
+    verify: VerifySettings | None = Field(default=None, validate_default=True)
     # The URL the provider posts to, as registered with it: the providers that sign it
     # (twilio, square, hubspot) need it, since behind a proxy hookd cannot know it; the
     # registration check (github, stripe) compares the provider's record with it.

@@ -74,12 +74,14 @@ class KeyFetcher:
         timeout_s: float = 5.0,
         max_bytes: int = 256 * 1024,
         max_entries: int = 256,
+        failure_ttl_s: float = FAILURE_TTL_S,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.max_entries = max_entries
+        self.failure_ttl_s = failure_ttl_s
         self._clock = clock
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -119,7 +121,9 @@ class KeyFetcher:
             try:
                 value: object = await self._fetch(url, parse, ttl_s)
             except KeyUnavailable as exc:
-                self._keep(url, _Entry(self._clock() + FAILURE_TTL_S, failure=exc.reason))
+                if self.failure_ttl_s > 0:
+                    expires = self._clock() + self.failure_ttl_s
+                    self._keep(url, _Entry(expires, failure=exc.reason))
                 pending.set_exception(exc)
                 pending.exception()  # retrieved: waiters may be none
                 raise

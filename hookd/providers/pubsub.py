@@ -202,7 +202,8 @@ def parse_jwks(raw: bytes) -> tuple[Key, ...]:
     for entry in entries:
         if not isinstance(entry, dict) or entry.get("kty") != "RSA":
             continue
-        if entry.get("alg", ALGORITHM) != ALGORITHM or entry.get("use", "sig") != "sig":
+        # A key for RS256 signatures: what it says of its algorithm and use, if anything.
+        if entry.get("alg") not in (None, ALGORITHM) or entry.get("use") not in (None, "sig"):
             continue
         kid = entry.get("kid")
         if not isinstance(kid, str):

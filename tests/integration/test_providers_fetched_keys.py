@@ -15,22 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 import sqlalchemy as sa
 
-from hookd.providers import sns
+from hookd.providers import PROVIDERS, sns
+from hookd.providers.pubsub import SAMPLE_EMAIL, SAMPLE_KID
 from hookd.sources import Sources, parse_sources
 from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
 from tests.support.key_servers import KeyServer
 from tests.support.published_keys import certificate_pem, jwks, private_pem
+from tests.support.server import HookdServer
 
 pytestmark = pytest.mark.anyio
 
@@ -355,3 +359,42 @@ async def test_pubsub_jwks_unavailable_is_503(keys: KeyServer, sqlite_url: str) 
         answer = await client.post("/hooks/ps", content=body, headers=headers)
     assert answer.status_code == 503
     assert await stored(sqlite_url, "ps") == []
+
+
+# --- a hookd serve process ----------------------------------------------------------------
+
+
+async def test_hookd_serve_fetches_through_the_environments_proxy(
+    keys: KeyServer, sqlite_url: str, tmp_path: Path
+) -> None:
+    """``hookd serve`` as deployed, its outbound HTTPS pointed at the key hosts by
+    ``HTTPS_PROXY`` and ``SSL_CERT_FILE`` alone; its samples (what ``hookd send-test``
+    sends) are accepted, each stored once, each key fetched once."""
+    keys.serve(sns.SAMPLE_CERT_URL, certificate_pem("sns"))
+    keys.serve(JWKS_URL, jwks(("pubsub", SAMPLE_KID)))
+    config = tmp_path / "hookd.toml"
+    config.write_text(
+        f'[[sources]]\nname = "aws"\nprovider = "sns"\nsecrets = ["{sns.SAMPLE_TOPIC}"]\n\n'
+        f'[[sources]]\nname = "ps"\nprovider = "pubsub"\nsecrets = ["{SAMPLE_EMAIL}"]\n'
+        f'[sources.verify]\naudience = "{AUDIENCE}"\n'
+    )
+    env = {"HOOKD_CONFIG": str(config), "HOOKD_DATABASE_URL": sqlite_url, **keys.env()}
+    now = int(time.time())
+    pubsub_adapter = parse_sources(config.read_text(), config, {}).get("ps")
+    assert pubsub_adapter is not None
+    with HookdServer(env, tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            answers = []
+            for seq in (1, 2, 3):
+                headers, body = PROVIDERS["sns"].sample_event(private_pem("sns"), seq, now)
+                answers.append(await client.post("/hooks/aws", content=body, headers=headers))
+                if seq == 1:
+                    again = await client.post("/hooks/aws", content=body, headers=headers)
+                headers, body = pubsub_adapter.adapter.sample_event(private_pem("pubsub"), seq, now)
+                answers.append(await client.post("/hooks/ps", content=body, headers=headers))
+    assert [a.status_code for a in answers] == [202] * 6, [a.text for a in answers]
+    assert again.status_code == 200
+    assert len(await stored(sqlite_url, "aws")) == 3
+    assert len(await stored(sqlite_url, "ps")) == 3
+    assert keys.count(sns.SAMPLE_CERT_URL) == 1
+    assert keys.count(JWKS_URL) == 1

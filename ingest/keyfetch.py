@@ -87,8 +87,6 @@ class KeyFetcher:
         self._client: httpx.AsyncClient | None = None
         self._cache: OrderedDict[str, _Entry[object]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[object]] = {}
-        # How many exchanges went out, per URL: what the tests count.
-        self.fetches: dict[str, int] = {}
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -159,7 +157,6 @@ class KeyFetcher:
     async def get(self, url: str) -> tuple[bytes, str | None]:
         """One bounded GET: (body, its Cache-Control) of a 200 answer, else
         ``KeyUnavailable``."""
-        self.fetches[url] = self.fetches.get(url, 0) + 1
         try:
             async with asyncio.timeout(self.timeout_s):
                 async with self._http().stream("GET", url) as response:

@@ -7,12 +7,19 @@ requests need them at the same time.
   provider's ``locate`` vetted the URL, not where it might point).
 - What a URL held is kept, parsed, for the ``Cache-Control: max-age`` its answer gave,
   or the provider's ``ttl_s``; either way between ``MIN_TTL_S`` and ``MAX_TTL_S``.
-  At most ``max_entries`` URLs are kept (the oldest go first).
+  At most ``max_entries`` URLs are kept: expired ones go first, then the least
+  recently used.
 - Requests that need one URL while it is fetched wait for that one fetch.
 - A fetch that fails (no answer, a status other than 200, too big, not a key) is
   ``KeyUnavailable``: the receiver answers 503, never 2xx, so the sender retries. The
   failure is remembered for ``FAILURE_TTL_S``, so a dead host is not asked again by
-  every request meanwhile.
+  every request meanwhile. Failures are kept apart from the keys (in their own map of
+  at most ``max_entries``): a failed fetch never evicts the keys of another URL, nor
+  the keys already kept for its own.
+- ``refresh`` fetches a URL again before its keys expire, for a request that names a
+  key they lack (a sender that rotated its keys): at most once per URL per
+  ``refresh_interval_s``, so requests naming keys that do not exist cannot make
+  hookd ask the sender's host more often than that.
 
 Outbound requests honour the usual proxy and CA environment variables
 (``HTTPS_PROXY``, ``SSL_CERT_FILE``), as every hookd HTTP client does.
@@ -21,6 +28,7 @@ Outbound requests honour the usual proxy and CA environment variables
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections import OrderedDict
@@ -35,6 +43,7 @@ T = TypeVar("T")
 MIN_TTL_S = 60.0
 MAX_TTL_S = 86_400.0
 FAILURE_TTL_S = 5.0
+REFRESH_INTERVAL_S = 60.0
 MAX_AGE_RE = re.compile(r"(?:^|[,\s])max-age=(\d{1,10})(?:$|[,\s])", re.IGNORECASE)
 
 
@@ -48,9 +57,17 @@ class KeyUnavailable(Exception):
 
 @dataclass(slots=True)
 class _Entry(Generic[T]):
+    """Keys a URL held: until when they are kept, and when they were fetched."""
+
     expires: float
-    value: T | None = None
-    failure: str = ""
+    value: T
+    fetched: float
+
+
+@dataclass(slots=True)
+class _Failure:
+    expires: float
+    reason: str
 
 
 def max_age(cache_control: str | None) -> float | None:
@@ -75,6 +92,7 @@ class KeyFetcher:
         max_bytes: int = 256 * 1024,
         max_entries: int = 256,
         failure_ttl_s: float = FAILURE_TTL_S,
+        refresh_interval_s: float = REFRESH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -82,10 +100,14 @@ class KeyFetcher:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.failure_ttl_s = failure_ttl_s
+        self.refresh_interval_s = refresh_interval_s
         self._clock = clock
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._cache: OrderedDict[str, _Entry[object]] = OrderedDict()
+        self._failures: OrderedDict[str, _Failure] = OrderedDict()
+        # When each URL was last fetched by ``refresh`` (bounded like the cache).
+        self._refreshed: OrderedDict[str, float] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[object]] = {}
 
     def _http(self) -> httpx.AsyncClient:
@@ -109,38 +131,74 @@ class KeyFetcher:
         now = self._clock()
         entry = self._cache.get(url)
         if entry is not None and entry.expires > now:
-            if entry.failure:
-                raise KeyUnavailable(entry.failure)
+            self._cache.move_to_end(url)  # in use: the last to be evicted
             return entry.value  # type: ignore[return-value] # stored by this parse
+        failure = self._failures.get(url)
+        if failure is not None and failure.expires > now:
+            raise KeyUnavailable(failure.reason)
+        return await self._shared(url, parse, ttl_s)
+
+    async def refresh(self, url: str, parse: Callable[[bytes], T], ttl_s: float) -> T | None:
+        """What ``url`` holds now, fetched again although its keys are still kept (a
+        request names a key they lack); or None, the keys kept being as fresh as they
+        may be, when ``url`` was fetched less than ``refresh_interval_s`` ago.
+        A fetch under way is waited for, not repeated. ``KeyUnavailable`` when the
+        fetch fails; the keys kept stay kept."""
+        if url in self._inflight:
+            return await self._shared(url, parse, ttl_s)
+        now = self._clock()
+        entry = self._cache.get(url)
+        last = max(self._refreshed.get(url, -math.inf), entry.fetched if entry else -math.inf)
+        if now - last < self.refresh_interval_s:
+            return None
+        self._refreshed[url] = now
+        self._refreshed.move_to_end(url)
+        while len(self._refreshed) > self.max_entries:
+            self._refreshed.popitem(last=False)
+        return await self._shared(url, parse, ttl_s)
+
+    async def _shared(self, url: str, parse: Callable[[bytes], T], ttl_s: float) -> T:
+        """``url`` fetched now, or by the fetch of it already under way."""
         pending = self._inflight.get(url)
-        if pending is None:
-            pending = asyncio.get_running_loop().create_future()
-            self._inflight[url] = pending
-            try:
-                value: object = await self._fetch(url, parse, ttl_s)
-            except KeyUnavailable as exc:
-                if self.failure_ttl_s > 0:
-                    expires = self._clock() + self.failure_ttl_s
-                    self._keep(url, _Entry(expires, failure=exc.reason))
-                pending.set_exception(exc)
-                pending.exception()  # retrieved: waiters may be none
-                raise
-            except BaseException:
-                pending.set_exception(KeyUnavailable("fetch_cancelled"))
-                pending.exception()
-                raise
-            finally:
-                self._inflight.pop(url, None)
-            pending.set_result(value)
-            return value  # type: ignore[return-value]
-        shared: object = await asyncio.shield(pending)
-        return shared  # type: ignore[return-value] # stored by this parse
+        if pending is not None:
+            shared: object = await asyncio.shield(pending)
+            return shared  # type: ignore[return-value] # stored by this parse
+        pending = asyncio.get_running_loop().create_future()
+        self._inflight[url] = pending
+        try:
+            value: object = await self._fetch(url, parse, ttl_s)
+        except KeyUnavailable as exc:
+            if self.failure_ttl_s > 0:
+                self._failed(url, exc.reason)
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: waiters may be none
+            raise
+        except BaseException:
+            pending.set_exception(KeyUnavailable("fetch_cancelled"))
+            pending.exception()
+            raise
+        finally:
+            self._inflight.pop(url, None)
+        pending.set_result(value)
+        return value  # type: ignore[return-value]
 
     def _keep(self, url: str, entry: _Entry[object]) -> None:
+        self._failures.pop(url, None)
         self._cache[url] = entry
         self._cache.move_to_end(url)
+        if len(self._cache) > self.max_entries:
+            now = self._clock()
+            for stale in [u for u, e in self._cache.items() if e.expires <= now]:
+                del self._cache[stale]
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
+
+    def _failed(self, url: str, reason: str) -> None:
+        """Remembered apart from the keys: no URL's keys are evicted for it."""
+        self._failures[url] = _Failure(self._clock() + self.failure_ttl_s, reason)
+        self._failures.move_to_end(url)
+        while len(self._failures) > self.max_entries:
+            self._failures.popitem(last=False)
 
     async def _fetch(self, url: str, parse: Callable[[bytes], T], ttl_s: float) -> T:
         body, cache_control = await self.get(url)
@@ -150,8 +208,12 @@ class KeyFetcher:
             raise KeyUnavailable("not_a_key") from None
         given = max_age(cache_control)
         ttl = ttl_s if given is None else given
+        now = self._clock()
         if ttl > 0:
-            self._keep(url, _Entry(self._clock() + min(max(ttl, MIN_TTL_S), MAX_TTL_S), value))
+            self._keep(url, _Entry(now + min(max(ttl, MIN_TTL_S), MAX_TTL_S), value, now))
+        else:  # not to be kept: nor are the keys kept before
+            self._cache.pop(url, None)
+            self._failures.pop(url, None)
         return value
 
     async def get(self, url: str) -> tuple[bytes, str | None]:

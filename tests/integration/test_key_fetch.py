@@ -176,3 +176,150 @@ async def test_a_host_that_is_not_the_one_certified_is_refused(server: KeyServer
             await fetch(fetcher, "https://keys.unlisted.example/jwks")
     finally:
         await fetcher.close()
+
+
+# --- a forced fetch (a key the kept ones lack) ------------------------------------------------
+
+
+async def test_refresh_fetches_again_at_most_once_per_interval(server: KeyServer) -> None:
+    server.serve(URL, b"jwks-1", headers={"cache-control": "max-age=21600"})
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock, refresh_interval_s=60.0)
+    try:
+        assert await fetch(fetcher) == b"jwks-1"
+        server.serve(URL, b"jwks-2", headers={"cache-control": "max-age=21600"})
+        # Fetched a moment ago: as fresh as it may be, not fetched again.
+        clock.now += 59
+        assert await fetcher.refresh(URL, parse, 300.0) is None
+        assert server.count(URL) == 1
+        clock.now += 1
+        assert await fetcher.refresh(URL, parse, 300.0) == b"jwks-2"
+        # What the forced fetch got is kept, for everyone.
+        assert await fetch(fetcher) == b"jwks-2"
+        assert server.count(URL) == 2
+        server.serve(URL, b"jwks-3", headers={"cache-control": "max-age=21600"})
+        for _ in range(20):  # requests naming keys that do not exist
+            clock.now += 2
+            assert await fetcher.refresh(URL, parse, 300.0) in (None, b"jwks-3")
+        # 40 s: none; then one per 60 s.
+        assert server.count(URL) == 2
+        clock.now += 30
+        assert await fetcher.refresh(URL, parse, 300.0) == b"jwks-3"
+        assert await fetcher.refresh(URL, parse, 300.0) is None
+    finally:
+        await fetcher.close()
+    assert server.count(URL) == 3
+
+
+async def test_refresh_of_keys_never_kept_is_rate_limited_too(server: KeyServer) -> None:
+    """``no-store`` keys are fetched by every ``keys``; a forced fetch is still limited."""
+    server.serve(URL, b"jwks", headers={"cache-control": "no-store"})
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock)
+    try:
+        assert await fetcher.refresh(URL, parse, 300.0) == b"jwks"
+        for _ in range(5):
+            assert await fetcher.refresh(URL, parse, 300.0) is None
+    finally:
+        await fetcher.close()
+    assert server.count(URL) == 1
+
+
+async def test_refreshes_at_once_share_one_fetch(server: KeyServer) -> None:
+    server.serve(URL, b"jwks-1")
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock)
+    try:
+        await fetch(fetcher)
+        server.serve(URL, b"jwks-2", delay_s=0.3)
+        clock.now += 61
+        got = await asyncio.gather(*(fetcher.refresh(URL, parse, 300.0) for _ in range(10)))
+    finally:
+        await fetcher.close()
+    # Each waited for the one fetch under way rather than going without it.
+    assert got == [b"jwks-2"] * 10
+    assert server.count(URL) == 2
+
+
+async def test_a_failed_refresh_keeps_the_keys_kept(server: KeyServer) -> None:
+    server.serve(URL, b"jwks-1", headers={"cache-control": "max-age=3600"})
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock)
+    try:
+        await fetch(fetcher)
+        server.serve(URL, b"down", status=500)
+        clock.now += 61
+        with pytest.raises(KeyUnavailable) as info:
+            await fetcher.refresh(URL, parse, 300.0)
+        assert info.value.reason == "status_500"
+        # The keys it had are still served, without a fetch; and no second forced one.
+        assert await fetch(fetcher) == b"jwks-1"
+        assert await fetcher.refresh(URL, parse, 300.0) is None
+    finally:
+        await fetcher.close()
+    assert server.count(URL) == 2
+
+
+# --- what is kept, and what may evict it -----------------------------------------------------
+
+SNS = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{:032x}.pem"
+
+
+async def test_failed_fetches_never_evict_kept_keys(server: KeyServer) -> None:
+    """However many URLs fail (a sender naming certificates that do not exist), the
+    keys kept for others stay, even with room for only two."""
+    server.serve(URL, b"jwks")
+    server.serve(SNS.format(1), b"cert-1")
+    fetcher = KeyFetcher(clock=Clock(), max_entries=2)
+    try:
+        assert await fetch(fetcher) == b"jwks"
+        assert await fetch(fetcher, SNS.format(1)) == b"cert-1"
+        for n in range(100, 110):  # each answered 404 by the key host
+            with pytest.raises(KeyUnavailable):
+                await fetch(fetcher, SNS.format(n))
+        assert await fetch(fetcher) == b"jwks"
+        assert await fetch(fetcher, SNS.format(1)) == b"cert-1"
+        # The failures' own map is bounded: the oldest is forgotten, so asked again.
+        with pytest.raises(KeyUnavailable):
+            await fetch(fetcher, SNS.format(100))
+        with pytest.raises(KeyUnavailable):
+            await fetch(fetcher, SNS.format(109))
+    finally:
+        await fetcher.close()
+    assert server.count(URL) == 1
+    assert server.count(SNS.format(1)) == 1
+    assert server.count(SNS.format(100)) == 2
+    assert server.count(SNS.format(109)) == 1
+
+
+async def test_the_keys_in_use_are_the_last_evicted(server: KeyServer) -> None:
+    for n in (1, 2, 3):
+        server.serve(SNS.format(n), f"cert-{n}".encode())
+    fetcher = KeyFetcher(clock=Clock(), max_entries=2)
+    try:
+        await fetch(fetcher, SNS.format(1))
+        await fetch(fetcher, SNS.format(2))
+        await fetch(fetcher, SNS.format(1))  # in use: kept over the second
+        await fetch(fetcher, SNS.format(3))
+        await fetch(fetcher, SNS.format(1))
+        await fetch(fetcher, SNS.format(2))
+    finally:
+        await fetcher.close()
+    assert [server.count(SNS.format(n)) for n in (1, 2, 3)] == [1, 2, 1]
+
+
+async def test_expired_keys_are_evicted_before_keys_in_force(server: KeyServer) -> None:
+    server.serve(SNS.format(1), b"cert-1", headers={"cache-control": "max-age=86400"})
+    server.serve(SNS.format(2), b"cert-2", headers={"cache-control": "max-age=60"})
+    server.serve(SNS.format(3), b"cert-3", headers={"cache-control": "max-age=86400"})
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock, max_entries=2)
+    try:
+        await fetch(fetcher, SNS.format(1))
+        await fetch(fetcher, SNS.format(2))  # the most recent, but it expires first
+        clock.now += 61
+        await fetch(fetcher, SNS.format(3))
+        await fetch(fetcher, SNS.format(1))
+    finally:
+        await fetcher.close()
+    assert server.count(SNS.format(1)) == 1

@@ -440,7 +440,9 @@ class Receiver:
         """For a provider that publishes its keys (``Provider.key_fetch``): the keys of
         the URL this request names, fetched or cached, into ``admitted.fetched``; or the
         answer when the URL is refused (401/400, nothing fetched) or cannot be had now
-        (503: the sender retries, as it would were the store away)."""
+        (503: the sender retries, as it would were the store away). Keys that lack the
+        one the request names (``KeyFetch.missing``) are fetched again first, as the
+        fetcher allows (``KeyFetcher.refresh``)."""
         source = admitted.source
         fetch = source.adapter.key_fetch
         if fetch is None:
@@ -455,9 +457,19 @@ class Receiver:
             return error(400, exc.reason, exc.detail)
         try:
             with tracing.span("hookd.keys"):
-                admitted.fetched = await self.key_fetcher.keys(url, fetch.parse, fetch.ttl_s)
+                fetched = await self.key_fetcher.keys(url, fetch.parse, fetch.ttl_s)
+                if fetch.missing is not None and fetch.missing(admitted.signed, body, fetched):
+                    # Perhaps a rotation the kept keys predate: fetched again, at most
+                    # once a minute per URL; a key still missing is verify's refusal.
+                    fresh = await self.key_fetcher.refresh(url, fetch.parse, fetch.ttl_s)
+                    log.info(
+                        "sender key not in the kept keys",
+                        extra={"source": source.name, "refetched": fresh is not None},
+                    )
+                    fetched = fetched if fresh is None else fresh
         except KeyUnavailable as exc:
             return self.keys_unavailable(source, exc.reason)
+        admitted.fetched = fetched
         return None
 
     def keys_unavailable(self, source: Source, reason: str) -> Answer:

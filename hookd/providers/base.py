@@ -207,6 +207,12 @@ class KeyFetch:
     # How long fetched keys are kept when the answer says nothing (``Cache-Control:
     # max-age`` is followed, within the fetcher's bounds).
     ttl_s: float = 3600.0
+    # (signed headers, body, the fetched keys) -> True when the request names a key
+    # they do not hold (Google's ``kid``): the sender may have rotated its keys since
+    # they were fetched, and the receiver asks the fetcher to fetch the URL again
+    # (``KeyFetcher.refresh``: at most once a minute per URL) before ``verify`` is
+    # given them. None: the URL names its one key (an SNS certificate).
+    missing: Callable[[SignedHeaders, bytes, Sequence[Key]], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ signed RS256 by one of Google's keys, which the receiver fetches from the JWKS a
 ``Cache-Control: max-age``; ``ingest.keyfetch``). Verified:
 
 - the token's header says ``alg`` RS256 and a ``kid`` the JWKS has; its signature is
-  that key's (RSA PKCS#1 v1.5, SHA-256);
+  that key's (RSA PKCS#1 v1.5, SHA-256). A ``kid`` the kept JWKS lacks has the
+  receiver fetch it again first (``missing``; at most once a minute), for a key
+  Google added since;
 - ``iss`` is ``https://accounts.google.com`` or ``accounts.google.com``;
 - ``aud`` is the source's ``audience`` (the audience set on the push subscription);
 - ``email`` is one of the source's ``secrets`` (the subscription's service account)
@@ -233,6 +235,14 @@ def bind(settings: PubsubSettings) -> Provider:
     def locate(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> str:
         return settings.jwks_url
 
+    def missing(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> bool:
+        """The token's ``kid`` is none of the fetched keys' (a key Google added since)."""
+        try:
+            kid = _parts(signed)[0].get("kid")
+        except SignatureError:  # checked by check_headers already; verify refuses it
+            return False
+        return all(not (isinstance(k, RsaKey) and k.kid == kid) for k in keys)
+
     def verify(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> Verified:
         head, claims = _parts(signed)
         kid = head.get("kid")
@@ -288,7 +298,7 @@ def bind(settings: PubsubSettings) -> Provider:
         envelope=envelope,
         sample_event=sample_event,
         configurable=CONFIGURABLE,
-        key_fetch=KeyFetch(locate=locate, parse=parse_jwks, ttl_s=JWKS_TTL_S),
+        key_fetch=KeyFetch(locate=locate, parse=parse_jwks, ttl_s=JWKS_TTL_S, missing=missing),
         # Pub/Sub keeps an unacknowledged message for 7 days by default (at most 31).
         redelivery_horizon_days=7,
         signing_key_needed=lambda secret: (

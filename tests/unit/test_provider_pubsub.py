@@ -270,3 +270,21 @@ def test_a_source_of_pubsub_needs_its_audience() -> None:
 def test_the_jwks_url_must_be_https() -> None:
     table = f'[sources.verify]\naudience = "{AUDIENCE}"\njwks_url = "http://keys.example/jwks"\n'
     assert "verify.jwks_url" in error_of(SOURCE + table)
+
+
+def test_a_kid_the_fetched_keys_lack_is_missing_and_one_they_hold_is_not() -> None:
+    """``missing`` is what has the receiver fetch the JWKS again (a rotation)."""
+    fetch = provider().key_fetch
+    assert fetch is not None and fetch.missing is not None
+    p = provider()
+    held = p.check_headers(headers(token(kid=KID)), NOW, 300)
+    rotated = p.check_headers(headers(token(key="pubsub-new", kid="rotated-in")), NOW, 300)
+    published = keys(("pubsub-old", "rotated-out"), ("pubsub", KID))
+    assert fetch.missing(held, body(), published) is False
+    assert fetch.missing(rotated, body(), published) is True
+    # Only an RSA key of that kid counts: the source's identity (the email) is none.
+    assert fetch.missing(held, body(), [pubsub.parse_secret(EMAIL)]) is True
+    # Once the JWKS holds it, the token verifies as any other.
+    renewed = keys(("pubsub", KID), ("pubsub-new", "rotated-in"))
+    assert fetch.missing(rotated, body(), renewed) is False
+    assert p.verify(rotated, body(), renewed).key_index == 2  # after the email and KID's

@@ -7,8 +7,10 @@ A delivery is one JSON message (SNS sends it as ``text/plain``) whose
 
 Verification, as AWS documents it:
 
-- ``SigningCertURL`` must be ``https://sns.<region>.amazonaws.com[.cn]/….pem`` (no user,
-  no port, no other host): anything else is refused before anything is fetched. The
+- ``SigningCertURL`` must be
+  ``https://sns.<region>.amazonaws.com[.cn]/SimpleNotificationService-<hex>.pem`` (no
+  user, no port, no query, no other host or path): anything else is refused before
+  anything is fetched. The
   receiver fetches the certificate (bounded, cached by URL; ``ingest.keyfetch``).
 - The string to sign is ``name\\nvalue\\n`` for each of, in this order: for a
   Notification ``Message``, ``MessageId``, ``Subject`` (only when present),
@@ -98,6 +100,11 @@ OPTIONAL_FIELDS = frozenset({"Subject"})
 HASHES: dict[str, type[hashes.HashAlgorithm]] = {"1": hashes.SHA1, "2": hashes.SHA256}
 # SNS's own hosts, one per region (China's under amazonaws.com.cn).
 SNS_HOST = re.compile(r"sns\.[a-z]{2}(?:-[a-z]+)+-\d{1,2}\.amazonaws\.com(?:\.cn)?", re.ASCII)
+# Where SNS serves its signing certificates on those hosts: one name, a hex digest in
+# it (32 digits in every certificate SNS has named; 16 to 64 taken). Any other path
+# on an SNS host is refused before it is fetched: a sender cannot have hookd fetch
+# (and keep) whatever else a host serves.
+CERT_PATH = re.compile(r"/SimpleNotificationService-[0-9a-f]{16,64}\.pem", re.ASCII)
 TOPIC_ARN = re.compile(
     r"arn:aws(?:-cn|-us-gov|-iso|-iso-b)?:sns:[a-z]{2}(?:-[a-z]+)+-\d{1,2}:\d{12}:"
     r"[A-Za-z0-9_-]{1,256}(?:\.fifo)?",
@@ -110,7 +117,10 @@ MAX_CERT_URL_CHARS = 2048
 DEFAULT_MAX_AGE_S = 3900
 CERT_TTL_S = 86_400.0
 SAMPLE_TOPIC = "arn:aws:sns:us-east-1:123456789012:hookd-sample"
-SAMPLE_CERT_URL = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-hookd-sample.pem"
+SAMPLE_CERT_URL = (
+    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-"
+    "686f6f6b642073616d706c6520636572.pem"  # hex of "hookd sample cer"
+)
 
 
 class SnsSettings(VerifySettings):
@@ -134,8 +144,8 @@ def parse_secret(raw: str) -> Key:
 
 
 def sns_url(raw: object, *, pem: bool) -> str | None:  # noqa: PLR0911 - one per rule
-    """``raw`` when it is an https URL on an SNS host (a ``.pem`` path for a
-    certificate), else None."""
+    """``raw`` when it is an https URL on an SNS host (for a certificate, at
+    ``/SimpleNotificationService-<hex>.pem`` with no query), else None."""
     if not isinstance(raw, str) or not raw or len(raw) > MAX_CERT_URL_CHARS:
         return None
     if not raw.isascii() or not raw.isprintable() or " " in raw:
@@ -149,7 +159,7 @@ def sns_url(raw: object, *, pem: bool) -> str | None:  # noqa: PLR0911 - one per
         return None
     if parts.netloc != parts.hostname or not SNS_HOST.fullmatch(parts.netloc):
         return None
-    if pem and (not parts.path.endswith(".pem") or parts.query or parts.fragment):
+    if pem and (not CERT_PATH.fullmatch(parts.path) or parts.query or parts.fragment):
         return None
     return raw
 
@@ -212,7 +222,8 @@ def locate(signed: SignedHeaders, body: bytes, keys: Sequence[Key]) -> str:
     url = sns_url(message.get("SigningCertURL"), pem=True)
     if url is None:
         raise SignatureError(
-            "malformed_signature", "SigningCertURL is not an https .pem URL on an SNS host"
+            "malformed_signature",
+            "SigningCertURL is not /SimpleNotificationService-<hex>.pem on an SNS host",
         )
     return url
 

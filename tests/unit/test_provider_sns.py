@@ -23,7 +23,7 @@ from tests.support.published_keys import certificate_pem, private_pem, rsa_key
 from tests.support.sources_file import error_of, parse
 
 TOPIC = "arn:aws:sns:eu-west-1:123456789012:orders"
-CERT_URL = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123abcd.pem"
+CERT_URL = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-0123abcd4567ef890123abcd4567ef89.pem"
 SUBSCRIBE_URL = (
     "https://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription"
     f"&TopicArn={TOPIC}&Token=2336412f37f"
@@ -207,23 +207,41 @@ def test_the_message_type_header_must_be_one_sns_sends() -> None:
 
 # --- the certificate URL's pin ------------------------------------------------------------
 
+HEX = "f3ecfb7224c7233fe7bb5f59f96de52f"
 GOOD_URLS = [
     CERT_URL,
-    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-f3ecfb7224c7233fe7bb5f59f96de52f.pem",
-    "https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
-    "https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
+    # AWS's own examples (the SNS developer guide; its SDKs' validator tests).
+    f"https://sns.us-west-2.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-d6d679a1d18e95c2f9ffcf11f4f9e198.pem",
+    f"https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.ap-southeast-2.amazonaws.com/SimpleNotificationService-{HEX[:16]}.pem",
 ]
 BAD_URLS = [
-    "http://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
-    "https://sns.us-east-1.amazonaws.com.evil.example/SimpleNotificationService-abc.pem",
-    "https://evil.example/sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
-    "https://sns.amazonaws.com/SimpleNotificationService-abc.pem",
-    "https://s3.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
-    "https://user@sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
-    "https://sns.us-east-1.amazonaws.com:8443/SimpleNotificationService-abc.pem",
-    "https://SNS.US-EAST-1.AMAZONAWS.COM/SimpleNotificationService-abc.pem",
-    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.txt",
-    "https://sns.us-east-1.amazonaws.com/cert.pem?x=1",
+    # Another host, scheme, user or port.
+    f"http://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com.evil.example/SimpleNotificationService-{HEX}.pem",
+    f"https://evil.example/sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://s3.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://user@sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com:8443/SimpleNotificationService-{HEX}.pem",
+    f"https://SNS.US-EAST-1.AMAZONAWS.COM/SimpleNotificationService-{HEX}.pem",
+    # SNS's host, any other path: not where SNS serves its certificates.
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.txt",
+    "https://sns.us-east-1.amazonaws.com/cert.pem",
+    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-abc.pem",
+    "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-rotated-0000000000000000.pem",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX.upper()}.pem",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX * 3}.pem",
+    f"https://sns.us-east-1.amazonaws.com/x/SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com//SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem/",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService%2D{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com/simplenotificationservice-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com/?Action=x&f=SimpleNotificationService-{HEX}.pem",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem?x=1",
+    f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{HEX}.pem#f",
     "https://sns.us-east-1.amazonaws.com/a b.pem",
     "",
     None,

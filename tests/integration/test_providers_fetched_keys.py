@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from hookd.providers import PROVIDERS, sns
 from hookd.providers.pubsub import SAMPLE_EMAIL, SAMPLE_KID
 from hookd.sources import Sources, parse_sources
+from ingest.keyfetch import KeyFetcher
 from store import db
 from store.models import EVENTS
 from tests.support.asgi import running_app
@@ -177,7 +178,7 @@ async def test_sns_refusals_store_nothing(keys: KeyServer, sqlite_url: str) -> N
 async def test_a_certificate_url_off_sns_is_refused_without_a_fetch(
     keys: KeyServer, sqlite_url: str
 ) -> None:
-    evil = "https://sns.us-east-1.amazonaws.com.evil.example/SimpleNotificationService-1.pem"
+    evil = f"https://sns.us-east-1.amazonaws.com.evil.example/{CERT_URL.rsplit('/', 1)[1]}"
     keys.serve(evil, certificate_pem("sns-other"))
     headers, body = sns_request(sns_message(1, SigningCertURL=evil), key="sns-other")
     async with running_app(sources(), sqlite_url, via="http", clock=at()) as (_, client):
@@ -189,10 +190,66 @@ async def test_a_certificate_url_off_sns_is_refused_without_a_fetch(
     assert await stored(sqlite_url, "aws") == []
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/SimpleNotificationService-abc.pem",
+        "/cert.pem",
+        "/x/SimpleNotificationService-7506a1e35b36ef5a444dd1a8e7cc3ed8.pem",
+        "/SimpleNotificationService-7506A1E35B36EF5A444DD1A8E7CC3ED8.pem",
+    ],
+)
+async def test_a_certificate_url_on_sns_at_another_path_is_refused_without_a_fetch(
+    keys: KeyServer, sqlite_url: str, path: str
+) -> None:
+    """A sender that knows a topic the source takes cannot have hookd fetch (and keep)
+    whatever an SNS host serves: only where SNS serves its certificates."""
+    other = f"https://sns.us-east-1.amazonaws.com{path}"
+    keys.serve(other, certificate_pem("sns-other"))
+    headers, body = sns_request(sns_message(1, SigningCertURL=other), key="sns-other")
+    async with running_app(sources(), sqlite_url, via="http", clock=at()) as (_, client):
+        answer = await client.post("/hooks/aws", content=body, headers=headers)
+    assert answer.status_code == 401
+    assert answer.json() == {"error": "malformed_signature"}
+    assert keys.tunnels == []
+    assert await stored(sqlite_url, "aws") == []
+
+
+async def test_certificates_that_cannot_be_fetched_never_evict_the_one_in_use(
+    keys: KeyServer, sqlite_url: str
+) -> None:
+    """Messages naming certificates SNS does not have (each a 503) leave the real one
+    kept, however few the fetcher may keep."""
+    fetcher = KeyFetcher(max_entries=2)
+    absent = [
+        f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{n:032x}.pem"
+        for n in range(1, 9)
+    ]
+    async with running_app(sources(), sqlite_url, via="http", clock=at()) as (app, client):
+        app.receiver.key_fetcher = fetcher
+        try:
+            first = sns_request(sns_message(1))
+            accepted = [await client.post("/hooks/aws", content=first[1], headers=first[0])]
+            refused = []
+            for n, url in enumerate(absent, start=10):
+                h, b = sns_request(sns_message(n, SigningCertURL=url))
+                refused.append(await client.post("/hooks/aws", content=b, headers=h))
+            for n in (2, 3):
+                h, b = sns_request(sns_message(n))
+                accepted.append(await client.post("/hooks/aws", content=b, headers=h))
+        finally:
+            await fetcher.close()
+    assert [r.status_code for r in refused] == [503] * len(absent)
+    assert [a.status_code for a in accepted] == [202] * 3
+    assert keys.count(CERT_URL) == 1
+    assert all(keys.count(url) == 1 for url in absent)
+    assert len(await stored(sqlite_url, "aws")) == 3
+
+
 async def test_a_certificate_that_cannot_be_fetched_is_503_then_accepted(
     keys: KeyServer, sqlite_url: str
 ) -> None:
-    missing = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-rotated.pem"
+    missing = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0e7a7ed0e7a7ed0e7a7ed0e7a7ed0000.pem"
     headers, body = sns_request(sns_message(1, SigningCertURL=missing))
     async with running_app(sources(), sqlite_url, via="http", clock=at()) as (app, client):
         # A failure is remembered for a few seconds, so that a dead host is not asked
@@ -210,7 +267,7 @@ async def test_a_certificate_that_cannot_be_fetched_is_503_then_accepted(
 
 
 async def test_concurrent_requests_share_one_fetch(keys: KeyServer, sqlite_url: str) -> None:
-    slow = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-slow.pem"
+    slow = "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-5105e5105e5105e5105e5105e5105e51.pem"
     keys.serve(slow, certificate_pem("sns"), delay_s=0.5)
     requests = [sns_request(sns_message(n, SigningCertURL=slow)) for n in range(1, 13)]
     async with running_app(sources(), sqlite_url, via="http", clock=at()) as (_, client):
@@ -347,6 +404,92 @@ async def test_pubsub_refusals_store_nothing(keys: KeyServer, sqlite_url: str) -
     assert await stored(sqlite_url, "ps") == []
     # The expired token was refused on its header, before its keys were needed.
     assert keys.count(JWKS_URL) == 1
+
+
+class Clock:
+    """The fetcher's clock (monotonic seconds), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+NEW_KID = "9a2b7c1d0e4f5a6b7c8d9e0f1a2b3c4d"
+
+
+async def test_pubsub_a_rotated_key_is_fetched_once_forged_kids_at_most_once_a_minute(
+    keys: KeyServer, sqlite_url: str
+) -> None:
+    """A kid the kept JWKS lacks has hookd fetch it again, though its max-age runs for
+    hours: a key Google added since is accepted. Requests naming kids that do not exist
+    make at most one fetch a minute, however many and however concurrent."""
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock)
+    rotated = jwks(("pubsub", KID), ("pubsub-new", NEW_KID))
+    async with running_app(sources(), sqlite_url, via="http", clock=lambda: NOW + 1) as (
+        app,
+        client,
+    ):
+        app.receiver.key_fetcher = fetcher
+
+        async def post(request: tuple[dict[str, str], bytes]) -> httpx.Response:
+            return await client.post("/hooks/ps", content=request[1], headers=request[0])
+
+        try:
+            assert (await post(push(1))).status_code == 202
+            assert keys.count(JWKS_URL) == 1
+            keys.serve(JWKS_URL, rotated, headers={"cache-control": "max-age=19845"})
+            # Within a minute of the fetch: the kept keys are as fresh as they may be.
+            early = await post(push(2, key="pubsub-new", kid=NEW_KID))
+            assert (early.status_code, early.json()["error"]) == (401, "bad_signature")
+            assert keys.count(JWKS_URL) == 1
+            clock.now += 61
+            assert (await post(push(2, key="pubsub-new", kid=NEW_KID))).status_code == 202
+            assert keys.count(JWKS_URL) == 2
+            # Kept from that fetch: both kids verify with no fetch at all.
+            assert (await post(push(3, key="pubsub-new", kid=NEW_KID))).status_code == 202
+            assert (await post(push(4))).status_code == 202
+            forged = [push(n, key="pubsub-other", kid=f"forged-{n}") for n in range(10, 30)]
+            answers = [await post(f) for f in forged[:10]]
+            assert keys.count(JWKS_URL) == 2
+            clock.now += 61
+            answers += await asyncio.gather(*(post(f) for f in forged[10:]))
+            assert keys.count(JWKS_URL) == 3
+        finally:
+            await fetcher.close()
+    assert [(a.status_code, a.json()["error"]) for a in answers] == [(401, "bad_signature")] * 20
+    rows = await stored(sqlite_url, "ps")
+    assert sorted(k for k, _ in rows) == [f"94701533124115{n:02d}" for n in (1, 2, 3, 4)]
+
+
+async def test_pubsub_a_failed_refetch_is_503_and_the_kept_keys_stay(
+    keys: KeyServer, sqlite_url: str
+) -> None:
+    clock = Clock()
+    fetcher = KeyFetcher(clock=clock)
+    async with running_app(sources(), sqlite_url, via="http", clock=lambda: NOW + 1) as (
+        app,
+        client,
+    ):
+        app.receiver.key_fetcher = fetcher
+        try:
+            first = await client.post("/hooks/ps", content=push(1)[1], headers=push(1)[0])
+            keys.serve(JWKS_URL, b"down", status=500)
+            clock.now += 61
+            h, b = push(2, key="pubsub-new", kid=NEW_KID)
+            unavailable = await client.post("/hooks/ps", content=b, headers=h)
+            h, b = push(3)
+            kept = await client.post("/hooks/ps", content=b, headers=h)
+        finally:
+            await fetcher.close()
+    assert first.status_code == 202
+    assert unavailable.status_code == 503
+    assert unavailable.json() == {"error": "unavailable"}
+    assert kept.status_code == 202
+    assert keys.count(JWKS_URL) == 2
+    assert len(await stored(sqlite_url, "ps")) == 2
 
 
 async def test_pubsub_jwks_unavailable_is_503(keys: KeyServer, sqlite_url: str) -> None:

@@ -22,7 +22,8 @@ ASGI task did for free is done here by hand, each against uvicorn's own behaviou
 - a graceful stop: the connection closes after its answer, so uvicorn's wait for
   connections also waits for the commits in flight.
 
-Everything else (another method, an unknown source, a provider with a challenge,
+Everything else (another method, an unknown source, a provider with a challenge or
+with keys to fetch (``Provider.key_fetch``),
 ``Expect: 100-continue``, tracing) takes the ASGI path.
 """
 

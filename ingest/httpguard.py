@@ -237,6 +237,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if (
             source is None
             or source.adapter.handshakes
+            or source.adapter.key_fetch is not None
             or self.limit_concurrency is not None
             or self.parser.should_upgrade()
         ):

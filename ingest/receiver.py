@@ -32,6 +32,7 @@ from hookd.errors import HandshakeRefused, PayloadError, SignatureError
 from hookd.providers.base import (
     Envelope,
     HeaderMap,
+    Key,
     LearnsSecret,
     QueryMap,
     Reply,
@@ -41,6 +42,7 @@ from hookd.providers.base import (
 from hookd.sources import Source, Sources
 from ingest import metrics
 from ingest.batcher import GroupCommitter, StoreUnavailable
+from ingest.keyfetch import KeyFetcher, KeyUnavailable
 from ingest.learned import LearnedKeys, LearnedUnavailable
 from ingest.rejected import Refusal
 from store.intake.events import NewEvent, Stored
@@ -85,6 +87,10 @@ class Admitted:
     signed: SignedHeaders
     now: float
     started: float
+    # The keys fetched for it (``Provider.key_fetch``), verified after the source's own.
+    fetched: tuple[Key, ...] = ()
+    # A URL to GET before the provider's reply is sent (``Envelope.visit``).
+    visit: str | None = None
 
 
 @dataclass(slots=True)
@@ -267,6 +273,8 @@ class Receiver:
     on_rejected: OnRejected | None = None
     # Secrets learned in handshakes (Asana's), for the sources whose provider learns one.
     learned: LearnedKeys | None = None
+    # Keys senders publish at a URL (``Provider.key_fetch``): fetched, bounded, cached.
+    key_fetcher: KeyFetcher = field(default_factory=KeyFetcher)
     deadlines: Deadlines = field(init=False, default_factory=Deadlines)
     _tally: metrics.AckTally = field(init=False, default_factory=metrics.AckTally)
 
@@ -317,9 +325,10 @@ class Receiver:
         """The whole body: verified on its bytes, read into the event to store."""
         source = admitted.source
         provider = source.adapter
+        keys = (*source.keys, *admitted.fetched) if admitted.fetched else source.keys
         try:
             with tracing.span("hookd.verify"):
-                verified = provider.verify(admitted.signed, body, source.keys)
+                verified = provider.verify(admitted.signed, body, keys)
         except SignatureError as exc:
             self._refused(client, source, exc.reason, 401, admitted=admitted, body=body)
             return error(401, exc.reason, "", *unauthorized(source))
@@ -329,6 +338,7 @@ class Receiver:
             self._refused(client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body)
             return error(400, exc.reason, exc.detail)
         if env.reply is not None:
+            admitted.visit = env.visit
             return reply_answer(env.reply)
         event = NewEvent(
             source=source.name,
@@ -450,6 +460,59 @@ class Receiver:
         self._refused(client, source, reason, status, admitted=admitted)
         return error(status, reason, "", CLOSE)
 
+    async def fetch_keys(self, admitted: Admitted, body: bytes, client: ClientOf) -> Answer | None:
+        """For a provider that publishes its keys (``Provider.key_fetch``): the keys of
+        the URL this request names, fetched or cached, into ``admitted.fetched``; or the
+        answer when the URL is refused (401/400, nothing fetched) or cannot be had now
+        (503: the sender retries, as it would were the store away). Keys that lack the
+        one the request names (``KeyFetch.missing``) are fetched again first, as the
+        fetcher allows (``KeyFetcher.refresh``)."""
+        source = admitted.source
+        fetch = source.adapter.key_fetch
+        if fetch is None:
+            return None
+        try:
+            url = fetch.locate(admitted.signed, body, source.keys)
+        except SignatureError as exc:
+            self._refused(client, source, exc.reason, 401, exc.detail, admitted=admitted, body=body)
+            return error(401, exc.reason)
+        except PayloadError as exc:
+            self._refused(client, source, exc.reason, 400, exc.detail, admitted=admitted, body=body)
+            return error(400, exc.reason, exc.detail)
+        try:
+            with tracing.span("hookd.keys"):
+                fetched = await self.key_fetcher.keys(url, fetch.parse, fetch.ttl_s)
+                if fetch.missing is not None and fetch.missing(admitted.signed, body, fetched):
+                    # Perhaps a rotation the kept keys predate: fetched again, at most
+                    # once a minute per URL; a key still missing is verify's refusal.
+                    fresh = await self.key_fetcher.refresh(url, fetch.parse, fetch.ttl_s)
+                    log.info(
+                        "sender key not in the kept keys",
+                        extra={"source": source.name, "refetched": fresh is not None},
+                    )
+                    fetched = fetched if fresh is None else fresh
+        except KeyUnavailable as exc:
+            return self.keys_unavailable(source, exc.reason)
+        admitted.fetched = fetched
+        return None
+
+    def keys_unavailable(self, source: Source, reason: str) -> Answer:
+        """A key (or a handshake's URL) could not be fetched: not acknowledged."""
+        self._reject(source.name, "unavailable")
+        log.warning("sender keys unavailable", extra={"source": source.name, "reason": reason})
+        return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
+
+    async def visited(self, admitted: Admitted, answer: Answer) -> Answer:
+        """The provider's reply, once the URL it asked for (``Envelope.visit``) answered."""
+        if admitted.visit is None:
+            return answer
+        try:
+            await self.key_fetcher.get(admitted.visit)
+        except KeyUnavailable as exc:
+            return self.keys_unavailable(admitted.source, exc.reason)
+        log.info("handshake confirmed", extra={"source": admitted.source.name})
+        return answer
+
     def _challenge(self, scope: Scope, source: Source) -> Answer | None:
         """The answer to a registration challenge, or None for a delivery to verify."""
         provider = source.adapter
@@ -570,9 +633,13 @@ class Receiver:
         except ClientGone:
             self.disconnected(source)
             return 400, b"", []
+        if source.adapter.key_fetch is not None:
+            refused = await self.fetch_keys(admitted, body, client)
+            if refused is not None:
+                return refused
         received = self.event_of(admitted, body, client)
         if not isinstance(received, Received):
-            return received
+            return await self.visited(admitted, received)
         try:
             with tracing.span("hookd.commit"):  # the wait for the group commit
                 stored = await self.committer.submit(received.event)

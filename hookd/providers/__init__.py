@@ -23,10 +23,12 @@ from hookd.providers import (
     okta,
     paddle,
     pagerduty,
+    pubsub,
     sendgrid,
     shared_token,
     shopify,
     slack,
+    sns,
     square,
     standard,
     stripe,
@@ -75,3 +77,6 @@ register(twitch.PROVIDER)
 register(asana.PROVIDER)
 register(okta.PROVIDER)
 register(basic.PROVIDER)
+# Senders whose verifying keys are fetched from a URL (Provider.key_fetch).
+register(sns.PROVIDER)
+register(pubsub.PROVIDER)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 
 from hookd.errors import PayloadError, SignatureError
 from hookd.providers.reconciling import Reconciling
@@ -58,7 +59,26 @@ class EcdsaP256Key:
     public_key: EllipticCurvePublicKey = field(repr=False)
 
 
-Key = HmacKey | Ed25519Key | EcdsaP256Key
+@dataclass(frozen=True, slots=True)
+class RsaKey:
+    """An RSA public key fetched from the sender (``KeyFetch``): the key of the
+    certificate at an SNS message's ``SigningCertURL``, or one key of Google's JWKS
+    (``kid`` names it there)."""
+
+    public_key: RSAPublicKey = field(repr=False)
+    kid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the sender must say it is, where no secret is shared and the key is fetched:
+    an SNS topic ARN, a Pub/Sub push subscription's service account. Public, but only
+    requests signed for one of a source's identities are its own."""
+
+    value: str
+
+
+Key = HmacKey | Ed25519Key | EcdsaP256Key | RsaKey | Identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +154,11 @@ class Envelope:
     # Set when the sender needs a particular answer to a stored event (Discord's
     # deferred interaction response); hookd's own JSON otherwise.
     ack: Reply | None = None
+    # With ``reply``: a URL the receiver GETs (bounded, its answer discarded) before it
+    # sends the reply, to complete a handshake (SNS's ``SubscribeURL``); a provider with
+    # ``key_fetch`` only (its requests take the receiver's ASGI path). The provider
+    # checks the URL's host; the receiver answers 503 when the GET fails.
+    visit: str | None = None
 
 
 # (secret, seq, now) -> (headers, body): a realistic event, signed as the provider signs.
@@ -184,6 +209,33 @@ class LearnsSecret:
     opened_by: Callable[[QueryMap, Sequence[Key]], int]
     parse: Callable[[str], Key]
     answer: Callable[[str], Reply]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFetch:
+    """A provider whose verifying key is published at a URL (an SNS signing certificate,
+    Google's JWKS) rather than configured.
+
+    Adapters stay pure: ``locate`` says which URL's key a request needs (after its
+    headers are checked and its body read; it refuses a URL the provider does not trust,
+    before anything is fetched), the receiver fetches that URL through its bounded,
+    cached fetcher (``ingest.keyfetch``), and ``parse`` turns the fetched bytes into the
+    keys ``verify`` is then given after the source's own (``Identity`` keys among them).
+    """
+
+    # (signed headers, body, the source's keys) -> the URL whose keys verify it.
+    locate: Callable[[SignedHeaders, bytes, Sequence[Key]], str]
+    # The fetched bytes -> the keys they hold, or ``ValueError``.
+    parse: Callable[[bytes], tuple[Key, ...]]
+    # How long fetched keys are kept when the answer says nothing (``Cache-Control:
+    # max-age`` is followed, within the fetcher's bounds).
+    ttl_s: float = 3600.0
+    # (signed headers, body, the fetched keys) -> True when the request names a key
+    # they do not hold (Google's ``kid``): the sender may have rotated its keys since
+    # they were fetched, and the receiver asks the fetcher to fetch the URL again
+    # (``KeyFetcher.refresh``: at most once a minute per URL) before ``verify`` is
+    # given them. None: the URL names its one key (an SNS certificate).
+    missing: Callable[[SignedHeaders, bytes, Sequence[Key]], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +302,8 @@ class Provider:
     learns_secret: LearnsSecret | None = None
     # Headers of every 401 answer (HTTP Basic's ``WWW-Authenticate``), lower-case names.
     unauthorized_headers: tuple[tuple[str, str], ...] = ()
+    # Where its verifying keys are fetched from, for a sender that publishes them.
+    key_fetch: KeyFetch | None = None
     # The status of the answer to a newly stored event: 202, or 200 for a sender that
     # counts only 200 as delivered (Mailgun retries any other code for hours).
     accepted_status: int = 202

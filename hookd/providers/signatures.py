@@ -49,6 +49,7 @@ from hookd.providers.base import (
     HeaderMap,
     HmacKey,
     Key,
+    RsaKey,
     SignedHeaders,
     Verified,
     one_header,
@@ -181,7 +182,7 @@ def match_hmac(
     return Verified(scheme, index, signed.timestamp)
 
 
-PublicKeyT = TypeVar("PublicKeyT", Ed25519Key, EcdsaP256Key)
+PublicKeyT = TypeVar("PublicKeyT", Ed25519Key, EcdsaP256Key, RsaKey)
 
 
 def matching_public_key(

@@ -211,6 +211,7 @@ def create_app(
         rejected_notes,
         committer,
         Adapted(receiver.deadlines.stop, receiver.deadlines.start),
+        Adapted(receiver.key_fetcher.close),
         operation_schedule,
         # Every receiver process keeps it; a lease in the database lets one prune at a time.
         PruneSchedule(engine, sources, settings.prune_every_s),

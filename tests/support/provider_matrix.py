@@ -20,7 +20,10 @@ from hypothesis import strategies as st
 from hookd.providers import PROVIDERS
 from hookd.providers.base import Key, Provider
 from hookd.providers.custom_hmac import HmacSettings
+from hookd.providers.pubsub import SAMPLE_EMAIL, SAMPLE_KID
 from hookd.providers.shared_token import TokenSettings
+from hookd.providers.sns import SAMPLE_TOPIC
+from tests.support.published_keys import certificate_pem, jwks, private_pem
 
 NOW = 1_700_000_000
 TOLERANCE_S = 300
@@ -31,7 +34,9 @@ OTHER_PLAIN = "matrix-other-9876543210"
 # Providers whose signature leaves (part of) the body uncovered, by their design: a
 # token proves only the sender (token, gitlab); Mailgun signs a timestamp and a token
 # that travel inside the body, not the rest of it.
-BODY_UNSIGNED = frozenset({"token", "gitlab", "mailgun", "okta", "basic"})
+# SNS signs named fields of its message, not the bytes: SigningCertURL, UnsubscribeURL
+# and the JSON's spacing are outside. Pub/Sub's token proves the sender, not the body.
+BODY_UNSIGNED = frozenset({"token", "gitlab", "mailgun", "okta", "basic", "sns", "pubsub"})
 # Twilio signs the decoded form parameters, not the bytes: ``%2f`` and ``%2F`` are one
 # parameter, so a body can change without its signature changing.
 SIGNS_DECODED_FORM = frozenset({"twilio"})
@@ -67,6 +72,9 @@ class Pair:
 
     signing: str
     configured: str
+    # For a provider whose keys are fetched (``Provider.key_fetch``): what its key URL
+    # serves, which verifies the signature, the configured secret being an identity.
+    fetched: bytes = b""
 
 
 PAIRS: dict[str, tuple[Pair, Pair]] = {
@@ -86,6 +94,16 @@ PAIRS: dict[str, tuple[Pair, Pair]] = {
     "basic": (
         Pair("matrix:" + PLAIN, "matrix:" + PLAIN),
         Pair("matrix:" + OTHER_PLAIN, "matrix:" + OTHER_PLAIN),
+    ),
+    # Another sender: the same topic, signed by a certificate that is not SNS's.
+    "sns": (
+        Pair(private_pem("sns"), SAMPLE_TOPIC, certificate_pem("sns")),
+        Pair(private_pem("sns-other"), SAMPLE_TOPIC, certificate_pem("sns-other")),
+    ),
+    # Another sender: the same account, a key Google's JWKS does not hold.
+    "pubsub": (
+        Pair(private_pem("pubsub"), SAMPLE_EMAIL, jwks(("pubsub", SAMPLE_KID))),
+        Pair(private_pem("pubsub-other"), SAMPLE_EMAIL, jwks(("pubsub-other", "other-kid"))),
     ),
 }
 
@@ -107,8 +125,14 @@ def bound(name: str, settings: Any = None) -> Provider:
 
 
 def keys(name: str, *pairs_: Pair) -> list[Key]:
-    parse = PROVIDERS[name].parse_secret
-    return [parse(pair.configured) for pair in pairs_]
+    """The keys a source of ``name`` verifies with: its secrets parsed, then (for a
+    provider that fetches its keys) what its key URL serves, as the receiver adds them."""
+    provider = PROVIDERS[name]
+    out = [provider.parse_secret(pair.configured) for pair in pairs_]
+    if provider.key_fetch is not None:
+        for pair in pairs_:
+            out.extend(provider.key_fetch.parse(pair.fetched))
+    return out
 
 
 # --- settings of the configurable providers -------------------------------------------

@@ -601,9 +601,9 @@ class Receiver:
             return error(503, "unavailable", "", (b"retry-after", RETRY_AFTER_S.encode()))
         return dataclasses.replace(source, keys=keys)
 
-    async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
-        self, scope: Scope, receive: Receive, source: Source, started: float
-    ) -> Answer:
+    async def _before_body(self, scope: Scope, source: Source) -> Source | Answer:
+        """The source with the keys it verifies with (learned ones swapped in), or the
+        answer given before any body is read: a handshake's, or 405."""
         if source.adapter.learns_secret is not None:
             learned = await self._with_learned(scope, source)
             if not isinstance(learned, Source):
@@ -615,6 +615,15 @@ class Receiver:
                 return answered
         elif scope["method"] != "POST":
             return error(405, "method_not_allowed", "", (b"allow", b"POST"))
+        return source
+
+    async def _receive(  # noqa: PLR0911 - one return per documented HTTP outcome
+        self, scope: Scope, receive: Receive, source: Source, started: float
+    ) -> Answer:
+        ready = await self._before_body(scope, source)
+        if not isinstance(ready, Source):
+            return ready
+        source = ready
 
         def client() -> Client:
             return scope.get("client")

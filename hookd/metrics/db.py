@@ -317,18 +317,17 @@ def _coverage(
 
 
 def _silent(sources: Sources, watches: dict[str, silence.WatchRow], now: datetime) -> Family:
-    """Per source with [sources.expect]: how long it has been silent (0 when it is not)."""
+    """Per source: how long it has been silent (0 when it is not, and always for a
+    source without [sources.expect], which is never judged silent)."""
     family = GaugeMetricFamily(
         "hookd_source_silent_seconds",
         "How long a source with [sources.expect] has been silent: since the start of its "
         "first window with fewer webhooks than expected, until a window has enough "
-        "(0 when it is not silent).",
+        "(0 when it is not silent, and for a source without [sources.expect]).",
         labels=["source"],
     )
     for source in sources:
-        if source.config.expect is None:
-            continue
-        watch = watches.get(source.name)
+        watch = watches.get(source.name) if source.config.expect is not None else None
         since = watch.silent_since if watch is not None else None
         family.add_metric(
             [source.name], 0.0 if since is None else max(0.0, (now - since).total_seconds())

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import json
 import uuid
@@ -307,6 +308,9 @@ def bind(settings: PubsubSettings) -> Provider:
     )
 
 
+# Loading an RSA key checks it, which costs milliseconds: a sender signing many samples
+# (send-test --count, the fuzzers) loads each key once.
+@functools.lru_cache(maxsize=8)
 def load_signing_key(raw: str) -> rsa.RSAPrivateKey:
     try:
         key = serialization.load_pem_private_key(raw.strip().encode("ascii"), None)

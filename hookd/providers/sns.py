@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hmac
 import re
 import uuid
@@ -316,6 +317,9 @@ def bind(settings: SnsSettings) -> Provider:
     )
 
 
+# Loading an RSA key checks it, which costs milliseconds: a sender signing many samples
+# (send-test --count, the fuzzers) loads each key once.
+@functools.lru_cache(maxsize=8)
 def load_signing_key(raw: str) -> rsa.RSAPrivateKey:
     """An RSA private key (PEM), for the tests and ``hookd send-test``."""
     try:

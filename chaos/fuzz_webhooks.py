@@ -31,6 +31,7 @@ SIGNATURE_REASONS = frozenset(
     {
         "missing_header",
         "duplicate_header",
+        "conflicting_headers",
         "empty_header",
         "malformed_id",
         "malformed_signature",
